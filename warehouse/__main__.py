@@ -1,0 +1,83 @@
+"""``python -m warehouse`` — query the weft warehouse with SQL.
+
+    python -m warehouse sql "SELECT * FROM latest_scores"
+    python -m warehouse sql --format csv "SELECT * FROM eval_samples LIMIT 5"
+    python -m warehouse tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from warehouse.store import Warehouse
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "NULL" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_table(table: pa.Table, max_width: int = 40, max_rows: int = 200) -> str:
+    """Aligned plain-text rendering with truncated cells and a row count footer."""
+    names = table.column_names
+    rows = table.slice(0, max_rows).to_pylist()
+    cells = [[_cell(r[n], max_width) for n in names] for r in rows]
+    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
+    line = "  ".join(n.ljust(w) for n, w in zip(names, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    more = f" (showing {max_rows})" if table.num_rows > max_rows else ""
+    out.append(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''}{more})")
+    return "\n".join(out)
+
+
+def format_result(table: pa.Table, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(table.to_pylist(), default=str, indent=1)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(table.column_names)
+        for row in table.to_pylist():
+            writer.writerow(["" if row[n] is None else row[n] for n in table.column_names])
+        return buf.getvalue().rstrip("\n")
+    return format_table(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m warehouse")
+    parser.add_argument("--root", default=None, help="warehouse folder (default WEFT_HOME/warehouse)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("sql", help="run a SQL query against the catalog")
+    q.add_argument("query")
+    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    sub.add_parser("tables", help="list tables with row counts")
+    args = parser.parse_args(argv)
+    wh = Warehouse(args.root)
+    try:
+        if args.cmd == "tables":
+            with wh.connect() as con:
+                names = [r[0] for r in con.execute(
+                    "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()]
+                rows = [{"table": n, "rows": con.execute(f"SELECT count(*) FROM {n}").fetchone()[0]}
+                        for n in names]
+            print(format_table(pa.Table.from_pylist(rows) if rows else pa.table({"table": [], "rows": []})))
+        else:
+            print(format_result(wh.sql(args.query), args.format))
+    except duckdb.Error as err:
+        print(f"SQL error: {err}\nTables: python -m warehouse tables", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

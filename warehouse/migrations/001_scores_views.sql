@@ -1,0 +1,20 @@
+-- 001: derived views over the evaluation tables.
+-- latest_scores: for each (model, benchmark, metric, k) the most recently written score.
+CREATE OR REPLACE VIEW latest_scores AS
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY model, benchmark, metric, k ORDER BY created_at DESC) AS rn
+    FROM eval_scores
+) WHERE rn = 1;
+
+-- sample_stats: per (model, benchmark) sample counts, accuracy, tokens and latency.
+CREATE OR REPLACE VIEW sample_stats AS
+SELECT model, benchmark,
+       count(*) AS samples,
+       count(DISTINCT problem_id) AS problems,
+       avg(CAST(correct AS DOUBLE)) AS accuracy,
+       avg(completion_tokens) AS mean_completion_tokens,
+       avg(latency_s) AS mean_latency_s,
+       sum(CASE WHEN gen_error IS NOT NULL THEN 1 ELSE 0 END) AS generation_errors
+FROM eval_samples
+GROUP BY model, benchmark;

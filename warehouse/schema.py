@@ -1,0 +1,100 @@
+"""Declared schemas of the core warehouse tables and the lineage columns every row carries.
+
+A declared schema gives a table a typed (empty) view before any Parquet exists, so SQL over a
+fresh warehouse works. Writers may add columns beyond the declaration (views use
+``union_by_name``); they may not change the type of a declared column.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+LINEAGE_FIELDS: list[pa.Field] = [
+    pa.field("run_id", pa.string()),
+    pa.field("asset", pa.string()),
+    pa.field("partition", pa.string()),
+    pa.field("config_hash", pa.string()),
+    pa.field("created_at", pa.timestamp("us", tz="UTC")),
+]
+LINEAGE_COLUMNS = [f.name for f in LINEAGE_FIELDS]
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, dtype) for name, dtype in fields] + LINEAGE_FIELDS)
+
+
+TABLES: dict[str, pa.Schema] = {
+    "problems": _schema(
+        ("problem_id", pa.string()),
+        ("source", pa.string()),
+        ("split", pa.string()),
+        ("problem", pa.string()),
+        ("answer", pa.string()),
+        ("solution", pa.string()),
+        ("answer_type", pa.string()),
+        ("meta", pa.string()),
+        ("dataset_version", pa.string()),
+    ),
+    "rejects": _schema(
+        ("source", pa.string()),
+        ("origin", pa.string()),
+        ("line", pa.int64()),
+        ("reason", pa.string()),
+        ("raw", pa.string()),
+    ),
+    "llm_calls": _schema(
+        ("call_id", pa.string()),
+        ("tag", pa.string()),
+        ("base_url", pa.string()),
+        ("model", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("cached", pa.bool_()),
+        ("attempts", pa.int64()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("finish_reason", pa.string()),
+        ("cache_key", pa.string()),
+    ),
+    "eval_samples": _schema(
+        ("model", pa.string()),
+        ("benchmark", pa.string()),
+        ("problem_id", pa.string()),
+        ("sample_index", pa.int64()),
+        ("prompt", pa.string()),
+        ("output", pa.string()),
+        ("extracted", pa.string()),
+        ("extraction_method", pa.string()),
+        ("gold", pa.string()),
+        ("correct", pa.bool_()),
+        ("grade_error", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("finish_reason", pa.string()),
+        ("gen_error", pa.string()),
+        ("seed", pa.int64()),
+        ("checkpoint_id", pa.string()),
+    ),
+    "eval_scores": _schema(
+        ("model", pa.string()),
+        ("benchmark", pa.string()),
+        ("metric", pa.string()),
+        ("k", pa.int64()),
+        ("value", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("n_problems", pa.int64()),
+        ("n_samples", pa.int64()),
+        ("checkpoint_id", pa.string()),
+    ),
+    "runs": _schema(
+        ("status", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("rows_written", pa.int64()),
+        ("config_json", pa.string()),
+        ("git_sha", pa.string()),
+    ),
+}
