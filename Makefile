@@ -66,7 +66,8 @@ test-all: setup
 	$(PY) -m pytest -q -m "not network and not gpu"
 
 ui: setup
-	$(VENV)/bin/dagster dev -m assets.definitions -h 127.0.0.1 -p 3000
+	$(PY) -m assets.demo --prepare-dagster-home
+	DAGSTER_HOME=$${DAGSTER_HOME:-$(WEFT_HOME)/dagster} $(VENV)/bin/dagster dev -m assets.definitions -h 127.0.0.1 -p 3000
 
 bench: setup
 	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -133,7 +133,7 @@ class Warehouse:
         """Replace one partition of ``table`` with ``data`` atomically; stamp lineage columns."""
         _check_table(table)
         lineage = lineage or Lineage()
-        partition = partition or lineage.partition
+        partition = lineage.partition if partition is None else partition
         arrow = _to_arrow(table, data)
         n = arrow.num_rows
         stamp = dict(lineage.as_columns(), partition=partition)
@@ -197,15 +197,19 @@ class Warehouse:
         if not files:
             schema = TABLES.get(table)
             return schema.empty_table() if schema is not None else pa.table({})
-        con = duckdb.connect()
-        try:
-            glob = [str(f) for f in files]
-            return con.sql(
-                "SELECT * FROM read_parquet($files, union_by_name=true, hive_partitioning=false)",
-                params={"files": glob},
-            ).to_arrow_table()
-        finally:
-            con.close()
+        glob = [str(f) for f in files]
+
+        def query() -> pa.Table:
+            con = duckdb.connect()
+            try:
+                return con.sql(
+                    "SELECT * FROM read_parquet($files, union_by_name=true, hive_partitioning=false)",
+                    params={"files": glob},
+                ).to_arrow_table()
+            finally:
+                con.close()
+
+        return _retry_replaced_files(query, self.root)
 
     def glob(self, table: str) -> str:
         return str(self.root / table / "*" / DATA_FILE)
@@ -285,12 +289,44 @@ class Warehouse:
         finally:
             con.close()
 
-    def sql(self, query: str, params: list[Any] | None = None) -> pa.Table:
-        with self.connect() as con:
-            rel = con.sql(query, params=params) if params else con.sql(query)
-            if rel is None:  # a statement without a result (e.g. SET)
-                return pa.table({})
-            return rel.to_arrow_table()
+    def sql(self, query: str, params: Mapping[str, Any] | list[Any] | None = None) -> pa.Table:
+        """Run a query; ``params`` bind ``$name`` (dict) or ``?`` (list) placeholders."""
+
+        def run() -> pa.Table:
+            with self.connect() as con:
+                rel = con.sql(query, params=params) if params else con.sql(query)
+                if rel is None:  # a statement without a result (e.g. SET)
+                    return pa.table({})
+                return rel.to_arrow_table()
+
+        return _retry_replaced_files(run, self.root)
+
+
+def _retry_replaced_files(fn, root: Path, attempts: int = 8):
+    """DuckDB opens a Parquet file more than once per query (schema, then data). If a writer
+    replaced the file in between, the two opens see different versions and the query fails.
+    Each file is always whole, so when a data file under ``root`` changed during a failed
+    query, the query runs again and sees one consistent version; other errors propagate."""
+    for attempt in range(attempts):
+        before = _file_versions(root)
+        try:
+            return fn()
+        except duckdb.Error:
+            if attempt == attempts - 1 or _file_versions(root) == before:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _file_versions(root: Path) -> dict[str, tuple[int, int, int]]:
+    versions = {}
+    for path in root.glob(f"*/*/{DATA_FILE}"):
+        try:
+            st = path.stat()  # inodes are recycled: compare change time and size too
+            versions[str(path)] = (st.st_ino, st.st_ctime_ns, st.st_size)
+        except FileNotFoundError:
+            pass
+    return versions
 
 
 def _duck_type(dtype: pa.DataType) -> str:

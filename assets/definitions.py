@@ -1,0 +1,45 @@
+"""The Dagster code location root: every asset, check, job, schedule and resource of weft.
+
+``WEFT_ENV`` picks the resource set:
+- ``local`` (default): the embedded model on a local vLLM server (or ``WEFT_LLM_BASE_URL`` /
+  ``WEFT_LLM_MODEL`` when set), warehouse under ``WEFT_HOME``.
+- ``cluster``: an OpenAI-compatible endpoint from ``WEFT_LLM_BASE_URL``/``WEFT_LLM_MODEL``
+  (e.g. a GPU vLLM server) with the key from ``WEFT_LLM_API_KEY``; secrets only via EnvVar.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from assets import evaluation, ingest, schedules
+from assets.resources import GraderResource, LLMResource, WarehouseResource
+
+
+def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
+    if env == "cluster":
+        llm = LLMResource(base_url=dg.EnvVar("WEFT_LLM_BASE_URL"), model=dg.EnvVar("WEFT_LLM_MODEL"),
+                          api_key=dg.EnvVar("WEFT_LLM_API_KEY"), max_concurrency=64)
+    elif env == "local":
+        if os.environ.get("WEFT_LLM_BASE_URL"):
+            llm = LLMResource(base_url=dg.EnvVar("WEFT_LLM_BASE_URL"),
+                              model=dg.EnvVar("WEFT_LLM_MODEL"))
+        else:
+            llm = LLMResource()
+    else:
+        raise ValueError(f"WEFT_ENV must be 'local' or 'cluster', got {env!r}")
+    return {"llm": llm, "warehouse": WarehouseResource(), "grader": GraderResource()}
+
+
+defs = dg.Definitions(
+    assets=[*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores],
+    asset_checks=[
+        ingest.check_problems_answers_and_ids,
+        evaluation.check_eval_samples_all_graded,
+        evaluation.check_eval_scores_within_unit_interval,
+    ],
+    jobs=[schedules.eval_job, schedules.ingest_job],
+    schedules=[schedules.nightly_eval],
+    resources=resources_for(os.environ.get("WEFT_ENV", "local")),
+)

@@ -1,0 +1,132 @@
+"""`make demo`: the main job on the embedded model, offline, on a laptop CPU.
+
+Converts the embedded model (once), starts the local vLLM server, materializes the ingestion
+assets (the built-in generator plus every shared benchmark file that is present), evaluates the
+embedded model on a small slice of GSM8K and MATH-500 (20 problems each, k=2) by materializing
+`eval_samples` and `eval_scores` into a persistent Dagster instance under WEFT_HOME (so the runs
+appear in the UI), prints the scores from DuckDB with SQL, and stops the server it started.
+"""
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.settings import data_dir, weft_home
+
+DEMO_BENCHMARKS = ("gsm8k", "math500")
+
+
+def ensure_dagster_home() -> Path:
+    """A persistent DAGSTER_HOME under WEFT_HOME (telemetry off, first-run modal dismissed)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or weft_home() / "dagster")
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    if not cfg.exists():
+        cfg.write_text("telemetry:\n  enabled: false\n")
+    nux = home / ".nux" / "nux.yaml"
+    nux.parent.mkdir(exist_ok=True)
+    if not nux.exists():
+        nux.write_text("seen: 1\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def demo_sources() -> list[str]:
+    from pipelines.ingest import SOURCES
+
+    sources = ["reasoning_gym"]
+    root = data_dir()
+    for name in ("gsm8k", "math500", "aime24", "aime25", "amc23", "minerva_math",
+                 "olympiadbench", "gpqa_diamond"):
+        spec = SOURCES[name]
+        if root is not None and spec.local_path and (root / spec.local_path).exists():
+            sources.append(name)
+    return sources
+
+
+def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
+    from assets import definitions, evaluation, ingest
+    from assets.resources import GraderResource, LLMResource, WarehouseResource
+    from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
+    from warehouse import Warehouse
+    from warehouse.__main__ import format_table
+
+    started = time.perf_counter()
+    ensure_dagster_home()
+    instance = dg.DagsterInstance.get()
+    port = port or DEFAULT_PORT
+    if served_models(f"http://127.0.0.1:{port}/v1") is not None:
+        port = free_port()  # something else answers there; use our own port
+    server = LocalModelServer(port=port)
+    print(f"[demo] starting the local vLLM server for {server.model_path} on port {port} ...", flush=True)
+    server.start()
+    try:
+        resources = {
+            "llm": LLMResource(base_url=server.base_url, model=str(server.served_name)),
+            "warehouse": WarehouseResource(),
+            "grader": GraderResource(),
+        }
+        all_assets = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples,
+                      evaluation.eval_scores]
+        checks = [ingest.check_problems_answers_and_ids, evaluation.check_eval_samples_all_graded,
+                  evaluation.check_eval_scores_within_unit_interval]
+        sources = demo_sources()
+        print(f"[demo] ingesting: {', '.join(sources)}", flush=True)
+        selection = [f"{s}_problems" for s in sources] + ["problems"]
+        result = dg.materialize([*all_assets, *checks], selection=selection, resources=resources,
+                                instance=instance, tags={"weft/demo": "ingest"})
+        if not result.success:
+            return 1
+        for bench in DEMO_BENCHMARKS:
+            if bench not in sources:
+                print(f"[demo] skipping {bench}: its file is not under WEFT_DATA_DIR", flush=True)
+                continue
+            print(f"[demo] evaluating on {bench}: {limit} problems x k={k} ...", flush=True)
+            run_config = {"ops": {"eval_samples": {"config": {
+                "limit": limit, "k": k, "temperature": 0.6 if k > 1 else 0.0,
+                "top_p": 0.95 if k > 1 else 1.0, "max_tokens": max_tokens, "seed": 0}}}}
+            result = dg.materialize(
+                [*all_assets, *checks], selection=["eval_samples", "eval_scores"],
+                partition_key=bench, resources=resources, run_config=run_config,
+                instance=instance, tags={"weft/demo": "eval"},
+            )
+            if not result.success:
+                return 1
+        wh = Warehouse()
+        query = ("SELECT benchmark, model, metric, k, round(value, 3) AS value, "
+                 "round(ci_low, 3) AS ci_low, round(ci_high, 3) AS ci_high, n_problems "
+                 "FROM latest_scores ORDER BY benchmark, metric, k")
+        print("\n[demo] scores (python -m warehouse sql \"" + query + "\"):\n")
+        print(format_table(wh.sql(query)))
+        print(format_table(wh.sql("SELECT * FROM sample_stats ORDER BY benchmark")))
+    finally:
+        server.stop()
+    print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
+    print("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
+    print(f"[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m assets.demo")
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=384)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--prepare-dagster-home", action="store_true",
+                        help="only create WEFT_HOME/dagster (used by `make ui`) and exit")
+    args = parser.parse_args(argv)
+    if args.prepare_dagster_home:
+        print(ensure_dagster_home())
+        return 0
+    logging.basicConfig(level=logging.WARNING)
+    return run(args.limit, args.k, args.max_tokens, args.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

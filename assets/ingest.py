@@ -1,0 +1,147 @@
+"""Ingestion assets: one `<source>_problems` asset per source, then the merged `problems`.
+
+Each source asset loads its rows through ``pipelines.ingest.load_source`` (local file under
+``WEFT_DATA_DIR``, the Hugging Face hub, or the built-in generator), writes them to the
+warehouse table ``source_problems`` and its rejects to ``rejects`` (both partitioned by source,
+so a re-run replaces them). ``problems`` merges every ingested source into the canonical
+``problems`` table, flags problems that appear in more than one source (train/test overlap),
+and stamps a dataset version per source.
+"""
+
+
+import hashlib
+import json
+from collections import Counter
+from typing import Optional
+
+import dagster as dg
+
+from assets.common import lineage, now, record_run
+from assets.resources import WarehouseResource
+from pipelines.text import normalize_problem_text
+
+# Sources ingested by default; each becomes a `<name>_problems` asset.
+DEFAULT_SOURCES: tuple[str, ...] = (
+    "reasoning_gym",
+    "gsm8k", "math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench",
+    "gpqa_diamond", "humaneval", "mbppplus", "livecodebench",
+    "gsm8k_train", "math_train", "dapo_math", "deepscaler",
+)
+
+
+class IngestConfig(dg.Config):
+    limit: Optional[int] = None
+    prefer: str = "local"  # "local" (WEFT_DATA_DIR first) or "hf" (hub first)
+
+
+def _source_asset(source: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=f"{source}_problems",
+        group_name="ingest",
+        kinds={"python", "parquet"},
+        description=f"Problems of the `{source}` source, normalised (table source_problems).",
+    )
+    def _asset(context: dg.AssetExecutionContext, config: IngestConfig,
+               warehouse: WarehouseResource) -> dg.MaterializeResult:
+        from pipelines.ingest import load_source
+
+        started = now()
+        wh = warehouse.get()
+        result = load_source(source, prefer=config.prefer, limit=config.limit)
+        rows = [p.to_row() for p in result.problems]
+        version = _dataset_version(rows)
+        for row in rows:
+            row["dataset_version"] = version
+        lin = lineage(context, config.model_dump(), partition=source)
+        wh.write("source_problems", rows, lineage=lin)
+        rejects = [r.to_row() for r in result.rejects]
+        wh.write("rejects", rejects, lineage=lin)
+        record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
+        if rejects:
+            reasons = Counter(r["reason"].split(":")[0] for r in rejects)
+            context.log.warning(f"{source}: {len(rejects)} rows rejected: {dict(reasons)}")
+        return dg.MaterializeResult(metadata={
+            "rows": len(rows),
+            "rejects": len(rejects),
+            "duplicates_dropped": getattr(result, "duplicates", 0),
+            "origin": str(result.origin),
+            "dataset_version": version,
+            "answer_types": dict(Counter(r["answer_type"] for r in rows)),
+        })
+
+    return _asset
+
+
+def _dataset_version(rows: list[dict]) -> str:
+    digest = hashlib.sha256()
+    for pid in sorted(r["problem_id"] for r in rows):
+        digest.update(pid.encode())
+    return digest.hexdigest()[:12]
+
+
+def build_source_assets(sources: tuple[str, ...] = DEFAULT_SOURCES) -> list[dg.AssetsDefinition]:
+    return [_source_asset(s) for s in sources]
+
+
+SOURCE_ASSETS = build_source_assets()
+
+
+@dg.asset(
+    group_name="ingest",
+    kinds={"duckdb", "parquet"},
+    deps=[a.key for a in SOURCE_ASSETS],
+    description="All ingested problems, one partition per source, with cross-source overlap flags.",
+)
+def problems(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    started = now()
+    wh = warehouse.get()
+    table = wh.read("source_problems")
+    rows = table.to_pylist()
+    if not rows:
+        raise dg.Failure(
+            "no ingested sources: materialize at least one `<source>_problems` asset first"
+        )
+    # Cross-source overlap: the same normalised text in two sources (e.g. a benchmark problem
+    # inside a training pool) is kept in both, but flagged so training can exclude it.
+    seen: dict[str, list[str]] = {}
+    for row in rows:
+        seen.setdefault(normalize_problem_text(row["problem"]), []).append(row["source"])
+    overlap = 0
+    by_source: dict[str, list[dict]] = {}
+    for row in rows:
+        others = sorted(set(seen[normalize_problem_text(row["problem"])]) - {row["source"]})
+        meta = json.loads(row.get("meta") or "{}")
+        if others:
+            meta["also_in"] = others
+            overlap += 1
+        row["meta"] = json.dumps(meta, sort_keys=True)
+        for col in ("run_id", "asset", "partition", "config_hash", "created_at"):
+            row.pop(col, None)
+        by_source.setdefault(row["source"], []).append(row)
+    total = 0
+    for source, source_rows in sorted(by_source.items()):
+        lin = lineage(context, {}, partition=source)
+        total += wh.write("problems", source_rows, lineage=lin).rows
+    # Sources that were ingested before but are gone now are removed from `problems` too.
+    for stale in set(wh.partitions("problems")) - set(by_source):
+        wh.delete_partition("problems", stale)
+    record_run(wh, lineage(context, {}), started_at=started, rows_written=total)
+    counts = Counter(r["source"] for r in rows)
+    return dg.MaterializeResult(metadata={
+        "rows": total,
+        "sources": len(by_source),
+        "rows_per_source": dg.MetadataValue.json(dict(sorted(counts.items()))),
+        "cross_source_overlaps": overlap,
+    })
+
+
+@dg.asset_check(asset=problems, description="Every problem has a non-empty answer and a unique id.")
+def check_problems_answers_and_ids(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    wh = warehouse.get()
+    stats = wh.sql(
+        "SELECT count(*) AS n, "
+        "sum(CASE WHEN answer IS NULL OR trim(answer) = '' THEN 1 ELSE 0 END) AS empty, "
+        "count(*) - count(DISTINCT problem_id) AS dup_ids FROM problems"
+    ).to_pylist()[0]
+    ok = (stats["empty"] or 0) == 0 and (stats["dup_ids"] or 0) == 0 and stats["n"] > 0
+    return dg.AssetCheckResult(passed=bool(ok), metadata={k: int(v or 0) for k, v in stats.items()})

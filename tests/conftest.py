@@ -1,0 +1,64 @@
+"""Shared fixtures: a temp WEFT_HOME per test, the converted embedded model, and ONE real local
+vLLM server per test session (started on first use, stopped at the end)."""
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+# Captured before any test changes WEFT_HOME: the converted model lives in the real home.
+_PROJECT_HOME = Path(os.environ.get("WEFT_HOME") or Path.cwd() / ".weft").resolve()
+
+
+@pytest.fixture
+def weft_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "weft_home"
+    home.mkdir()
+    monkeypatch.setenv("WEFT_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    from pipelines.settings import data_dir
+
+    found = data_dir()
+    if found is None:
+        pytest.skip("no local data directory (set WEFT_DATA_DIR to a copy of shared/data)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def embedded_model_dir() -> Path:
+    """The converted embedded model (made once by `make setup`, or here if missing)."""
+    from pipelines.models import EMBEDDED_NAME, convert
+
+    return convert(_PROJECT_HOME / "models" / EMBEDDED_NAME)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def local_server(embedded_model_dir, tmp_path_factory):
+    """The real vLLM OpenAI-compatible server over the embedded model, one per session."""
+    from pipelines.models import EMBEDDED_SERVED_NAME
+    from pipelines.serving import LocalModelServer
+
+    old = os.environ.get("WEFT_HOME")
+    os.environ["WEFT_HOME"] = str(tmp_path_factory.mktemp("server_home"))
+    try:
+        server = LocalModelServer(model_path=embedded_model_dir, served_name=EMBEDDED_SERVED_NAME,
+                                  port=_free_port())
+        server.start()
+    finally:
+        if old is None:
+            os.environ.pop("WEFT_HOME", None)
+        else:
+            os.environ["WEFT_HOME"] = old
+    yield server
+    server.stop()
