@@ -49,7 +49,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig, l
     cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit)
     wh = warehouse.get()
-    rows = wh.sql("SELECT * FROM problems WHERE source = $s", {"s": bench.source}).to_pylist()
+    rows = wh.read("problems", partition=bench.source).to_pylist()
     if not rows:
         raise dg.Failure(
             f"no problems for {bench.name}: materialize `{bench.source}_problems` and `problems` first"

@@ -25,7 +25,7 @@ DEFAULT_SOURCES: tuple[str, ...] = (
     "reasoning_gym",
     "gsm8k", "math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench",
     "gpqa_diamond", "humaneval", "mbppplus", "livecodebench",
-    "gsm8k_train", "math_train", "dapo_math", "deepscaler",
+    "gsm8k_train", "math_train", "dapo_math_17k", "deepscaler",
 )
 
 
@@ -105,19 +105,22 @@ def problems(context: dg.AssetExecutionContext, warehouse: WarehouseResource) ->
     # inside a training pool) is kept in both, but flagged so training can exclude it.
     seen: dict[str, list[str]] = {}
     for row in rows:
-        seen.setdefault(normalize_problem_text(row["problem"]), []).append(row["source"])
+        seen.setdefault(normalize_problem_text(row["problem"]), []).append(row["partition"])
     overlap = 0
     by_source: dict[str, list[dict]] = {}
     for row in rows:
-        others = sorted(set(seen[normalize_problem_text(row["problem"])]) - {row["source"]})
+        others = sorted(set(seen[normalize_problem_text(row["problem"])]) - {row["partition"]})
         meta = json.loads(row.get("meta") or "{}")
         if others:
             meta["also_in"] = others
             overlap += 1
         row["meta"] = json.dumps(meta, sort_keys=True)
+        # Partition by the ingesting asset's source name (gsm8k and gsm8k_train share the
+        # `source` family "gsm8k" but stay separate partitions).
+        name = row["partition"]
         for col in ("run_id", "asset", "partition", "config_hash", "created_at"):
             row.pop(col, None)
-        by_source.setdefault(row["source"], []).append(row)
+        by_source.setdefault(name, []).append(row)
     total = 0
     for source, source_rows in sorted(by_source.items()):
         lin = lineage(context, {}, partition=source)
@@ -126,7 +129,7 @@ def problems(context: dg.AssetExecutionContext, warehouse: WarehouseResource) ->
     for stale in set(wh.partitions("problems")) - set(by_source):
         wh.delete_partition("problems", stale)
     record_run(wh, lineage(context, {}), started_at=started, rows_written=total)
-    counts = Counter(r["source"] for r in rows)
+    counts = {name: len(v) for name, v in by_source.items()}
     return dg.MaterializeResult(metadata={
         "rows": total,
         "sources": len(by_source),

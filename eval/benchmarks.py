@@ -23,7 +23,7 @@ CHOICE_INSTRUCTION = (
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    source: str  # ingestion source name
+    source: str  # ingestion source name (a `problems` partition)
     grader: str  # grader kind: "math", "choice", "code"
     prompt_template: str
     default_k: int = 1

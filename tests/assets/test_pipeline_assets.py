@@ -1,0 +1,133 @@
+"""Materialize the ingest → evaluate chain: against a scripted fake endpoint (fast, exact
+expected scores) and against the real local vLLM server with the embedded model."""
+
+import json
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets import evaluation, ingest
+from assets.resources import GraderResource, LLMResource, WarehouseResource
+from warehouse import Warehouse
+
+ALL = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
+       ingest.check_problems_answers_and_ids, evaluation.check_eval_samples_all_graded,
+       evaluation.check_eval_scores_within_unit_interval]
+
+
+def _resources(base_url: str, model: str) -> dict:
+    return {"llm": LLMResource(base_url=base_url, model=model, max_concurrency=4, timeout_s=120),
+            "warehouse": WarehouseResource(), "grader": GraderResource(processes=2)}
+
+
+def _ingest(resources, sources, limit):
+    cfg = {"ops": {f"{s}_problems": {"config": {"limit": limit}} for s in sources}}
+    return dg.materialize(ALL, selection=[f"{s}_problems" for s in sources] + ["problems"],
+                          resources=resources, run_config=cfg,
+                          instance=dg.DagsterInstance.ephemeral())
+
+
+def _evaluate(resources, bench, **config):
+    return dg.materialize(ALL, selection=["eval_samples", "eval_scores"], partition_key=bench,
+                          resources=resources, run_config={"ops": {"eval_samples": {"config": config}}},
+                          instance=dg.DagsterInstance.ephemeral())
+
+
+def _check_results(result):
+    return {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def test_chain_with_scripted_endpoint_gives_exact_scores(weft_home, shared_data):
+    from pipelines.llm_fake import FakeLLMServer
+
+    with FakeLLMServer(models=("scripted",)) as server:
+        res = _resources(server.base_url, "scripted")
+        result = _ingest(res, ["gsm8k", "reasoning_gym"], limit=8)
+        assert result.success
+        assert _check_results(result)["check_problems_answers_and_ids"] is True
+        wh = Warehouse()
+        problems = wh.read("problems", partition="gsm8k").to_pylist()
+        assert len(problems) == 8
+        # answer problems with an even position in the sorted id order correctly
+        order = sorted(problems, key=lambda p: p["problem_id"])
+        gold = {p["problem"]: (p["answer"] if i % 2 == 0 else p["answer"] + "1") for i, p in enumerate(order)}
+
+        def responder(body, index):
+            prompt = body["messages"][-1]["content"]
+            answer = next(a for q, a in gold.items() if q in prompt)
+            return f"Some reasoning.\nSo the result is \\boxed{{{answer}}}."
+
+        server.responder = responder
+        result = _evaluate(res, "gsm8k", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3)
+        assert result.success
+        checks = _check_results(result)
+        assert checks == {"check_eval_samples_all_graded": True, "check_eval_scores_within_unit_interval": True}
+        samples = wh.sql("SELECT * FROM eval_samples").to_pylist()
+        assert len(samples) == 12 and all(s["correct"] is not None for s in samples)
+        scores = {(r["metric"], r["k"]): r for r in wh.sql("SELECT * FROM eval_scores").to_pylist()}
+        assert scores[("avg@k", 2)]["value"] == pytest.approx(0.5)
+        assert scores[("pass@k", 1)]["value"] == pytest.approx(0.5)
+        assert scores[("avg@k", 2)]["ci_low"] <= 0.5 <= scores[("avg@k", 2)]["ci_high"]
+        calls = wh.sql("SELECT count(*) AS n, sum(CASE WHEN cached THEN 1 ELSE 0 END) AS c FROM llm_calls").to_pylist()[0]
+        assert calls["n"] == 12
+        # re-materializing replays from the cache and replaces rows instead of adding them
+        requests_before = server.chat_count
+        assert _evaluate(res, "gsm8k", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3).success
+        assert server.chat_count == requests_before
+        assert wh.sql("SELECT count(*) AS n FROM eval_samples").to_pylist()[0]["n"] == 12
+        assert wh.sql("SELECT count(*) AS n FROM llm_calls WHERE cached").to_pylist()[0]["n"] == 12
+        runs = wh.sql("SELECT DISTINCT asset FROM runs ORDER BY 1").column("asset").to_pylist()
+        assert {"eval_samples", "eval_scores", "gsm8k_problems", "problems"} <= set(runs)
+
+
+def test_bad_input_rows_go_to_rejects_and_the_run_succeeds(weft_home, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    (data / "benchmarks").mkdir(parents=True)
+    good = {"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}
+    lines = [json.dumps(good).encode(), b"{not json", json.dumps({"question": "No answer here?"}).encode(),
+             b'{"question": "caf\xe9 \xff", "answer": "#### 1"}',
+             json.dumps({"question": "What is 3 + 3?", "answer": "#### 6"}).encode()]
+    (data / "benchmarks" / "gsm8k_test.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    monkeypatch.setenv("WEFT_DATA_DIR", str(data))
+    result = _ingest(_resources("http://127.0.0.1:9/v1", "none"), ["gsm8k"], limit=None)
+    assert result.success
+    wh = Warehouse()
+    assert wh.sql("SELECT count(*) AS n FROM problems").to_pylist()[0]["n"] == 2
+    rejects = wh.sql("SELECT line, reason FROM rejects ORDER BY line").to_pylist()
+    assert len(rejects) == 3
+    assert all(r["reason"] for r in rejects)
+    text = " ".join(r["reason"].lower() for r in rejects)
+    assert "json" in text and "answer" in text and "utf" in text
+
+
+def test_endpoint_down_fails_fast_with_the_url(weft_home, shared_data):
+    res = _resources("http://127.0.0.1:9/v1", "nothing-here")
+    assert _ingest(res, ["gsm8k"], limit=3).success
+    started = time.monotonic()
+    result = dg.materialize(ALL, selection=["eval_samples"], partition_key="gsm8k", resources=res,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    assert time.monotonic() - started < 30
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "127.0.0.1:9" in str(failure.event_specific_data.error)
+
+
+@pytest.mark.server
+def test_chain_against_the_real_local_server(weft_home, shared_data, local_server):
+    res = _resources(local_server.base_url, local_server.served_name)
+    assert _ingest(res, ["gsm8k", "math500"], limit=5).success
+    result = _evaluate(res, "math500", limit=3, k=2, temperature=0.6, max_tokens=96, seed=0)
+    assert result.success
+    assert all(_check_results(result).values())
+    wh = Warehouse()
+    samples = wh.sql("SELECT * FROM eval_samples").to_pylist()
+    assert len(samples) == 6
+    assert all(s["output"] and s["completion_tokens"] > 0 and s["gen_error"] is None for s in samples)
+    assert all(s["correct"] is not None and s["extraction_method"] for s in samples)
+    scores = wh.sql("SELECT metric, k, value FROM latest_scores WHERE benchmark = 'math500'").to_pylist()
+    assert {(s["metric"], s["k"]) for s in scores} >= {("avg@k", 2), ("pass@k", 1), ("pass@k", 2), ("maj@k", 2)}
+    tokens = wh.sql("SELECT sum(completion_tokens) AS t FROM llm_calls").to_pylist()[0]["t"]
+    assert tokens == sum(s["completion_tokens"] for s in samples)
