@@ -1,0 +1,591 @@
+"""The async LLM client every weft stage uses, for any OpenAI-compatible endpoint.
+
+``LLMClient`` wraps ``openai.AsyncOpenAI`` with what long synthesis and evaluation runs need:
+bounded concurrency, a per-request deadline, retries with exponential backoff and jitter on
+429 / 5xx / timeouts / dropped connections (never on other 4xx), a persistent
+content-addressed response cache (``pipelines.llm_cache``) so a re-run replays without
+requests, structured JSON output with one repair round (``chat_json``), one accounting record
+per call for the warehouse table ``llm_calls`` and a batch helper that logs progress.
+
+Guarantees: ``chat`` and ``chat_json`` never raise for a bad response or a failed request, they
+return results with ``error`` set; the one exception is ``EndpointUnreachable``, raised within
+seconds when nothing answers at the base URL. A cancelled call frees its concurrency slot and
+writes no cache entry. Records never contain the API key.
+
+Not guaranteed: identical requests issued concurrently in one run are both sent (the cache
+keeps the first answer); replayed responses are only as deterministic as what was stored; a
+server that ignores ``seed`` still gets distinct cache entries per ``sample_index``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import openai
+
+from pipelines.llm_batch import map_ordered, on_loop_exit, run
+from pipelines.llm_cache import ResponseCache, cache_key
+from pipelines.llm_endpoint import (
+    DEFAULT_BASE_URL,
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODEL,
+    LOCAL_API_KEY,
+    PROBE_TIMEOUT_S,
+    Endpoint,
+    EndpointUnreachable,
+    get_models,
+    list_models,
+    redact_url,
+    unreachable_message,
+)
+from pipelines.llm_json import (
+    check_schema,
+    parse_reply,
+    repair_message,
+    response_format,
+    schema_instruction,
+)
+from pipelines.llm_types import (
+    ChatResult,
+    JsonResult,
+    SamplingParams,
+    backoff_delay,
+    check_messages,
+    payload_from_completion,
+    results_from_payload,
+    shorten,
+)
+from pipelines.settings import cache_dir
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "ENV_MODEL",
+    "ChatResult",
+    "Endpoint",
+    "EndpointUnreachable",
+    "JsonResult",
+    "LLMClient",
+    "SamplingParams",
+    "backoff_delay",
+    "redact_url",
+    "run",
+    "unreachable_message",
+]
+
+DEFAULT_PARAMS = SamplingParams()  # frozen, so one shared default is safe
+CACHE_FILENAME = "llm_cache.sqlite"
+JSON_MODES = ("schema", "object", "prompt")
+PROBE_REUSE_S = 2.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class _LoopState:
+    """Objects bound to one event loop: the HTTP client, the semaphore, the probe lock."""
+
+    loop: asyncio.AbstractEventLoop
+    client: openai.AsyncOpenAI
+    semaphore: asyncio.Semaphore
+    probe_lock: asyncio.Lock
+    probe_at: float = -1e9
+    probe_error: str | None = None
+
+
+@dataclass
+class _Attempt:
+    """What one HTTP attempt produced: a response, or an error and whether to retry it."""
+
+    response: Any = None
+    error: str | None = None
+    retryable: bool = False
+    check_endpoint: bool = False
+    retry_after_s: float | None = None
+
+
+class LLMClient:
+    """Async client for one model behind one OpenAI-compatible base URL (see module docstring).
+
+    ``cache_path`` None means ``cache_dir()/llm_cache.sqlite`` (resolved when constructed);
+    ``use_cache=False`` disables the cache. ``json_mode`` picks how ``chat_json`` asks for JSON:
+    "schema" (``response_format`` json_schema, strict; vLLM guided decoding), "object"
+    (``json_object`` plus the schema in the prompt) or "prompt" (the schema in the prompt only).
+    ``extra_body`` is merged into every request (e.g. vLLM's ``chat_template_kwargs``) and is
+    part of the cache key.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        max_concurrency: int = 8,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        cache_path: str | Path | None = None,
+        use_cache: bool = True,
+        json_mode: str = "schema",
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"base_url must be an http(s) URL such as {DEFAULT_BASE_URL}, got {base_url!r}"
+            )
+        if not isinstance(model, str) or not model:
+            raise ValueError(
+                f"model must be the served model id (see GET {base_url}/models), got {model!r}"
+            )
+        if not (isinstance(max_concurrency, int) and max_concurrency >= 1):
+            raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        if not (isinstance(max_retries, int) and max_retries >= 0):
+            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if json_mode not in JSON_MODES:
+            raise ValueError(f"json_mode must be one of {JSON_MODES}, got {json_mode!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._api_key = api_key or LOCAL_API_KEY
+        self.max_concurrency = max_concurrency
+        self.timeout_s = float(timeout_s)
+        self.max_retries = max_retries
+        self.json_mode = json_mode
+        self.backoff_base_s = float(backoff_base_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.extra_body = dict(extra_body) if extra_body else None
+        self.cache: ResponseCache | None = None
+        if use_cache:
+            self.cache = ResponseCache(
+                Path(cache_path) if cache_path is not None else cache_dir() / CACHE_FILENAME
+            )
+        self._records: list[dict] = []
+        self._records_lock = threading.Lock()
+        self._state: _LoopState | None = None
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def __repr__(self) -> str:
+        return f"LLMClient(base_url={redact_url(self.base_url)!r}, model={self.model!r}, cache={self.cache!r})"
+
+    @classmethod
+    def from_endpoint(cls, endpoint: Endpoint, **kwargs: Any) -> LLMClient:
+        return cls(endpoint.base_url, endpoint.model, api_key=endpoint.api_key(), **kwargs)
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> LLMClient:
+        """Build from ``WEFT_LLM_BASE_URL`` (default local vLLM), ``WEFT_LLM_MODEL`` (required)
+        and ``WEFT_LLM_API_KEY`` (else ``OPENAI_API_KEY``, else "EMPTY"); kwargs override."""
+        base_url = kwargs.pop("base_url", None) or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL
+        model = kwargs.pop("model", None) or os.environ.get(ENV_MODEL)
+        if not model:
+            raise ValueError(
+                f"No model configured: set {ENV_MODEL} to the model id served at {redact_url(base_url)} "
+                f"(list them with: curl {redact_url(base_url).rstrip('/')}/models)"
+            )
+        api_key = (
+            kwargs.pop("api_key", None)
+            or os.environ.get(ENV_API_KEY)
+            or os.environ.get("OPENAI_API_KEY")
+        )
+        return cls(base_url, model, api_key=api_key, **kwargs)
+
+    # ----------------------------------------------------------------- reachability
+    def ping(self, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+        """GET {base_url}/models; the served model ids. Raises EndpointUnreachable when nothing
+        answers or the answer is not a model list (wrong path, refused key)."""
+        return list_models(self.base_url, self._api_key, timeout_s)
+
+    def check_reachable(self, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        """Raise EndpointUnreachable unless the endpoint answers; warn when the model is not listed."""
+        served = self.ping(timeout_s)
+        if served and self.model not in served:
+            logger.warning(
+                "model %r is not among the models served at %s: %s",
+                self.model,
+                redact_url(self.base_url),
+                served,
+            )
+
+    async def _ensure_reachable(self, state: _LoopState) -> None:
+        """After a connection error or timeout: raise EndpointUnreachable if the server is gone.
+        One probe serves every caller that failed within ``PROBE_REUSE_S`` of it."""
+        async with state.probe_lock:
+            if time.monotonic() - state.probe_at > PROBE_REUSE_S:
+                try:  # any HTTP answer, even an error status, means the server is there
+                    await asyncio.to_thread(
+                        get_models, self.base_url, self._api_key, PROBE_TIMEOUT_S
+                    )
+                    state.probe_error = None
+                except EndpointUnreachable as exc:
+                    state.probe_error = str(exc)
+                state.probe_at = time.monotonic()
+            if state.probe_error is not None:
+                raise EndpointUnreachable(state.probe_error)
+
+    # ----------------------------------------------------------------- internals
+    def _loop_state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        if self._state is None or self._state.loop is not loop:
+            timeout = openai.Timeout(
+                self.timeout_s + 5.0, connect=min(CONNECT_TIMEOUT_S, self.timeout_s)
+            )
+            client = openai.AsyncOpenAI(
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=timeout,
+                # Our own pool (SDK defaults): the SDK's wrapper would, when a client left over
+                # from a finished loop is garbage-collected, schedule its close on the new loop.
+                http_client=openai.DefaultAsyncHttpxClient(timeout=timeout),
+            )
+            self._state = _LoopState(
+                loop, client, asyncio.Semaphore(self.max_concurrency), asyncio.Lock()
+            )
+            on_loop_exit(self._close_http)
+        return self._state
+
+    async def _close_http(self) -> None:
+        """Close the HTTP client bound to the running loop (``run`` calls this at loop exit)."""
+        state = self._state
+        if state is not None and state.loop is asyncio.get_running_loop():
+            self._state = None
+            await state.client.close()
+
+    def _scrub(self, text: str) -> str:
+        if self._api_key and self._api_key != LOCAL_API_KEY and len(self._api_key) >= 4:
+            text = text.replace(self._api_key, "***")
+        return text
+
+    def _record(self, **fields: Any) -> None:
+        record = {
+            "call_id": uuid.uuid4().hex,
+            "tag": fields.get("tag", ""),
+            "base_url": redact_url(self.base_url),
+            "model": self.model,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "latency_s": 0.0,
+            "cached": False,
+            "attempts": 0,
+            "status": "ok",
+            "error": None,
+            "finish_reason": None,
+            "cache_key": None,
+            "created_at": datetime.now(UTC),
+        }
+        record.update(fields)
+        if record["error"] is not None:
+            record["error"] = self._scrub(str(record["error"]))
+        with self._records_lock:
+            self._records.append(record)
+
+    def _record_error(self, tag: str, key: str, attempts: int, started: float, error: str) -> None:
+        self._record(
+            tag=tag,
+            cache_key=key,
+            attempts=attempts,
+            status="error",
+            error=error,
+            latency_s=time.monotonic() - started,
+        )
+
+    def drain_records(self) -> list[dict]:
+        """Accounting records (one per ``chat`` call, cache hits included) since the last drain."""
+        with self._records_lock:
+            records, self._records = self._records, []
+        return records
+
+    async def _attempt(self, state: _LoopState, kwargs: dict) -> _Attempt:
+        try:
+            async with state.semaphore:
+                async with asyncio.timeout(self.timeout_s):
+                    return _Attempt(response=await state.client.chat.completions.create(**kwargs))
+        except (TimeoutError, openai.APITimeoutError):
+            return _Attempt(
+                error=f"timeout after {self.timeout_s:g}s", retryable=True, check_endpoint=True
+            )
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            return _Attempt(
+                error=f"connection error: {type(cause).__name__}: {cause}",
+                retryable=True,
+                check_endpoint=True,
+            )
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            message = re.sub(r"^Error code: \d+ - ", "", str(exc.message))
+            error = f"HTTP {status}: {shorten(message)}"
+            retry_after = None
+            if status == 429:
+                try:
+                    retry_after = float(exc.response.headers.get("retry-after", ""))
+                except ValueError:
+                    retry_after = None
+            return _Attempt(
+                error=error, retryable=status == 429 or status >= 500, retry_after_s=retry_after
+            )
+        except (openai.APIError, ValueError) as exc:  # e.g. a 200 whose body is not JSON
+            return _Attempt(error=f"bad response: {type(exc).__name__}: {shorten(str(exc))}")
+
+    def _request_kwargs(
+        self, messages: list[dict], params: SamplingParams, fmt: dict | None
+    ) -> dict:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "n": params.n,
+        }
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if fmt is not None:
+            kwargs["response_format"] = fmt
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        return kwargs
+
+    async def _complete(
+        self,
+        messages: list[dict],
+        params: SamplingParams,
+        fmt: dict | None,
+        tag: str,
+        sample_index: int,
+    ) -> list[ChatResult]:
+        check_messages(messages)
+        key = cache_key(
+            self.model,
+            messages,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            stop=params.stop,
+            seed=params.seed,
+            n=params.n,
+            response_format=fmt,
+            extra_body=self.extra_body,
+            sample_index=sample_index,
+        )
+        started = time.monotonic()
+        if self.cache is not None:
+            payload = await asyncio.to_thread(self.cache.get, key)
+            if payload is not None and len(payload.get("choices", [])) == params.n:
+                results = results_from_payload(payload, cached=True)
+                self._record(
+                    tag=tag,
+                    cached=True,
+                    cache_key=key,
+                    latency_s=time.monotonic() - started,
+                    prompt_tokens=payload.get("prompt_tokens", 0),
+                    completion_tokens=payload.get("completion_tokens", 0),
+                    finish_reason=results[0].finish_reason if results else None,
+                )
+                return results
+        state = self._loop_state()
+        kwargs = self._request_kwargs(messages, params, fmt)
+        attempts, outcome = 0, _Attempt(error="not attempted")
+        try:
+            for retry in range(self.max_retries + 1):
+                attempts += 1
+                sent = time.monotonic()
+                outcome = await self._attempt(state, kwargs)
+                if outcome.error is None:
+                    try:
+                        payload = payload_from_completion(
+                            outcome.response, params.n, time.monotonic() - sent
+                        )
+                    except (AttributeError, TypeError, ValueError) as exc:
+                        outcome = _Attempt(
+                            error=f"bad response: not a chat completion ({type(exc).__name__}: {exc})"
+                        )
+                        break
+                    if len(payload["choices"]) != params.n:
+                        outcome = _Attempt(
+                            error=f"server returned {len(payload['choices'])} choices, asked for n={params.n}"
+                        )
+                        break
+                    if self.cache is not None:
+                        await asyncio.to_thread(self.cache.put, key, self.model, payload)
+                    results = results_from_payload(payload, cached=False)
+                    self._record(
+                        tag=tag,
+                        cache_key=key,
+                        attempts=attempts,
+                        latency_s=time.monotonic() - started,
+                        prompt_tokens=payload["prompt_tokens"],
+                        completion_tokens=payload["completion_tokens"],
+                        finish_reason=results[0].finish_reason,
+                    )
+                    return results
+                if outcome.check_endpoint:
+                    await self._ensure_reachable(state)
+                if not outcome.retryable or retry == self.max_retries:
+                    break
+                delay = backoff_delay(retry, self.backoff_base_s, self.backoff_max_s)
+                if outcome.retry_after_s is not None:
+                    delay = max(delay, min(outcome.retry_after_s, self.backoff_max_s))
+                logger.debug(
+                    "retrying %s in %.2fs after %s", tag or "llm call", delay, outcome.error
+                )
+                await self._sleep(delay)
+        except asyncio.CancelledError:
+            self._record_error(tag, key, attempts, started, "cancelled")
+            raise
+        except EndpointUnreachable as exc:
+            self._record_error(tag, key, attempts, started, str(exc))
+            raise
+        error = self._scrub(
+            f"{outcome.error} (after {attempts} attempt{'s' if attempts > 1 else ''})"
+        )
+        self._record_error(tag, key, attempts, started, error)
+        latency = time.monotonic() - started
+        return [ChatResult("", None, 0, 0, latency, False, error=error) for _ in range(params.n)]
+
+    # ----------------------------------------------------------------- public calls
+    async def chat(
+        self,
+        messages: list[dict],
+        params: SamplingParams = DEFAULT_PARAMS,
+        *,
+        tag: str = "",
+        sample_index: int = 0,
+    ) -> list[ChatResult]:
+        """``params.n`` results; failures come back with ``error`` set (never raised), except
+        ``EndpointUnreachable``. ``sample_index`` separates cache entries of repeated samples."""
+        return await self._complete(messages, params, None, tag, sample_index)
+
+    async def samples(
+        self,
+        messages: list[dict],
+        params: SamplingParams,
+        k: int,
+        *,
+        tag: str = "",
+        per_request: bool = False,
+    ) -> list[ChatResult]:
+        """k samples of one prompt, each its own cache entry: one request with ``n=k``, or (with
+        ``per_request``) k requests with seeds ``seed+i`` (when seeded) and ``sample_index=i``."""
+        if not (isinstance(k, int) and k >= 1):
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        if not per_request:
+            return await self.chat(messages, replace(params, n=k), tag=tag)
+        calls = [
+            self.chat(
+                messages,
+                replace(params, n=1, seed=None if params.seed is None else params.seed + i),
+                tag=tag,
+                sample_index=i,
+            )
+            for i in range(k)
+        ]
+        return [result for group in await asyncio.gather(*calls) for result in group]
+
+    async def chat_json(
+        self,
+        messages: list[dict],
+        schema: dict,
+        params: SamplingParams = DEFAULT_PARAMS,
+        *,
+        validate: Callable[[Any], Any] | None = None,
+        tag: str = "",
+        sample_index: int = 0,
+    ) -> JsonResult:
+        """Ask for JSON matching ``schema``; parse, validate (schema subset, then ``validate``),
+        and on failure retry once with the bad reply and the error appended. Never raises for
+        bad output. If ``validate`` returns something other than None, that becomes the value.
+        """
+        check_schema(schema)
+        if params.n != 1:
+            raise ValueError(
+                "chat_json makes one JSON value per call; use n=1 and vary sample_index for more"
+            )
+        check_messages(messages)
+        fmt = response_format(schema, self.json_mode)
+        conversation = [dict(m) for m in messages]
+        if self.json_mode != "schema":
+            last = conversation[-1]
+            if isinstance(last.get("content"), str):
+                last["content"] = last["content"] + schema_instruction(schema)
+            else:
+                conversation.append({"role": "user", "content": schema_instruction(schema).strip()})
+        raw: list[str] = []
+        error = "no attempt made"
+        for attempt in (1, 2):
+            result = (await self._complete(conversation, params, fmt, tag, sample_index))[0]
+            if result.error is not None:
+                hint = ""
+                if self.json_mode != "prompt" and "HTTP 400" in result.error:
+                    hint = " (if the server rejects response_format, use json_mode='object' or 'prompt')"
+                return JsonResult(None, raw, attempt, f"request failed: {result.error}{hint}")
+            raw.append(result.text)
+            value, error = parse_reply(result.text, schema, validate)
+            if error is None:
+                return JsonResult(value, raw, attempt, None)
+            if result.finish_reason == "length":
+                error += " (the reply was cut off at max_tokens)"
+            conversation = conversation + [
+                {"role": "assistant", "content": result.text},
+                {"role": "user", "content": repair_message(error)},
+            ]
+        return JsonResult(None, raw, 2, error)
+
+    async def map(
+        self,
+        fn: Callable[[Any], Awaitable[T]],
+        items: Iterable[Any],
+        *,
+        desc: str = "",
+        return_exceptions: bool = False,
+        log_every_s: float = 10.0,
+    ) -> list[T]:
+        """``await fn(item)`` for every item concurrently, results in input order, with progress
+        logged (done/total, rate, errors) every ``log_every_s`` or 10 %. HTTP concurrency is
+        bounded by the client's semaphore inside ``chat``; ``map`` keeps a few times that many
+        items in flight. An exception from ``fn`` cancels the rest and is raised, unless
+        ``return_exceptions`` (then it takes the item's place); EndpointUnreachable always raises.
+        """
+        return await map_ordered(
+            fn,
+            items,
+            workers=max(4 * self.max_concurrency, 16),
+            desc=desc,
+            return_exceptions=return_exceptions,
+            log_every_s=log_every_s,
+            fatal=(EndpointUnreachable,),
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (for the current loop) and the cache connection."""
+        await self._close_http()
+        self._state = None
+        if self.cache is not None:
+            self.cache.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

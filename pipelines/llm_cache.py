@@ -1,0 +1,182 @@
+"""Persistent, content-addressed store of LLM responses (SQLite in WAL mode).
+
+``cache_key`` hashes everything that determines a response: model id, messages, sampling
+parameters (temperature, top_p, max_tokens, stop, seed, n), the response format / schema, any
+extra request body and a caller ``sample_index``. ``ResponseCache`` maps that key to the
+response payload. Each ``put`` is its own committed transaction, so a crash loses at most the
+request in flight; several processes may read and write one file at once (WAL + busy timeout),
+and the first writer of a key wins (later writes of the same key are ignored).
+
+What this does not guarantee: with ``synchronous=NORMAL`` a power cut (not a process crash)
+may drop the last few commits, never corrupt the file; the file must be on a local disk
+(SQLite locking over NFS is unreliable); nothing is ever evicted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+CACHE_KEY_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
+_SCHEMA_SQL = (
+    "CREATE TABLE IF NOT EXISTS responses ("
+    " key TEXT PRIMARY KEY,"
+    " model TEXT NOT NULL,"
+    " payload TEXT NOT NULL,"
+    " created_at TEXT NOT NULL)"
+)
+
+
+def cache_key(
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    stop: Sequence[str] | None,
+    seed: int | None,
+    n: int,
+    response_format: Mapping[str, Any] | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    sample_index: int = 0,
+) -> str:
+    """sha256 (hex) over a canonical JSON of every input that determines the response.
+
+    Dict key order does not matter; 0 and 0.0 give the same key; base URL and API key are
+    deliberately not part of it (the same model served elsewhere answers the same request).
+    """
+    payload = {
+        "v": CACHE_KEY_VERSION,
+        "model": model,
+        "messages": list(messages),
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "max_tokens": int(max_tokens),
+        "stop": list(stop) if stop else None,
+        "seed": seed,
+        "n": int(n),
+        "response_format": response_format,
+        "extra_body": dict(extra_body) if extra_body else None,
+        "sample_index": int(sample_index),
+    }
+    try:
+        blob = json.dumps(
+            payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"LLM request is not JSON-serializable, so it cannot be cached or sent: {exc}"
+        ) from exc
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A SQLite file of ``key -> payload`` (a JSON object). Thread-safe; reopens after fork."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.path)!r})"
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # After a fork the inherited connection must not be touched; open a fresh one.
+        self._conn = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            # Switching to WAL needs a brief exclusive lock; several processes opening a new
+            # file at once can see "database is locked" here even with a busy timeout.
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(_SCHEMA_SQL)
+                break
+            except sqlite3.DatabaseError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    conn.close()
+                    raise RuntimeError(
+                        f"cannot open the LLM cache {self.path}: {exc}. Move the file away (it is only a "
+                        "cache) or point the client at another cache_path."
+                    ) from exc
+                time.sleep(0.05)
+        if str(mode).lower() != "wal":
+            logger.warning(
+                "LLM cache %s is in %s journal mode, not WAL (file system without shared memory?)",
+                self.path,
+                mode,
+            )
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def get(self, key: str) -> dict | None:
+        """The stored payload for ``key``, or None (also when the stored row is unreadable)."""
+        with self._lock:
+            row = (
+                self._connection()
+                .execute("SELECT payload FROM responses WHERE key = ?", (key,))
+                .fetchone()
+            )
+        if row is None:
+            return None
+        try:
+            payload = json.loads(row[0])
+        except ValueError:
+            logger.warning("LLM cache %s: unreadable entry %s ignored", self.path, key)
+            return None
+        return payload if isinstance(payload, dict) else None
+
+    def put(self, key: str, model: str, payload: Mapping[str, Any]) -> None:
+        """Store ``payload`` under ``key`` in one committed transaction; keeps an existing entry."""
+        blob = json.dumps(dict(payload), ensure_ascii=False, separators=(",", ":"))
+        created = datetime.now(UTC).isoformat()
+        with self._lock:
+            self._connection().execute(
+                "INSERT OR IGNORE INTO responses (key, model, payload, created_at) VALUES (?, ?, ?, ?)",
+                (key, model, blob, created),
+            )
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            row = (
+                self._connection()
+                .execute("SELECT 1 FROM responses WHERE key = ?", (key,))
+                .fetchone()
+            )
+        return row is not None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._connection().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def integrity_ok(self) -> bool:
+        """True when SQLite's own integrity check passes."""
+        with self._lock:
+            return self._connection().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None

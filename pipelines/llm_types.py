@@ -1,0 +1,148 @@
+"""Value types of the LLM client: sampling settings, results, and the stored payload format.
+
+``SamplingParams`` (validated on construction), ``ChatResult`` and ``JsonResult`` are what
+callers pass and get back; ``payload_from_completion`` turns an OpenAI ``ChatCompletion`` into
+the plain dict kept in the response cache and ``results_from_payload`` turns it back into
+results, so a fresh response and a replayed one take the same path.
+
+Not guaranteed: per-choice completion token counts for n > 1 (servers report only the total,
+which is spread evenly); the server-split reasoning text is read from ``reasoning_content`` or
+``reasoning``, whichever the server sends.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings; all of them are part of the cache key."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int | None = None
+    n: int = 1
+    stop: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        elif self.stop is not None:
+            object.__setattr__(self, "stop", tuple(self.stop))
+        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+        if not (isinstance(self.n, int) and self.n >= 1):
+            raise ValueError(f"n must be a positive int, got {self.n!r}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        if self.stop is not None and not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be non-empty strings, got {self.stop!r}")
+
+
+@dataclass
+class ChatResult:
+    """One choice of a chat call. ``latency_s`` is the generating request's latency (stored with
+    the cache entry, so a replay reports the original figure); ``error`` is set when the request
+    failed, and then ``text`` is empty. ``reasoning`` holds a server-split reasoning trace, if any.
+    For n > 1, servers report only total completion tokens; they are spread evenly over choices."""
+
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    cached: bool
+    error: str | None = None
+    reasoning: str | None = None
+
+
+@dataclass
+class JsonResult:
+    """Outcome of ``chat_json``: ``value`` is None exactly when ``error`` is set."""
+
+    value: Any | None
+    raw: list[str]
+    attempts: int
+    error: str | None
+
+
+def backoff_delay(
+    retry: int, base_s: float, max_s: float, rng: random.Random | None = None
+) -> float:
+    """Delay before retry number ``retry`` (0-based): base * 2**retry capped at max, then
+    "equal jitter" (a uniform draw from the upper half) so many clients do not retry in step."""
+    ceiling = min(max_s, base_s * (2**retry))
+    draw = (rng or random).random()
+    return ceiling / 2 + draw * ceiling / 2
+
+
+def check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    for i, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("role"), str)
+            or "content" not in message
+        ):
+            raise ValueError(
+                f"messages[{i}] must be a dict with a 'role' string and 'content', got {message!r:.120}"
+            )
+
+
+def shorten(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"
+
+
+def payload_from_completion(response: Any, n: int, latency_s: float) -> dict:
+    """The cacheable payload of an OpenAI ``ChatCompletion``: choices, token counts, latency."""
+    choices = sorted(response.choices or [], key=lambda c: c.index)
+    usage = response.usage
+    out = []
+    for choice in choices:
+        message = choice.message
+        extra = getattr(message, "model_extra", None) or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        out.append(
+            {
+                "text": message.content or "",
+                "finish_reason": choice.finish_reason,
+                "reasoning": reasoning if isinstance(reasoning, str) else None,
+            }
+        )
+    return {
+        "choices": out,
+        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        "latency_s": latency_s,
+        "n": n,
+    }
+
+
+def results_from_payload(payload: dict, cached: bool) -> list[ChatResult]:
+    """One ChatResult per stored choice; total completion tokens are spread evenly."""
+    choices = payload["choices"]
+    total = int(payload.get("completion_tokens", 0))
+    share, extra = divmod(total, max(len(choices), 1))
+    return [
+        ChatResult(
+            text=c.get("text") or "",
+            finish_reason=c.get("finish_reason"),
+            prompt_tokens=int(payload.get("prompt_tokens", 0)),
+            completion_tokens=share + (1 if i < extra else 0),
+            latency_s=float(payload.get("latency_s", 0.0)),
+            cached=cached,
+            reasoning=c.get("reasoning"),
+        )
+        for i, c in enumerate(choices)
+    ]
