@@ -146,18 +146,12 @@ def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
 
 
 def _majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
-    """Whether the most common extracted answer (ties: first seen) was graded correct."""
-    counts: dict[str, int] = {}
-    first_correct: dict[str, bool] = {}
-    for a, c in zip(answers, correct):
-        if a is None:
-            continue
-        counts[a] = counts.get(a, 0) + 1
-        first_correct.setdefault(a, c)
-    if not counts:
+    """Whether the majority extracted answer (``metrics.majority_vote``) was graded correct;
+    a sample's correctness stands for every sample with the same (normalised) answer."""
+    voted = metrics.majority_vote(answers)
+    if voted is None:
         return False
-    best = max(counts, key=lambda a: (counts[a], -list(counts).index(a)))
-    return first_correct[best]
+    return next(c for a, c in zip(answers, correct) if a == voted)
 
 
 async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str, Any]],

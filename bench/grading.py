@@ -1,0 +1,166 @@
+"""Benchmark: grade 10,000 real (prediction, gold) pairs in a GradingPool vs in one process.
+
+Golds come from the shared benchmark files (gsm8k, MATH-500, Minerva, AMC, AIME, OlympiadBench);
+predictions are a fixed, seeded mix of a correct boxed answer, a wrong boxed answer (first
+integer of the gold plus one) and unboxed text ("The answer is X." or no answer at all). Pool
+and serial rounds alternate so that changing machine load hits both; both grade the same pairs
+and any disagreement is printed to stderr (under heavy load an inner math-verify timeout can
+fire on one side only). Besides wall time it reports CPU seconds (serial process, pool parent,
+pool workers via /proc), which show the pool's overhead independently of machine load.
+Prints one JSON line.
+
+    python bench/grading.py [--pairs 10000] [--processes 2] [--rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+MATH_FILES = ["gsm8k_test", "math500", "minerva_math", "amc23", "aime24", "aime25", "olympiadbench"]
+
+
+def _rows(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def load_golds(bench_dir: Path) -> list[str]:
+    from pipelines.text import last_boxed
+
+    golds: list[str] = []
+    for name in MATH_FILES:
+        for row in _rows(bench_dir / f"{name}.jsonl"):
+            if name == "gsm8k_test":
+                golds.append(row["answer"].split("####")[-1].strip())
+            elif name == "minerva_math":
+                golds.append(last_boxed(row["solution"]) or "")
+            elif name == "olympiadbench":
+                golds.append(", ".join(row["final_answer"]))
+            else:
+                golds.append(str(row["answer"]))
+    return [g for g in golds if g.strip()]
+
+
+def make_pairs(golds: list[str], n: int, seed: int = 0) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs: list[tuple[str, str]] = []
+    for i in range(n):
+        gold = golds[i % len(golds)]
+        kind = rng.randrange(4)
+        if kind == 0:
+            pairs.append((f"We simplify step by step and get \\boxed{{{gold}}}.", gold))
+        elif kind == 1:
+            m = re.search(r"\d+", gold)
+            wrong = gold[: m.start()] + str(int(m.group()) + 1) + gold[m.end():] if m else f"{gold}+1"
+            pairs.append((f"After checking, the result is \\boxed{{{wrong}}}.", gold))
+        elif kind == 2:
+            pairs.append((f"Putting it together, the answer is {gold}.", gold))
+        else:
+            pairs.append(("I tried 12 and 15 but could not finish the computation.", gold))
+    rng.shuffle(pairs)
+    return pairs
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), None where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _workers_cpu(pool) -> dict[int, float | None]:
+    return {pid: _cpu_seconds(pid) for pid in pool.worker_pids()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=10_000)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4, help="alternating pool/serial rounds")
+    args = parser.parse_args()
+
+    from eval.graders import GradingPool, grade_many_serial
+    from pipelines.settings import require_data_dir
+
+    load_start = os.getloadavg()[0]
+    pairs = make_pairs(load_golds(require_data_dir() / "benchmarks"), args.pairs)
+    # Interleave pool and serial rounds (alternating which goes first) so that a change in
+    # machine load during the run hits both sides alike.
+    rounds = max(1, args.rounds)
+    chunks = [pairs[i::rounds] for i in range(rounds)]
+    pooled: list = []
+    serial: list = []
+    pool_s = serial_s = pool_parent_cpu_s = serial_cpu_s = 0.0
+    worker_cpu_s: float | None = 0.0
+    t0 = time.perf_counter()
+    with GradingPool(processes=args.processes) as pool:
+        startup_s = time.perf_counter() - t0
+        for r, chunk in enumerate(chunks):
+            for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                start, cpu = time.perf_counter(), time.process_time()
+                if side == 0:
+                    before = _workers_cpu(pool)
+                    pooled.extend(pool.grade_many(chunk))
+                    pool_s += time.perf_counter() - start
+                    pool_parent_cpu_s += time.process_time() - cpu
+                    after = _workers_cpu(pool)
+                    if worker_cpu_s is not None and before.keys() == after.keys() \
+                            and None not in before.values() and None not in after.values():
+                        worker_cpu_s += sum(after[p] - before[p] for p in after)  # type: ignore[operator]
+                    else:  # a worker was replaced or /proc is missing: no CPU figure
+                        worker_cpu_s = None
+                else:
+                    serial.extend(grade_many_serial(chunk))
+                    serial_s += time.perf_counter() - start
+                    serial_cpu_s += time.process_time() - cpu
+        timeouts = pool.timeouts
+    pool_total_s = pool_s + startup_s
+
+    mismatches = 0
+    for pair, a, b in zip([p for chunk in chunks for p in chunk], pooled, serial):
+        if a != b:  # e.g. an inner math-verify timeout on one side only, under heavy load
+            mismatches += 1
+            print(f"mismatch {pair!r:.200}: pool={a} serial={b}", file=sys.stderr)
+    print(json.dumps({
+        "bench": "grading",
+        "pairs": len(pairs),
+        "processes": args.processes,
+        "rounds": rounds,
+        "pool_s": round(pool_total_s, 3),
+        "pool_startup_s": round(startup_s, 3),
+        "serial_s": round(serial_s, 3),
+        "serial_cpu_s": round(serial_cpu_s, 3),
+        "pool_parent_cpu_s": round(pool_parent_cpu_s, 3),
+        "pool_workers_cpu_s": None if worker_cpu_s is None else round(worker_cpu_s, 3),
+        # CPU work per pair, serial vs pool (1.0 = no overhead): what the pool would turn into
+        # speed-up with free cores; the wall ratio above is what this machine gave right now.
+        "cpu_efficiency_pool_vs_serial": None if not worker_cpu_s else
+            round(serial_cpu_s / (worker_cpu_s + pool_parent_cpu_s), 3),
+        "pool_pairs_per_s": round(len(pairs) / pool_total_s, 1),
+        "serial_pairs_per_s": round(len(pairs) / serial_s, 1),
+        "speedup_pool_vs_serial": round(serial_s / pool_total_s, 3),
+        "correct_fraction": round(sum(r.correct for r in serial) / len(serial), 4),
+        "pool_timeouts": timeouts,
+        "pool_serial_mismatches": mismatches,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_avg_1m_start": round(load_start, 2),
+                    "load_avg_1m_end": round(os.getloadavg()[0], 2)},
+    }))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+    main()

@@ -1,0 +1,454 @@
+"""Graders shared by evaluation and RL rewards: one grader per answer kind, plus a kill-safe pool.
+
+A grader takes ``(prediction, gold)`` and returns a :class:`GradeResult` that records what was
+extracted, how (``method``), what both sides parsed to, and any error. Kinds:
+
+- ``"math"`` (:func:`grade_math`): the final answer is extracted from the prediction by an
+  explicit :class:`ExtractionPolicy` (last ``\\boxed{}`` first, then "the answer is X" phrases,
+  then — only when the policy says so — the last number in the text) and compared with the gold
+  answer by math-verify (symbolic and numeric equality, gold first: math-verify is asymmetric).
+- ``"choice"`` (:func:`grade_choice`): a multiple-choice letter, see :func:`extract_choice`.
+- more kinds (``"code"``) are added with one :func:`register_grader` call.
+
+math-verify bounds each of its calls with ``signal.alarm``: whole seconds only, and only on a
+process's main thread. :func:`grade_math` therefore runs math-verify without its own timeouts
+when called from another thread. :class:`GradingPool` grades in worker processes (each on its
+own main thread, so inner timeouts work) and adds an outer wall-clock kill per item, which also
+catches work that ignores signals. A killed item is recorded as incorrect with error
+``"grading timed out"`` and the pool goes on.
+
+Not guaranteed: that math-verify judges every equivalent pair equal (units written as plain
+words, e.g. "18 dollars", do not parse; answers with several parts need the same shape on both
+sides); that an answer-phrase or last-number extraction is the answer the model meant; timing of
+a single inner timeout finer than one second.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from eval.grading_pool import TIMED_OUT, GradingPool  # noqa: F401 - re-exported for callers
+from pipelines.text import last_boxed
+
+METHODS = ("boxed", "answer_phrase", "last_number", "choice_marker", "none")
+DEFAULT_TIMEOUT_S = 5
+MAX_PARSED_CHARS = 200
+# math-verify rounds floats to 6 decimal places, so 2.88e-19 "equals" 3.88e-19. Below this
+# magnitude we also require agreement to TINY_REL_TOL relative difference (about 6 digits).
+TINY_MAGNITUDE = 1e-3
+TINY_REL_TOL = 2e-6
+
+Grader = Callable[..., "GradeResult"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Result and policy
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The grade of one (prediction, gold) pair; ``method`` is one of :data:`METHODS`."""
+
+    correct: bool
+    extracted: str | None
+    method: str
+    gold_parsed: str | None = None
+    pred_parsed: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ExtractionPolicy:
+    """Which ways of finding the final answer in a prediction are allowed, tried in this order.
+
+    ``last_number`` is off by default: it marks "3 + 4 = 7" correct for gold 7 even though no
+    final answer was given. Record :meth:`describe` next to scores so that the choice is visible.
+    """
+
+    boxed: bool = True
+    answer_phrase: bool = True
+    last_number: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.boxed or self.answer_phrase or self.last_number):
+            raise ValueError(
+                "ExtractionPolicy allows no extraction method; enable at least one of boxed, "
+                "answer_phrase, last_number"
+            )
+
+    def describe(self) -> str:
+        """A short stable label, e.g. ``"boxed+answer_phrase"``."""
+        names = [n for n in ("boxed", "answer_phrase", "last_number") if getattr(self, n)]
+        return "+".join(names)
+
+
+DEFAULT_POLICY = ExtractionPolicy()
+BOXED_ONLY = ExtractionPolicy(answer_phrase=False)
+LENIENT_POLICY = ExtractionPolicy(last_number=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer extraction (pure string work, no math-verify)
+
+# "answer is", "Answer:", "**Final Answer**:", "final answer =", gsm8k-style "####".
+_ANSWER_ANCHOR_RE = re.compile(
+    r"(?i)(?:\b(?:final\s+)?answer\b(?:\s*\*\*)?\s*(?:is\b|:|=)(?:\s*\*\*)?|####)"
+)
+_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|\bI hope\b")
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\d])")
+_NUMBER_THEN_WORDS_RE = re.compile(r"^(-?\$?\d+(?:,\d{3})*(?:\.\d+)?)\s+[A-Za-z][A-Za-z\s]*$")
+_SCI_RE = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
+_UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
+_MATH_ENV_RE = re.compile(r"(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+
+
+def _strip_wrappers(text: str) -> str:
+    """Remove markdown bold, math delimiters and trailing punctuation around an answer."""
+    s = text.strip()
+    for _ in range(3):
+        before = s
+        s = s.strip().strip("*").strip()
+        s = s.rstrip(".;,").strip()
+        if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
+            s = s[2:-2]
+        if len(s) >= 2 and s.startswith("$") and s.endswith("$"):
+            s = s.strip("$")
+        if s == before:
+            break
+    return s.strip()
+
+
+def _clean_phrase_answer(text: str) -> str:
+    """The answer part of the text after an answer phrase (cut at the sentence end)."""
+    cut = _SENTENCE_END_RE.search(text)
+    s = _strip_wrappers((text[: cut.start()] if cut else text).lstrip(" :"))
+    inner = last_boxed(s)
+    if inner:
+        return inner
+    env = _MATH_ENV_RE.search(s)
+    if env:  # "$5$ apples" -> "5"
+        s = next(g for g in env.groups() if g is not None)
+    words = _NUMBER_THEN_WORDS_RE.match(s)
+    if words:  # "18 dollars" -> "18"
+        s = words.group(1)
+    return s.strip()
+
+
+def extract_answer(text: str, policy: ExtractionPolicy = DEFAULT_POLICY) -> tuple[str | None, str]:
+    """The final answer in ``text`` and how it was found: ``(answer, method)``.
+
+    ``method`` is ``"boxed"``, ``"answer_phrase"``, ``"last_number"`` or ``"none"`` (answer None).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"prediction must be a str, got {type(text).__name__}")
+    if policy.boxed:
+        boxed = last_boxed(text)
+        if boxed:
+            return boxed, "boxed"
+    if policy.answer_phrase:
+        anchors = list(_ANSWER_ANCHOR_RE.finditer(text))
+        for anchor in reversed(anchors):
+            line = text[anchor.end():].split("\n", 1)[0]
+            answer = _clean_phrase_answer(line)
+            if answer:
+                return answer, "answer_phrase"
+    if policy.last_number:
+        numbers = _NUMBER_RE.findall(text)
+        if numbers:
+            return numbers[-1].replace(",", ""), "last_number"
+    return None, "none"
+
+
+def to_latex(answer: str) -> str:
+    """Normalise an answer string (gold or extracted) into LaTeX that math-verify parses.
+
+    Strips ``$`` delimiters (also between list items, e.g. ``"$69$,$84$"``) and an outer
+    ``\\boxed{}``, and rewrites scientific ``4.5e33`` as ``4.5\\times10^{33}``.
+    """
+    s = answer.strip()
+    inner = last_boxed(s)
+    if inner:
+        s = inner
+    s = _UNESCAPED_DOLLAR_RE.sub("", s)
+    if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
+        s = s[2:-2]
+    s = _SCI_RE.sub(lambda m: f"{m.group(1)}\\times10^{{{m.group(2)}}}", s)
+    return s.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Math grader (math-verify)
+
+
+def _mv():
+    """math-verify, imported on first use (keeps ``import eval.graders`` cheap)."""
+    import math_verify
+
+    return math_verify
+
+
+@lru_cache(maxsize=1)
+def _extraction_config() -> tuple:
+    mv = _mv()
+    return (mv.LatexExtractionConfig(boxed_match_priority=0), mv.ExprExtractionConfig())
+
+
+def _short(value: Any) -> str | None:
+    """A bounded printable form of a parsed value (printing huge sympy numbers can fail)."""
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - e.g. int too large to print
+        return "<unprintable>"
+    return text if len(text) <= MAX_PARSED_CHARS else text[: MAX_PARSED_CHARS - 3] + "..."
+
+
+def _parse(latex: str, timeout_s: int) -> list:
+    mv = _mv()
+    return mv.parse(f"\\boxed{{{latex}}}", _extraction_config(), parsing_timeout=timeout_s,
+                    raise_on_error=True)
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(latex: str, timeout_s: int) -> tuple:
+    # Golds repeat (k samples per problem, RL groups): parse each once per process.
+    return tuple(_parse(latex, timeout_s))
+
+
+def _tiny_numbers_differ(gold: Any, pred: Any) -> bool:
+    """True when both are small nonzero real numbers that differ beyond :data:`TINY_REL_TOL`."""
+    try:
+        if not (getattr(gold, "is_number", False) and getattr(pred, "is_number", False)):
+            return False
+        g, p = float(gold), float(pred)
+    except Exception:  # noqa: BLE001 - complex, huge or symbolic: leave it to math-verify
+        return False
+    if g == 0.0 or p == 0.0 or max(abs(g), abs(p)) >= TINY_MAGNITUDE:
+        return False
+    return abs(g - p) > TINY_REL_TOL * max(abs(g), abs(p))
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _check_timeout(timeout_s: int) -> None:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
+        raise ValueError(
+            f"timeout_s must be a whole number of seconds >= 1 (math-verify uses signal.alarm; "
+            f"fractions silently grade as wrong), got {timeout_s!r}"
+        )
+
+
+def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_POLICY,
+               timeout_s: int = DEFAULT_TIMEOUT_S) -> GradeResult:
+    """Grade a math answer in this process with math-verify.
+
+    ``gold`` is a plain answer string ("18", "\\frac{1}{2}", "(3, \\frac{\\pi}{2})",
+    "$69$,$84$", "27.0"); it is normalised with :func:`to_latex` and parsed as ``\\boxed{gold}``.
+    ``timeout_s`` bounds each math-verify call (parse gold, parse prediction, each comparison),
+    so one call can take a few times ``timeout_s``. On a thread other than the main thread the
+    math-verify timeouts are disabled (signal.alarm would raise) and a pathological answer can
+    run unbounded: grade from the main thread or through :class:`GradingPool` for a hard limit.
+    Numbers smaller than :data:`TINY_MAGNITUDE` must also agree to about 6 significant digits
+    (math-verify alone rounds them to 6 decimal places, i.e. to zero).
+    Raises TypeError/ValueError for a non-string or empty gold, or a bad ``timeout_s``.
+    """
+    _check_timeout(timeout_s)
+    if not isinstance(gold, str) or not isinstance(prediction, str):
+        raise TypeError(
+            f"prediction and gold must be str, got {type(prediction).__name__} and "
+            f"{type(gold).__name__}"
+        )
+    gold_latex = to_latex(gold)
+    if not gold_latex:
+        raise ValueError(f"gold answer is empty ({gold!r}); fix the dataset row")
+    from math_verify.errors import TimeoutException
+
+    limit = timeout_s if _in_main_thread() else 0  # 0 disables math-verify's signal.alarm
+    extracted, method = extract_answer(prediction, policy)
+    gold_text = pred_text = None
+    stage = "parsing the gold answer"
+    try:
+        gold_parsed = _parse_gold(gold_latex, limit)
+        if not gold_parsed:
+            return GradeResult(False, extracted, method, None, None,
+                               f"math-verify could not parse the gold answer {gold!r}")
+        gold_text = _short(gold_parsed[0])
+        if extracted is None:
+            return GradeResult(False, None, "none", gold_text, None, None)
+        stage = "parsing the prediction"
+        pred_parsed = _parse(to_latex(extracted), limit)
+        if not pred_parsed:
+            return GradeResult(False, extracted, method, gold_text, None, None)
+        pred_text = _short(pred_parsed[0])
+    except TimeoutException:
+        return GradeResult(False, extracted, method, gold_text, pred_text,
+                           f"math-verify timed out after {timeout_s}s while {stage}")
+    except Exception as exc:  # noqa: BLE001 - a parser crash is a wrong answer, recorded
+        return GradeResult(False, extracted, method, gold_text, pred_text,
+                           f"{type(exc).__name__} while {stage}: {exc}"[:300])
+    verify = _mv().verify
+    first_error = None
+    # Pairwise (gold first: math-verify is asymmetric) so one failure does not hide the others.
+    for g in gold_parsed:
+        for p in pred_parsed:
+            try:
+                if verify(g, p, timeout_seconds=limit, raise_on_error=True) \
+                        and not _tiny_numbers_differ(g, p):
+                    return GradeResult(True, extracted, method, gold_text, pred_text, None)
+            except TimeoutException:
+                first_error = first_error or f"math-verify timed out after {timeout_s}s while comparing"
+            except Exception as exc:  # noqa: BLE001 - sympy raises anything
+                first_error = first_error or f"{type(exc).__name__} while comparing: {exc}"[:300]
+    return GradeResult(False, extracted, method, gold_text, pred_text, first_error)
+
+
+# ---------------------------------------------------------------------------------------------
+# Multiple choice
+
+_CHOICE_PHRASE = (
+    r"(?i:\b(?:final\s+answer|answer|correct\s+(?:answer|option|choice)))"
+    r"(?:\s*\*\*)?\s*(?P<sep>is\b(?:\s*:)?|:|=)?\s*(?:\*\*|\$|\\text\{{|\\textbf\{{|\\boxed\{{)?\s*"
+    r"(?:\(\s*(?P<paren>{both})\s*\)|(?P<letter>{both})(?![A-Za-z])(?P<tail>[ \t.)*}}$]*$)?)"
+)
+_CHOICE_MARKER = r"\(({up})\)|(?<![A-Za-z(])({up})\)|\*\*({up})\*\*|^[ \t>*]*({up})[.:)]?[ \t*]*$"
+
+
+@lru_cache(maxsize=32)
+def _choice_patterns(letters: str) -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    up = "[" + re.escape(letters.upper()) + "]"
+    both = "[" + re.escape(letters.upper() + letters.lower()) + "]"
+    boxed = re.compile(rf"\s*(?:\\text(?:bf)?\{{)?\s*\(?\s*({both})\s*\)?(?![A-Za-z])")
+    phrase = re.compile(_CHOICE_PHRASE.format(both=both), re.MULTILINE)
+    marker = re.compile(_CHOICE_MARKER.format(up=up), re.MULTILINE)
+    return boxed, phrase, marker
+
+
+def _find_choice(text: str, letters: str) -> tuple[str | None, str]:
+    if not isinstance(text, str):
+        raise TypeError(f"prediction must be a str, got {type(text).__name__}")
+    if not isinstance(letters, str) or not letters.isalpha() or not letters.isascii():
+        raise ValueError(f"letters must be a non-empty string of ASCII letters, got {letters!r}")
+    boxed_re, phrase_re, marker_re = _choice_patterns(letters)
+    boxed = last_boxed(text)
+    if boxed is not None:
+        m = boxed_re.match(boxed)
+        if m:
+            return m.group(1).upper(), "boxed"
+    found = None
+    for m in phrase_re.finditer(text):
+        if m.group("paren"):
+            found = m.group("paren")
+        elif m.group("letter"):
+            letter, sep = m.group("letter"), m.group("sep")
+            # upper case needs "is"/":"; lower case only right after a colon, alone on its line
+            if (letter.isupper() and sep) or (sep == ":" and m.group("tail") is not None):
+                found = letter
+    if found:
+        return found.upper(), "answer_phrase"
+    last = None
+    for m in marker_re.finditer(text):
+        last = next(g for g in m.groups() if g)
+    return (last, "choice_marker") if last else (None, "none")
+
+
+def extract_choice(text: str, letters: str = "ABCD") -> str | None:
+    """The chosen option letter in ``text`` (upper case), or None.
+
+    Tried in order: the last ``\\boxed{B}`` (also ``\\boxed{(B)}``, ``\\boxed{\\text{B}}``);
+    the last answer phrase ("The answer is (B).", "Answer: B", "**Answer:** C"; a lower-case
+    letter only right after "answer:" and alone to the end of its line, as in "answer: b"); the
+    last decorated letter ("(B)", "B)", "**B**", or a line holding only the letter). Letters
+    inside words ("Because", "Answer: a detailed ...") are never taken.
+    """
+    return _find_choice(text, letters)[0]
+
+
+def grade_choice(prediction: str, gold: str, letters: str = "ABCD") -> GradeResult:
+    """Grade a multiple-choice answer; ``gold`` is one of ``letters`` (also "(B)" or " b ")."""
+    if not isinstance(gold, str):
+        raise TypeError(f"gold must be a str letter, got {type(gold).__name__}")
+    gold_letter = gold.strip().strip("()").strip().upper()
+    if len(gold_letter) != 1 or gold_letter not in letters.upper():
+        raise ValueError(f"gold {gold!r} is not one of the option letters {letters!r}")
+    letter, method = _find_choice(prediction, letters)
+    return GradeResult(letter == gold_letter, letter, method, gold_letter, letter, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry and dispatch
+
+GRADERS: dict[str, Grader] = {}
+
+
+def register_grader(name: str, fn: Grader) -> Grader:
+    """Add a grader kind; ``fn(prediction, gold, **kw) -> GradeResult``. Raises on duplicates.
+
+    To be usable in :class:`GradingPool`, ``fn`` must be a module-level function in a module
+    that registers it when imported (workers import it by name).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"grader name must be a non-empty str, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"grader {name!r} must be callable, got {type(fn).__name__}")
+    if name in GRADERS:
+        raise ValueError(f"grader {name!r} is already registered; choose another name")
+    GRADERS[name] = fn
+    return fn
+
+
+register_grader("math", grade_math)
+register_grader("choice", grade_choice)
+
+
+def get_grader(kind: str) -> Grader:
+    """The registered grader for ``kind``; ValueError naming the known kinds otherwise."""
+    try:
+        return GRADERS[kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown grader kind {kind!r}; registered: {', '.join(sorted(GRADERS))}"
+        ) from None
+
+
+def grade(kind: str, prediction: str, gold: str, **kw: Any) -> GradeResult:
+    """Grade with the registered grader ``kind`` (``"math"``, ``"choice"``, ...)."""
+    return get_grader(kind)(prediction, gold, **kw)
+
+
+def grade_recorded(fn: Grader, prediction: str, gold: str, kw: dict[str, Any]) -> GradeResult:
+    """Call ``fn``; an exception becomes an incorrect result carrying the error (batch use)."""
+    try:
+        return fn(prediction, gold, **kw)
+    except Exception as exc:  # noqa: BLE001 - one bad row must not end a batch
+        return GradeResult(False, None, "none", None, None, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def check_pairs(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Validate ``(prediction, gold)`` string pairs up front; TypeError names the bad item."""
+    checked = []
+    for i, item in enumerate(items):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise TypeError(f"item {i} must be a (prediction, gold) pair, got {item!r:.80}")
+        prediction, gold = item
+        if not isinstance(prediction, str) or not isinstance(gold, str):
+            raise TypeError(
+                f"item {i}: prediction and gold must be str, got {type(prediction).__name__} "
+                f"and {type(gold).__name__} (use '' for a missing prediction)"
+            )
+        checked.append((prediction, gold))
+    return checked
+
+
+def grade_many_serial(items: Sequence[tuple[str, str]], kind: str = "math",
+                      **kw: Any) -> list[GradeResult]:
+    """Grade pairs one after another in this process (errors recorded per item, not raised)."""
+    fn = get_grader(kind)
+    return [grade_recorded(fn, p, g, kw) for p, g in check_pairs(items)]
+
+

@@ -1,0 +1,306 @@
+"""Grading in worker processes with a wall-clock kill per item (math-verify needs main threads).
+
+math-verify bounds its work with ``signal.alarm``, which only works on a process's main thread
+and cannot interrupt long C-level work. :class:`GradingPool` runs any registered grader
+(``eval.graders.GRADERS``) in its own worker processes, sends items in batches, gets results
+back per item, and kills a worker that spends longer than ``per_item_timeout_s`` on one item:
+that item is recorded as incorrect with error ``"grading timed out"``, the worker is replaced,
+and the rest of its batch is graded by the pool as usual.
+
+Not guaranteed: ordering of work between workers (results are always returned in input
+order); that graders registered at run time (not at import of their module) exist in the
+workers; use from a script without an ``if __name__ == "__main__":`` guard (workers re-import
+the main module under the forkserver and spawn start methods).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import astuple
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from eval.graders import Grader, GradeResult
+
+# eval.graders re-exports GradingPool, so this module imports it lazily (inside functions).
+
+log = logging.getLogger(__name__)
+
+TIMED_OUT = "grading timed out"
+START_TIMEOUT_S = 120.0
+_READY = "ready"
+
+
+def _worker_main(conn: multiprocessing.connection.Connection) -> None:
+    """Worker loop: say "ready", then take ``(grader, kwargs, [(index, pred, gold), ...])`` batches
+    and reply ``(index, result fields)`` per item."""
+    from eval.graders import grade_math, grade_recorded
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    try:
+        grade_math("\\boxed{1/2}", "\\frac{1}{2}")  # warm math-verify's lazy imports
+    except Exception:  # a broken install shows up on the first real item
+        log.debug("grading worker warm-up failed", exc_info=True)
+    conn.send(_READY)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        fn, kw, batch = message
+        for index, prediction, gold in batch:
+            conn.send((index, astuple(grade_recorded(fn, prediction, gold, kw))))
+
+
+def _default_processes() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _pick_context(start_method: str | None) -> multiprocessing.context.BaseContext:
+    methods = multiprocessing.get_all_start_methods()
+    if start_method is None:
+        start_method = "forkserver" if "forkserver" in methods else "spawn"
+    if start_method not in methods:
+        raise ValueError(f"start_method {start_method!r} is not available here; use one of {methods}")
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
+        # The server imports these once; every worker forked from it starts warm.
+        ctx.set_forkserver_preload(["eval.graders", "math_verify"])
+    return ctx
+
+
+class _Worker:
+    def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child_end,), daemon=True,
+                                   name="weft-grader")
+        self.process.start()
+        child_end.close()
+        self.conn = parent_end
+        self.started = time.monotonic()
+        self.ready = False
+        self.batch: list[tuple[int, str, str]] = []
+        self.done = 0
+        self.last_progress = 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.done < len(self.batch)
+
+    def assign(self, message: tuple, batch: list[tuple[int, str, str]]) -> None:
+        self.conn.send(message)
+        self.batch, self.done, self.last_progress = batch, 0, time.monotonic()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.conn.close()
+
+
+class GradingPool:
+    """A pool of grading processes with a wall-clock limit per item.
+
+    ``with GradingPool(processes=2) as pool: results = pool.grade_many(pairs, kind="math")``.
+    Items are sent in batches (fewer messages), grouped by gold answer so that a gold is
+    parsed once per worker; results come back per item so the parent
+    always knows which item a worker is on. A worker silent for ``per_item_timeout_s`` on one
+    item is killed and replaced; that item gets ``error="grading timed out"`` and the rest of
+    its batch is re-queued. A worker that dies mid-batch is replaced and its item retried once;
+    an item that kills a second worker is recorded as ``"grading worker died ..."``. Workers warm up before they take work, so start-up time never counts against
+    an item. The parent uses no signals, so the pool works from any thread (a Dagster op,
+    pytest); one ``grade_many`` runs at a time per pool. Workers start with ``forkserver``
+    (``spawn`` where missing); ``fork`` may be chosen but is unsafe in a process with threads.
+    """
+
+    def __init__(self, processes: int | None = None, per_item_timeout_s: float = 10.0,
+                 batch_size: int | None = None, start_method: str | None = None) -> None:
+        if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)
+                                      or processes < 1):
+            raise ValueError(f"processes must be a positive int or None, got {processes!r}")
+        if isinstance(per_item_timeout_s, bool) or not isinstance(per_item_timeout_s, (int, float)) \
+                or not per_item_timeout_s > 0:
+            raise ValueError(f"per_item_timeout_s must be > 0 seconds, got {per_item_timeout_s!r}")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        self.processes = processes or _default_processes()
+        self.per_item_timeout_s = float(per_item_timeout_s)
+        self.batch_size = batch_size
+        self._ctx = _pick_context(start_method)
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.timeouts = 0  # items killed by the outer limit, over the pool's life
+        self.deaths = 0  # workers found dead (not killed by the pool)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: nothing left to report to
+            pass
+
+    def start(self) -> None:
+        """Start the workers (done by ``with`` or the first :meth:`grade_many`)."""
+        if multiprocessing.current_process().daemon:
+            raise RuntimeError(
+                "GradingPool cannot start worker processes from a daemonic process (e.g. a "
+                "multiprocessing.Pool worker); use eval.graders.grade_many_serial there"
+            )
+        while len(self._workers) < self.processes:
+            self._workers.append(_Worker(self._ctx))
+
+    def close(self) -> None:
+        """Stop all workers: ask politely, then kill what is still running."""
+        workers, self._workers = self._workers, []
+        for w in workers:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for w in workers:
+            w.process.join(timeout=1)
+            w.kill()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current workers (tests and monitoring)."""
+        return [w.process.pid for w in self._workers if w.process.pid is not None]
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self._workers[self._workers.index(worker)] = _Worker(self._ctx)
+
+    def grade_many(self, items: Sequence[tuple[str, str]], kind: str = "math",
+                   **kw: Any) -> list[GradeResult]:
+        """Grade ``(prediction, gold)`` pairs with grader ``kind``; results in input order.
+
+        ``kw`` goes to the grader (``policy=``, ``timeout_s=`` for math; ``letters=`` for
+        choice). Grader exceptions are recorded per item (``error``), never raised; a worker
+        that cannot start at all raises RuntimeError.
+        """
+        from eval.graders import check_pairs, get_grader
+
+        fn = get_grader(kind)
+        try:
+            pickle.dumps((fn, kw))
+        except Exception as exc:
+            raise TypeError(
+                f"grader {kind!r} or its arguments cannot be sent to worker processes ({exc}); "
+                "register a module-level function and pass picklable arguments"
+            ) from exc
+        pairs = check_pairs(items)
+        if not pairs:
+            return []
+        with self._lock:
+            try:
+                return self._run(fn, kw, pairs)
+            except BaseException:
+                # Results still in flight would be read by the next call as its own: start clean.
+                self.close()
+                raise
+
+    def _run(self, fn: Grader, kw: dict[str, Any], pairs: list[tuple[str, str]]) -> list[GradeResult]:
+        from eval.graders import GradeResult
+
+        self.start()
+        size = self.batch_size or max(1, min(64, math.ceil(len(pairs) / (4 * self.processes))))
+        # Items sharing a gold go to the same batch, so each worker parses a gold once (cached).
+        order = sorted(range(len(pairs)), key=lambda i: pairs[i][1])
+        queue: deque[list[tuple[int, str, str]]] = deque(
+            [(i, pairs[i][0], pairs[i][1]) for i in order[s:s + size]]
+            for s in range(0, len(order), size)
+        )
+        results: list[GradeResult | None] = [None] * len(pairs)
+        remaining = len(pairs)
+
+        died_once: set[int] = set()
+
+        def fail_current(worker: _Worker, error: str, retry: bool = False) -> None:
+            """Record the worker's current item as failed (or retry it once), re-queue the rest."""
+            nonlocal remaining
+            index = worker.batch[worker.done][0]
+            if retry and index not in died_once:  # maybe killed from outside: give it one more go
+                died_once.add(index)
+                queue.appendleft(worker.batch[worker.done:])
+            else:
+                results[index] = GradeResult(False, None, "none", None, None, error)
+                remaining -= 1
+                if worker.done + 1 < len(worker.batch):
+                    queue.appendleft(worker.batch[worker.done + 1:])
+            worker.batch, worker.done = [], 0
+            self._replace(worker)
+
+        while remaining:
+            for w in self._workers:
+                if w.ready and not w.busy and queue:
+                    batch = queue.popleft()
+                    try:
+                        w.assign((fn, kw, batch), batch)
+                    except (OSError, ValueError):  # died while idle: replace, retry the batch
+                        self.deaths += 1
+                        queue.appendleft(batch)
+                        self._replace(w)
+            watched = [w for w in self._workers if w.busy or not w.ready]
+            if not watched:  # cannot happen: every unfinished item is queued or with a worker
+                raise RuntimeError("GradingPool lost track of its work; please report this")
+            now = time.monotonic()
+            deadlines = [w.last_progress + self.per_item_timeout_s if w.ready
+                         else w.started + START_TIMEOUT_S for w in watched]
+            ready = multiprocessing.connection.wait([w.conn for w in watched],
+                                                    max(0.0, min(deadlines) - now))
+            for w in [w for w in watched if w.conn in ready]:
+                try:
+                    if not w.ready:
+                        w.ready = w.conn.recv() == _READY
+                        continue
+                    while w.busy and w.conn.poll():
+                        index, fields = w.conn.recv()
+                        results[index] = GradeResult(*fields)
+                        remaining -= 1
+                        w.done += 1
+                        w.last_progress = time.monotonic()
+                except (EOFError, OSError):
+                    w.process.join(timeout=1)
+                    if not w.ready:
+                        raise RuntimeError(
+                            f"a grading worker exited during start-up (exit code "
+                            f"{w.process.exitcode}). Workers re-import the main module: in a script, "
+                            "create the pool under `if __name__ == '__main__':`; and check that "
+                            "`eval.graders` and math-verify import from the project root"
+                        ) from None
+                    self.deaths += 1
+                    fail_current(w, f"grading worker died (exit code {w.process.exitcode})",
+                                 retry=True)
+            now = time.monotonic()
+            for w in [w for w in self._workers if w.busy or not w.ready]:
+                if w.conn.poll():
+                    continue  # an answer arrived just now: read it first
+                if not w.ready and now - w.started >= START_TIMEOUT_S:
+                    raise RuntimeError(f"a grading worker did not start within {START_TIMEOUT_S:.0f}s")
+                if w.ready and now - w.last_progress >= self.per_item_timeout_s:
+                    self.timeouts += 1
+                    log.warning("grading item %d timed out after %.1fs; worker killed",
+                                w.batch[w.done][0], self.per_item_timeout_s)
+                    fail_current(w, TIMED_OUT)
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
