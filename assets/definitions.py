@@ -41,5 +41,6 @@ defs = dg.Definitions(
     ],
     jobs=[schedules.eval_job, schedules.ingest_job],
     schedules=[schedules.nightly_eval],
+    sensors=[schedules.models_sensor],
     resources=resources_for(os.environ.get("WEFT_ENV", "local")),
 )

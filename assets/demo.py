@@ -52,6 +52,7 @@ def demo_sources() -> list[str]:
 def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
     from assets import definitions, evaluation, ingest
     from assets.resources import GraderResource, LLMResource, WarehouseResource
+    from pipelines.models import EMBEDDED_SERVED_NAME
     from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
     from warehouse import Warehouse
     from warehouse.__main__ import format_table
@@ -59,9 +60,10 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
     started = time.perf_counter()
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
+    # On the default port the evaluation assets find and reuse this server.
     port = port or DEFAULT_PORT
-    if served_models(f"http://127.0.0.1:{port}/v1") is not None:
-        port = free_port()  # something else answers there; use our own port
+    if served_models(f"http://127.0.0.1:{port}/v1") not in (None, [EMBEDDED_SERVED_NAME]):
+        port = free_port()  # something else answers there; the assets start their own
     server = LocalModelServer(port=port)
     print(f"[demo] starting the local vLLM server for {server.model_path} on port {port} ...", flush=True)
     server.start()
@@ -75,24 +77,29 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
                       evaluation.eval_scores]
         checks = [ingest.check_problems_answers_and_ids, evaluation.check_eval_samples_all_graded,
                   evaluation.check_eval_scores_within_unit_interval]
+        quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
         sources = demo_sources()
         print(f"[demo] ingesting: {', '.join(sources)}", flush=True)
         selection = [f"{s}_problems" for s in sources] + ["problems"]
         result = dg.materialize([*all_assets, *checks], selection=selection, resources=resources,
-                                instance=instance, tags={"weft/demo": "ingest"})
+                                instance=instance, tags={"weft/demo": "ingest"}, run_config=quiet)
         if not result.success:
             return 1
+        from eval.models import embedded_spec
+
+        model_id = embedded_spec().model_id
+        instance.add_dynamic_partitions("models", [model_id])
         for bench in DEMO_BENCHMARKS:
             if bench not in sources:
                 print(f"[demo] skipping {bench}: its file is not under WEFT_DATA_DIR", flush=True)
                 continue
             print(f"[demo] evaluating on {bench}: {limit} problems x k={k} ...", flush=True)
-            run_config = {"ops": {"eval_samples": {"config": {
-                "limit": limit, "k": k, "temperature": 0.6 if k > 1 else 0.0,
-                "top_p": 0.95 if k > 1 else 1.0, "max_tokens": max_tokens, "seed": 0}}}}
+            run_config = {**quiet, "ops": {"eval_samples": {"config": {
+                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}}}
             result = dg.materialize(
                 [*all_assets, *checks], selection=["eval_samples", "eval_scores"],
-                partition_key=bench, resources=resources, run_config=run_config,
+                partition_key=dg.MultiPartitionKey({"benchmark": bench, "model": model_id}),
+                resources=resources, run_config=run_config,
                 instance=instance, tags={"weft/demo": "eval"},
             )
             if not result.success:

@@ -1,12 +1,14 @@
-"""Evaluation assets: `eval_samples` (generate + grade) → `eval_scores`, partitioned by benchmark.
+"""Evaluation assets: `eval_samples` (generate + grade) → `eval_scores` → `eval_reports`.
 
-``eval_samples`` renders each benchmark's prompt, samples k completions per problem from the
-configured endpoint, grades them in a process pool, and writes one row per sample to the
-warehouse (partition ``<benchmark>@<model>``, so re-running replaces that model's rows);
-every LLM call is logged to ``llm_calls``. ``eval_scores`` aggregates the samples into avg@k,
-pass@k and maj@k with bootstrap 95% confidence intervals.
+``eval_samples`` and ``eval_scores`` are partitioned by (benchmark, model). Models are a
+dynamic partition dimension: every model in the registry (``eval.models``: the embedded model,
+registered endpoints, checkpoints that training registers) becomes a partition, added by the
+``models_sensor`` or the nightly schedule. ``eval_samples`` serves the model if it is a local
+folder (on demand, stopped afterwards) or calls its endpoint, samples k completions per problem
+in the benchmark's generation mode, grades them with the benchmark's grader, and writes one row
+per sample (warehouse partition ``<benchmark>@<model>``, replaced on re-runs); every LLM call is
+logged to ``llm_calls``. ``eval_scores`` aggregates avg@k, pass@k and maj@k with bootstrap CIs.
 """
-
 
 import asyncio
 from typing import Optional
@@ -15,73 +17,100 @@ import dagster as dg
 
 from assets.common import lineage, md_table, now, record_run
 from assets.ingest import problems
-from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.resources import GraderResource, WarehouseResource
 from eval.benchmarks import BENCHMARKS, get as get_benchmark
 from eval.runner import EvalConfig, evaluate, score
 
 benchmark_partitions = dg.StaticPartitionsDefinition(sorted(BENCHMARKS))
+model_partitions = dg.DynamicPartitionsDefinition(name="models")
+eval_partitions = dg.MultiPartitionsDefinition(
+    {"benchmark": benchmark_partitions, "model": model_partitions}
+)
 
 
 class EvalSamplesConfig(dg.Config):
     limit: Optional[int] = 20  # problems per benchmark (deterministic slice); None = all
-    k: int = 1
-    temperature: float = 0.0
-    top_p: float = 1.0
+    k: Optional[int] = None  # samples per problem; None = the benchmark's default k
+    temperature: Optional[float] = None  # None: 0.0 for k=1, else 0.6
+    top_p: float = 0.95
     max_tokens: int = 512
     seed: int = 0
+    max_concurrency: int = 8
 
 
 def table_partition(benchmark: str, model: str) -> str:
     return f"{benchmark}@{model}"
 
 
+def partition_dims(context: dg.AssetExecutionContext) -> tuple[str, str]:
+    keys = context.partition_key.keys_by_dimension
+    return keys["benchmark"], keys["model"]
+
+
+def eval_config(config: EvalSamplesConfig, default_k: int) -> EvalConfig:
+    k = config.k or default_k
+    temperature = config.temperature if config.temperature is not None else (0.0 if k == 1 else 0.6)
+    return EvalConfig(k=k, temperature=temperature, top_p=config.top_p if temperature > 0 else 1.0,
+                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit)
+
+
 @dg.asset(
-    partitions_def=benchmark_partitions,
+    partitions_def=eval_partitions,
     deps=[problems],
     group_name="evaluate",
     kinds={"python", "parquet"},
-    description="One graded row per (problem, sample) for a benchmark and the configured model.",
+    description="One graded row per (problem, sample) for a benchmark and a registered model.",
 )
-def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig, llm: LLMResource,
+def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                  warehouse: WarehouseResource, grader: GraderResource) -> dg.MaterializeResult:
+    from eval.models import get_model
+    from pipelines.llm import LLMClient
+
     started = now()
-    bench = get_benchmark(context.partition_key)
-    cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
-                     max_tokens=config.max_tokens, seed=config.seed, limit=config.limit)
+    bench_name, model_id = partition_dims(context)
+    bench = get_benchmark(bench_name)
+    cfg = eval_config(config, bench.default_k)
     wh = warehouse.get()
     rows = wh.read("problems", partition=bench.source).to_pylist()
     if not rows:
         raise dg.Failure(
             f"no problems for {bench.name}: materialize `{bench.source}_problems` and `problems` first"
         )
-    client = llm.client()
-    client.check_reachable()
-    model = llm.model_label()
-    context.log.info(f"evaluating {model} on {bench.name}: {min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k}")
+    spec = get_model(model_id, wh)
+    context.log.info(f"evaluating {model_id} on {bench.name}: "
+                     f"{min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k}")
 
-    async def run():
-        try:
-            with grader.pool() as pool:
-                return await evaluate(client, bench, rows, cfg, model_label=model, pool=pool)
-        finally:
-            await client.aclose()
+    with spec.serve() as (base_url, served, api_key):
+        client = LLMClient(base_url, served, api_key=api_key, max_concurrency=config.max_concurrency,
+                           timeout_s=900.0)
+        client.check_reachable()
 
-    result = asyncio.run(run())
-    lin = lineage(context, config.model_dump(), partition=table_partition(bench.name, model))
+        async def run():
+            try:
+                with grader.pool() as pool:
+                    return await evaluate(client, bench, rows, cfg, model_label=model_id, pool=pool,
+                                          checkpoint_id=spec.checkpoint_id or None)
+            finally:
+                await client.aclose()
+
+        result = asyncio.run(run())
+    lin = lineage(context, config.model_dump(), partition=table_partition(bench.name, model_id))
     wh.write("eval_samples", result.samples, lineage=lin)
     calls = client.drain_records()
     wh.write("llm_calls", calls, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config.model_dump())
-    graded = sum(1 for r in result.samples if r["correct"] is not None)
     tok_s = result.completion_tokens / result.generation_s if result.generation_s else 0.0
+    total_s = result.generation_s + result.grading_s
     return dg.MaterializeResult(metadata={
-        "model": model,
+        "model": model_id,
         "samples": len(result.samples),
-        "graded": graded,
+        "graded": sum(1 for r in result.samples if r["correct"] is not None),
         "accuracy": sum(bool(r["correct"]) for r in result.samples) / max(1, len(result.samples)),
         "generation_errors": result.errors,
         "generation_s": round(result.generation_s, 2),
         "grading_s": round(result.grading_s, 2),
+        "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,
+        "samples_per_s": round(len(result.samples) / total_s, 3) if total_s else 0.0,
         "completion_tokens": result.completion_tokens,
         "tokens_per_s": round(tok_s, 1),
         "cached_calls": sum(1 for c in calls if c.get("cached")),
@@ -89,22 +118,23 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig, l
 
 
 @dg.asset(
-    partitions_def=benchmark_partitions,
+    partitions_def=eval_partitions,
     deps=[eval_samples],
     group_name="evaluate",
     kinds={"python", "duckdb"},
     description="avg@k, pass@k and maj@k with bootstrap 95% CIs per benchmark and model.",
 )
-def eval_scores(context: dg.AssetExecutionContext, llm: LLMResource,
-                warehouse: WarehouseResource) -> dg.MaterializeResult:
+def eval_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     started = now()
-    bench = context.partition_key
+    bench, model = partition_dims(context)
     wh = warehouse.get()
-    model = llm.model_label()
     samples = wh.read("eval_samples", partition=table_partition(bench, model)).to_pylist()
     if not samples:
         raise dg.Failure(f"no eval_samples for {bench} and model {model}: materialize eval_samples first")
     scores = score(samples, model_label=model, benchmark=bench)
+    checkpoint = samples[0].get("checkpoint_id")
+    for s in scores:
+        s["checkpoint_id"] = checkpoint
     lin = lineage(context, {}, partition=table_partition(bench, model))
     wh.write("eval_scores", scores, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(scores))

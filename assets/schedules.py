@@ -1,26 +1,30 @@
-"""Jobs and schedules: the nightly evaluation over a configurable benchmark list.
+"""Jobs, the nightly evaluation schedule, and the sensor that turns new models into partitions.
 
-``WEFT_NIGHTLY_BENCHMARKS`` (comma-separated, default ``gsm8k,math500``) names the benchmark
-partitions evaluated every night at 02:00; each becomes one run of ``eval_job`` with a run key
-per day and benchmark, so a schedule tick that is retried never evaluates twice.
+The evaluation suite is ``WEFT_EVAL_SUITE`` (comma-separated benchmark names; default
+``gsm8k,math500``). Every night at 02:00 UTC ``nightly_eval`` evaluates every registered model
+that has not been evaluated on a suite benchmark yet (models added since the last run), and
+re-evaluates the baseline models (``WEFT_BASELINE_MODELS``, or models registered with
+``baseline=True``; the embedded model is one). ``models_sensor`` watches the model registry
+(``eval.models``; training registers each checkpoint there) and, when a model appears, adds its
+partition and requests its evaluation on the suite right away. Run keys are per day, benchmark
+and model, so a retried tick never evaluates twice.
 """
-
-from __future__ import annotations
 
 import os
 
 import dagster as dg
 
-from assets.evaluation import benchmark_partitions, eval_samples, eval_scores
+from assets.evaluation import (eval_partitions, eval_samples, eval_scores, model_partitions,
+                               table_partition)
 from eval.benchmarks import BENCHMARKS
 
-DEFAULT_NIGHTLY = ("gsm8k", "math500")
+DEFAULT_SUITE = ("gsm8k", "math500")
 
 eval_job = dg.define_asset_job(
     "eval_job",
     selection=dg.AssetSelection.assets(eval_samples, eval_scores),
-    partitions_def=benchmark_partitions,
-    description="Generate, grade and score one benchmark partition.",
+    partitions_def=eval_partitions,
+    description="Generate, grade and score one (benchmark, model) partition.",
 )
 
 ingest_job = dg.define_asset_job(
@@ -30,20 +34,77 @@ ingest_job = dg.define_asset_job(
 )
 
 
-def nightly_benchmarks() -> list[str]:
-    raw = os.environ.get("WEFT_NIGHTLY_BENCHMARKS", "")
-    names = [n.strip() for n in raw.split(",") if n.strip()] or list(DEFAULT_NIGHTLY)
+def eval_suite() -> list[str]:
+    raw = os.environ.get("WEFT_EVAL_SUITE") or os.environ.get("WEFT_NIGHTLY_BENCHMARKS", "")
+    names = [n.strip() for n in raw.split(",") if n.strip()] or list(DEFAULT_SUITE)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        raise ValueError(
-            f"WEFT_NIGHTLY_BENCHMARKS names unknown benchmarks {unknown}; known: {sorted(BENCHMARKS)}"
-        )
+        raise ValueError(f"WEFT_EVAL_SUITE names unknown benchmarks {unknown}; known: {sorted(BENCHMARKS)}")
     return names
 
 
+def nightly_run_config() -> dict:
+    raw = os.environ.get("WEFT_NIGHTLY_LIMIT", "")
+    limit = int(raw) if raw.strip() else None
+    return {"ops": {"eval_samples": {"config": {"limit": limit}}}}
+
+
+def plan_evaluations(wh, suite: list[str], *, include_baselines: bool) -> list[tuple[str, str]]:
+    """(benchmark, model) pairs to evaluate: never-evaluated pairs, plus baselines if asked."""
+    from eval.models import list_models
+
+    done = set(wh.partitions("eval_samples"))
+    env_baselines = {m.strip() for m in os.environ.get("WEFT_BASELINE_MODELS", "").split(",") if m.strip()}
+    pairs = []
+    for spec in list_models(wh):
+        baseline = spec.baseline or spec.model_id in env_baselines
+        for bench in suite:
+            if table_partition(bench, spec.model_id) not in done or (include_baselines and baseline):
+                pairs.append((bench, spec.model_id))
+    return pairs
+
+
+def _request(bench: str, model: str, key_prefix: str) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=f"{key_prefix}/{bench}/{model}",
+        partition_key=dg.MultiPartitionKey({"benchmark": bench, "model": model}),
+        run_config=nightly_run_config(),
+        tags={"weft/eval": key_prefix},
+    )
+
+
 @dg.schedule(job=eval_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
-             description="Nightly evaluation of the configured benchmark list (02:00 UTC).")
+             description="Nightly: evaluate new models and re-evaluate baselines on the suite.")
 def nightly_eval(context: dg.ScheduleEvaluationContext):
+    from warehouse import Warehouse
+
+    wh = Warehouse()
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    for bench in nightly_benchmarks():
-        yield dg.RunRequest(run_key=f"{day}/{bench}", partition_key=bench, tags={"weft/nightly": day})
+    pairs = plan_evaluations(wh, eval_suite(), include_baselines=True)
+    models = sorted({m for _, m in pairs})
+    known = set(context.instance.get_dynamic_partitions(model_partitions.name))
+    missing = [m for m in models if m not in known]
+    if missing:
+        context.instance.add_dynamic_partitions(model_partitions.name, missing)
+    if not pairs:
+        return dg.SkipReason("every registered model is evaluated on the suite and no baseline is set")
+    return [_request(bench, model, day) for bench, model in pairs]
+
+
+@dg.sensor(job=eval_job, minimum_interval_seconds=60,
+           description="New model in the registry (e.g. a checkpoint from training): add its "
+                       "partition and evaluate it on the suite.")
+def models_sensor(context: dg.SensorEvaluationContext):
+    from eval.models import list_models
+    from warehouse import Warehouse
+
+    wh = Warehouse()
+    known = set(context.instance.get_dynamic_partitions(model_partitions.name))
+    new = [spec.model_id for spec in list_models(wh) if spec.model_id not in known]
+    if not new:
+        return dg.SkipReason("no new models")
+    suite = eval_suite()
+    return dg.SensorResult(
+        dynamic_partitions_requests=[model_partitions.build_add_request(new)],
+        run_requests=[_request(bench, model, "new-model") for model in new for bench in suite],
+    )

@@ -155,7 +155,8 @@ def _majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
 
 
 async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str, Any]],
-                   cfg: EvalConfig, *, model_label: str, pool: Any | None = None) -> EvalResult:
+                   cfg: EvalConfig, *, model_label: str, pool: Any | None = None,
+                   checkpoint_id: str | None = None) -> EvalResult:
     chosen = select_problems(problems, cfg.limit)
     if not chosen:
         raise ValueError(
@@ -166,6 +167,8 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
     t1 = time.perf_counter()
     grade(rows, bench, pool)
     t2 = time.perf_counter()
+    for row in rows:
+        row["checkpoint_id"] = checkpoint_id
     scores = score(rows, model_label=model_label, benchmark=bench.name, seed=cfg.seed)
     return EvalResult(
         samples=rows, scores=scores, generation_s=t1 - t0, grading_s=t2 - t1,

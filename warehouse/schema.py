@@ -89,6 +89,17 @@ TABLES: dict[str, pa.Schema] = {
         ("n_samples", pa.int64()),
         ("checkpoint_id", pa.string()),
     ),
+    "models": _schema(
+        ("model_id", pa.string()),
+        ("kind", pa.string()),
+        ("base_url", pa.string()),
+        ("served_model", pa.string()),
+        ("path", pa.string()),
+        ("api_key_env", pa.string()),
+        ("checkpoint_id", pa.string()),
+        ("baseline", pa.bool_()),
+        ("added_at", pa.timestamp("us", tz="UTC")),
+    ),
     "runs": _schema(
         ("status", pa.string()),
         ("started_at", pa.timestamp("us", tz="UTC")),

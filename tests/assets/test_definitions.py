@@ -16,26 +16,57 @@ def test_definitions_load_with_assets_checks_jobs_and_schedule():
             "check_eval_scores_within_unit_interval"} <= check_keys
 
 
-def test_nightly_schedule_yields_one_run_per_configured_benchmark(monkeypatch):
-    from assets.definitions import defs
-    from assets.schedules import nightly_eval
-
-    monkeypatch.setenv("WEFT_NIGHTLY_BENCHMARKS", "gsm8k, math500,gpqa_diamond")
+def test_nightly_schedule_evaluates_new_models_and_baselines(monkeypatch, weft_home, tmp_path):
     import datetime as dt
 
-    ctx = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 22, 2, 0),
-                                    repository_def=defs.get_repository_def())
-    requests = list(nightly_eval.evaluate_tick(ctx).run_requests)
-    assert [r.partition_key for r in requests] == ["gsm8k", "math500", "gpqa_diamond"]
-    assert len({r.run_key for r in requests}) == 3 and all("2026-11-22" in r.run_key for r in requests)
+    from assets.definitions import defs
+    from assets.schedules import nightly_eval
+    from eval.models import ModelSpec, register_model
+    from warehouse import Warehouse
+
+    monkeypatch.setenv("WEFT_EVAL_SUITE", "gsm8k, math500")
+    wh = Warehouse()
+    register_model(ModelSpec(model_id="remote-a", kind="endpoint", base_url="http://x/v1", served_model="a"))
+    register_model(ModelSpec(model_id="remote-b", kind="endpoint", base_url="http://x/v1", served_model="b"))
+    # remote-b is already evaluated on gsm8k: only math500 is new for it
+    wh.write("eval_samples", [{"model": "remote-b", "benchmark": "gsm8k", "problem_id": "p",
+                               "sample_index": 0, "correct": True}], partition="gsm8k@remote-b")
+    with dg.instance_for_test() as instance:
+        ctx = dg.build_schedule_context(instance=instance, repository_def=defs.get_repository_def(),
+                                        scheduled_execution_time=dt.datetime(2026, 11, 22, 2, 0))
+        requests = list(nightly_eval.evaluate_tick(ctx).run_requests)
+        partitions = set(instance.get_dynamic_partitions("models"))
+    pairs = sorted((r.partition_key.keys_by_dimension["benchmark"], r.partition_key.keys_by_dimension["model"])
+                   for r in requests)
+    # the embedded model is a baseline: evaluated every night
+    assert pairs == sorted([("gsm8k", "remote-a"), ("math500", "remote-a"), ("math500", "remote-b"),
+                            ("gsm8k", "smollm2-135m-instruct"), ("math500", "smollm2-135m-instruct")])
+    assert all(r.run_key.startswith("2026-11-22/") for r in requests)
+    assert partitions == {"remote-a", "remote-b", "smollm2-135m-instruct"}
 
 
-def test_nightly_schedule_rejects_unknown_benchmarks(monkeypatch):
-    from assets.schedules import nightly_benchmarks
+def test_models_sensor_adds_partitions_for_new_models(monkeypatch, weft_home):
+    from assets.definitions import defs
+    from assets.schedules import models_sensor
+    from eval.models import ModelSpec, register_model
 
-    monkeypatch.setenv("WEFT_NIGHTLY_BENCHMARKS", "gsm8k,nope")
+    monkeypatch.setenv("WEFT_EVAL_SUITE", "gsm8k")
+    register_model(ModelSpec(model_id="ckpt-1", kind="endpoint", base_url="http://x/v1", served_model="c"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("models", ["smollm2-135m-instruct"])
+        ctx = dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+        result = models_sensor(ctx)
+    assert [r.partition_key.keys_by_dimension for r in result.run_requests] == [
+        {"benchmark": "gsm8k", "model": "ckpt-1"}]
+    assert result.dynamic_partitions_requests[0].partition_keys == ["ckpt-1"]
+
+
+def test_eval_suite_rejects_unknown_benchmarks(monkeypatch):
+    from assets.schedules import eval_suite
+
+    monkeypatch.setenv("WEFT_EVAL_SUITE", "gsm8k,nope")
     with pytest.raises(ValueError, match="nope"):
-        nightly_benchmarks()
+        eval_suite()
 
 
 def test_cluster_env_reads_endpoint_from_env_vars():

@@ -29,10 +29,17 @@ def _ingest(resources, sources, limit):
                           instance=dg.DagsterInstance.ephemeral())
 
 
-def _evaluate(resources, bench, **config):
-    return dg.materialize(ALL, selection=["eval_samples", "eval_scores"], partition_key=bench,
+def _evaluate(resources, bench, model, **config):
+    from eval.models import ModelSpec, register_model
+
+    register_model(ModelSpec(model_id=model, kind="endpoint", base_url=resources["llm"].base_url,
+                             served_model=resources["llm"].model))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("models", [model])
+    return dg.materialize(ALL, selection=["eval_samples", "eval_scores"],
+                          partition_key=dg.MultiPartitionKey({"benchmark": bench, "model": model}),
                           resources=resources, run_config={"ops": {"eval_samples": {"config": config}}},
-                          instance=dg.DagsterInstance.ephemeral())
+                          instance=instance, raise_on_error=False)
 
 
 def _check_results(result):
@@ -61,7 +68,7 @@ def test_chain_with_scripted_endpoint_gives_exact_scores(weft_home, shared_data)
             return f"Some reasoning.\nSo the result is \\boxed{{{answer}}}."
 
         server.responder = responder
-        result = _evaluate(res, "gsm8k", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3)
+        result = _evaluate(res, "gsm8k", "scripted", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3)
         assert result.success
         checks = _check_results(result)
         assert checks == {"check_eval_samples_all_graded": True, "check_eval_scores_within_unit_interval": True}
@@ -75,7 +82,7 @@ def test_chain_with_scripted_endpoint_gives_exact_scores(weft_home, shared_data)
         assert calls["n"] == 12
         # re-materializing replays from the cache and replaces rows instead of adding them
         requests_before = server.chat_count
-        assert _evaluate(res, "gsm8k", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3).success
+        assert _evaluate(res, "gsm8k", "scripted", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3).success
         assert server.chat_count == requests_before
         assert wh.sql("SELECT count(*) AS n FROM eval_samples").to_pylist()[0]["n"] == 12
         assert wh.sql("SELECT count(*) AS n FROM llm_calls WHERE cached").to_pylist()[0]["n"] == 12
@@ -107,8 +114,7 @@ def test_endpoint_down_fails_fast_with_the_url(weft_home, shared_data):
     res = _resources("http://127.0.0.1:9/v1", "nothing-here")
     assert _ingest(res, ["gsm8k"], limit=3).success
     started = time.monotonic()
-    result = dg.materialize(ALL, selection=["eval_samples"], partition_key="gsm8k", resources=res,
-                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    result = _evaluate(res, "gsm8k", "nothing-here", limit=3)
     assert not result.success
     assert time.monotonic() - started < 30
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
@@ -119,7 +125,7 @@ def test_endpoint_down_fails_fast_with_the_url(weft_home, shared_data):
 def test_chain_against_the_real_local_server(weft_home, shared_data, local_server):
     res = _resources(local_server.base_url, local_server.served_name)
     assert _ingest(res, ["gsm8k", "math500"], limit=5).success
-    result = _evaluate(res, "math500", limit=3, k=2, temperature=0.6, max_tokens=96, seed=0)
+    result = _evaluate(res, "math500", "real-local", limit=3, k=2, temperature=0.6, max_tokens=96, seed=0)
     assert result.success
     assert all(_check_results(result).values())
     wh = Warehouse()

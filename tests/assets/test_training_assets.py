@@ -1,0 +1,129 @@
+"""sft_checkpoint -> grpo_checkpoint materialized for real through Dagster Pipes (subprocesses on
+CPU, temp WEFT_HOME), plus the failure paths that must not launch anything."""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from safetensors.torch import load_file
+
+from assets.resources import WarehouseResource
+from assets.training import (
+    TRAINING_ASSETS,
+    TrainerLauncher,
+    grpo_checkpoint,
+    k8s_client,
+    sft_checkpoint,
+    trainer_for,
+)
+from warehouse import Warehouse
+
+
+def _weights_differ(a: Path, b: Path) -> bool:
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    return any(not wa[k].equal(wb[k]) for k in wa)
+
+
+def _resources():
+    return {"trainer": TrainerLauncher(), "warehouse": WarehouseResource()}
+
+
+def test_definitions_load():
+    defs = dg.Definitions(assets=TRAINING_ASSETS, resources=_resources())
+    dg.Definitions.validate_loadable(defs)
+    assert defs.resolve_asset_graph().get(dg.AssetKey("grpo_checkpoint")).parent_keys == {
+        dg.AssetKey("sft_checkpoint")}
+
+
+def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
+    instance = dg.DagsterInstance.ephemeral()
+    sft_overrides = [f"model_name_or_path={embedded_model_dir}", "max_steps=2",
+                     "per_device_train_batch_size=2", "max_length=96", "dataset=builtin:arith_sft",
+                     "dataset_limit=8", 'save_strategy="no"']
+    # Shorter completions score higher within a group (length penalty): completions of 24
+    # tokens from the tiny model vary in length, so groups carry a signal.
+    grpo_overrides = ["max_steps=2", "dataset_limit=8", "max_completion_length=24",
+                      'save_strategy="no"',
+                      "rewards=[outcome, {name: length_penalty, weight: 1.0}]"]
+    run_config = {"ops": {
+        "sft_checkpoint": {"config": {"recipe": "sxs_sft.cpu", "overrides": sft_overrides}},
+        "grpo_checkpoint": {"config": {"recipe": "rlvr_grpo.cpu", "overrides": grpo_overrides}},
+    }}
+    result = dg.materialize(TRAINING_ASSETS, resources=_resources(), run_config=run_config,
+                            instance=instance)
+    assert result.success
+    (sft_mat,) = result.asset_materializations_for_node("sft_checkpoint")
+    (grpo_mat,) = result.asset_materializations_for_node("grpo_checkpoint")
+    sft_path = Path(sft_mat.metadata["checkpoint_path"].value)
+    grpo_path = Path(grpo_mat.metadata["checkpoint_path"].value)
+    sft_id = sft_mat.metadata["checkpoint_id"].value
+    grpo_id = grpo_mat.metadata["checkpoint_id"].value
+    # Pipes carried the script's report: paths under the temp WEFT_HOME, steps, metric table
+    assert sft_path.is_relative_to(weft_home) and (sft_path / "model.safetensors").is_file()
+    assert grpo_path.is_relative_to(weft_home) and (grpo_path / "model.safetensors").is_file()
+    assert sft_mat.metadata["global_step"].value == 2 and grpo_mat.metadata["global_step"].value == 2
+    assert "| step |" in grpo_mat.metadata["train_metrics"].value
+    assert grpo_mat.metadata["parent_checkpoint"].value == sft_id
+    assert grpo_mat.metadata["started_from"].value == str(sft_path)
+    assert grpo_mat.metadata["launcher"].value == "subprocess"
+    # progress lines streamed from the script into the run's log
+    messages = [e.message for e in instance.all_logs(result.run_id)]
+    assert any(f"{grpo_id} step 2/2" in m for m in messages)
+    # parameters changed at both stages
+    assert _weights_differ(sft_path, embedded_model_dir)
+    assert _weights_differ(grpo_path, sft_path)
+    # the scripts wrote the warehouse rows, stamped with this Dagster run
+    wh = Warehouse()
+    metrics = wh.sql("SELECT checkpoint_id, kind, step, loss, reward_std, run_id, asset FROM "
+                     "train_metrics ORDER BY kind, step").to_pylist()
+    assert [(m["kind"], m["step"]) for m in metrics] == [("grpo", 1), ("grpo", 2), ("sft", 1), ("sft", 2)]
+    assert {m["run_id"] for m in metrics} == {result.run_id}
+    assert {m["asset"] for m in metrics} == {"sft_checkpoint", "grpo_checkpoint"}
+    assert any(m["reward_std"] and m["reward_std"] > 0 for m in metrics if m["kind"] == "grpo")
+    checkpoints = {c["checkpoint_id"]: c for c in wh.read("checkpoints").to_pylist()}
+    assert checkpoints[sft_id]["status"] == checkpoints[grpo_id]["status"] == "complete"
+    assert checkpoints[grpo_id]["parent_checkpoint"] == sft_id
+    assert checkpoints[grpo_id]["base_model"] == str(sft_path)
+    assert json.loads(checkpoints[grpo_id]["dataset_fingerprints"])["train"]["spec"] == "builtin:arith"
+    runs = wh.read("runs").to_pylist()
+    assert {r["asset"] for r in runs} == {"sft_checkpoint", "grpo_checkpoint"}
+
+
+def test_bad_recipe_fails_in_the_asset_naming_the_field(weft_home):
+    run_config = {"ops": {"sft_checkpoint": {"config": {
+        "recipe": "sxs_sft.cpu", "overrides": ["learning_rat=1e-5"]}}}}
+    result = dg.materialize([sft_checkpoint], resources=_resources(), run_config=run_config,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    failure = result.failure_data_for_node("sft_checkpoint")
+    assert "unknown field `learning_rat`" in str(failure.error.message) + str(failure.user_failure_data)
+    assert not (weft_home / "checkpoints").exists()  # nothing was launched
+
+
+def test_grpo_needs_an_sft_materialization(weft_home):
+    result = dg.materialize([grpo_checkpoint], resources=_resources(),
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    failure = result.failure_data_for_node("grpo_checkpoint")
+    assert "materialize sft_checkpoint first" in str(failure.user_failure_data.description)
+
+
+def test_cluster_launcher_builds_pods_and_needs_dagster_k8s(monkeypatch):
+    launcher = TrainerLauncher(mode="k8s", image="registry/weft:1", gpus=2,
+                               weft_home_claim="weft-pvc")
+    command = launcher.command("grpo", "sxs_grpo", ["max_steps=5"])
+    assert command[:3] == ["python", "-m", "accelerate.commands.launch"]
+    assert command[-3:] == ["--recipe", "sxs_grpo", "max_steps=5"]
+    settings = launcher.pod_settings()
+    assert settings.gpus == 2 and settings.weft_home_claim == "weft-pvc"
+    try:
+        import dagster_k8s  # noqa: F401
+    except ImportError:
+        with pytest.raises(dg.Failure, match="pip install dagster-k8s"):
+            k8s_client()
+    monkeypatch.setenv("WEFT_TRAINER_IMAGE", "img:2")
+    monkeypatch.setenv("WEFT_TRAINER_GPUS", "8")
+    cluster = trainer_for("cluster")
+    assert cluster.mode == "k8s" and cluster.gpus == 8
+    assert trainer_for("local").mode == "subprocess"
