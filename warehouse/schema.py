@@ -76,6 +76,20 @@ TABLES: dict[str, pa.Schema] = {
         ("gen_error", pa.string()),
         ("seed", pa.int64()),
         ("checkpoint_id", pa.string()),
+        # generation mode and its per-sample measurements (NULL where they do not apply)
+        ("mode", pa.string()),  # single | tool | interleaved | budgeted
+        ("budget", pa.int64()),  # requested token budget (budgeted mode)
+        ("thinking_cap", pa.int64()),  # per-step thinking-token cap (sweep)
+        ("context_policy", pa.string()),  # preserved | discarded (tool mode)
+        ("turns", pa.int64()),
+        ("tool_errors", pa.int64()),
+        ("ari", pa.float64()),
+        ("abo", pa.float64()),
+        ("airw", pa.float64()),
+        ("first_disclosure", pa.float64()),
+        ("filler_rate", pa.float64()),
+        ("reasoning_tokens", pa.int64()),
+        ("response_tokens", pa.int64()),
     ),
     "eval_scores": _schema(
         ("model", pa.string()),
@@ -88,6 +102,21 @@ TABLES: dict[str, pa.Schema] = {
         ("n_problems", pa.int64()),
         ("n_samples", pa.int64()),
         ("checkpoint_id", pa.string()),
+    ),
+    "eval_pairwise": _schema(
+        ("benchmark", pa.string()),
+        ("metric", pa.string()),
+        ("model_a", pa.string()),
+        ("model_b", pa.string()),
+        ("n", pa.int64()),
+        ("mean_a", pa.float64()),
+        ("mean_b", pa.float64()),
+        ("diff", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("p_bootstrap", pa.float64()),
+        ("p_ttest", pa.float64()),
+        ("alternative", pa.string()),
     ),
     "models": _schema(
         ("model_id", pa.string()),

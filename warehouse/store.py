@@ -92,18 +92,24 @@ def _check_table(table: str) -> None:
 
 
 def _to_arrow(table: str, data: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
+    declared = TABLES.get(table)
     if isinstance(data, pa.Table):
+        if declared is not None:
+            for field in declared:
+                if field.name not in data.column_names and field.name not in LINEAGE_COLUMNS:
+                    data = data.append_column(field, pa.nulls(data.num_rows, field.type))
         return data
     rows = list(data)
-    declared = TABLES.get(table)
     if not rows:
         if declared is None:
             return pa.table({})
         return declared.empty_table()
     if declared is None:
         return pa.Table.from_pylist(rows)
-    # Declared columns keep their types; extra columns are inferred.
-    names = list(dict.fromkeys(k for row in rows for k in row))
+    # Declared columns keep their types and are always written (NULL when absent), so views
+    # over the table can name them; extra columns are inferred.
+    always = [n for n in declared.names if n not in LINEAGE_COLUMNS]
+    names = list(dict.fromkeys([*always, *(k for row in rows for k in row)]))
     fields = []
     for name in names:
         if name in declared.names:

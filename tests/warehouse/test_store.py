@@ -150,3 +150,37 @@ def test_format_table_truncates_long_cells():
     table = pa.table({"text": ["x" * 100], "v": [0.123456]})
     out = format_result(table, "table")
     assert "…" in out and "0.1235" in out
+
+
+def test_evaluation_views_on_hand_made_rows(tmp_path):
+    wh = Warehouse(tmp_path)
+    scores = [
+        {"model": "m", "benchmark": "gsm8k", "metric": "avg@k", "k": 2, "value": 0.5, "ci_low": 0.25,
+         "ci_high": 0.75, "n_problems": 4, "n_samples": 8},
+        {"model": "m", "benchmark": "gsm8k", "metric": "pass@k", "k": 1, "value": 0.5, "ci_low": 0.25,
+         "ci_high": 0.75, "n_problems": 4, "n_samples": 8},
+    ]
+    wh.write("eval_scores", scores, partition="gsm8k@m")
+    board = wh.sql("SELECT model, accuracy, ci_low, pass_at_1 FROM leaderboard").to_pylist()
+    assert board == [{"model": "m", "accuracy": 0.5, "ci_low": 0.25, "pass_at_1": 0.5}]
+    samples = [
+        # budget 100: correct+within, correct+over, wrong → success 1/3, accuracy 2/3
+        {"model": "m", "benchmark": "gsm8k", "problem_id": "a", "sample_index": 0, "correct": True,
+         "completion_tokens": 80, "budget": 100, "mode": "budgeted"},
+        {"model": "m", "benchmark": "gsm8k", "problem_id": "b", "sample_index": 0, "correct": True,
+         "completion_tokens": 150, "budget": 100, "mode": "budgeted"},
+        {"model": "m", "benchmark": "gsm8k", "problem_id": "c", "sample_index": 0, "correct": False,
+         "completion_tokens": 20, "budget": 100, "mode": "budgeted"},
+        {"model": "m", "benchmark": "gsm8k", "problem_id": "a", "sample_index": 0, "correct": True,
+         "completion_tokens": 10, "ari": 12.0, "abo": 8.0, "airw": 5.0, "mode": "interleaved"},
+    ]
+    wh.write("eval_samples", samples, partition="gsm8k@m")
+    curve = wh.sql("SELECT budget, budgeted_success, accuracy, mean_tokens FROM budget_curve").to_pylist()
+    assert curve[0]["budget"] == 100
+    assert curve[0]["budgeted_success"] == pytest.approx(1 / 3)
+    assert curve[0]["accuracy"] == pytest.approx(2 / 3)
+    assert curve[0]["mean_tokens"] == pytest.approx(250 / 3)
+    lat = wh.sql("SELECT samples, ari, abo, airw FROM latency").to_pylist()
+    assert lat == [{"samples": 1, "ari": 12.0, "abo": 8.0, "airw": 5.0}]
+    # declared columns are written even when a row does not set them
+    assert "ari" in pq.read_schema(wh.files("eval_samples")[0]).names
