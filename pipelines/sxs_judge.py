@@ -1,0 +1,180 @@
+"""The SxS coverage judge: protocol, LLM implementation, prompt loading, and the pre-filter.
+
+A coverage judge answers one question per reasoning prefix R[1..k]: how many leading answer
+blocks A[1..m] follow from the problem and that prefix without any new derivation.
+``LLMJudge`` asks an OpenAI-compatible model through ``pipelines.llm.LLMClient.chat_json``
+with our prompt (``prompts/sxs_judge.md``, read at every call so it can be edited between
+runs) and the JSON schema ``{"covered": int}`` bounded to 0..K_A. A reply that is still invalid
+after the client's one repair retry comes back as ``None`` ("failed"); the caller treats it as
+no new coverage and counts it.
+
+The pre-filter (``prefilter_skips``) is a cheap heuristic, not a judge: it says "nothing new"
+when the next uncovered answer block mentions a number or key symbol that neither the problem
+nor the prefix contains yet. It can be wrong both ways; ``bench/sxs_alignment.py`` measures
+how often it agrees with the LLM judge.
+
+Not guaranteed: that the model judges well (small models do not); only that every reply is
+validated and every failure is reported as ``None`` rather than raised.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+if TYPE_CHECKING:  # imported lazily at run time, so the pure parts need no LLM client
+    from pipelines.llm import LLMClient, SamplingParams
+
+BLOCK_SEP = "\n\n"
+JUDGE_PROMPT_PATH = Path(__file__).resolve().parent / "prompts" / "sxs_judge.md"
+JUDGE_TAG = "sxs/judge"
+
+# Pre-filter evidence: numbers, plus a few symbols that have a LaTeX, Unicode and plain spelling.
+_NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
+KEY_SYMBOLS: dict[str, tuple[str, ...]] = {
+    "sqrt": (r"\\sqrt", "√", r"\bsqrt\b", r"\bsquare root\b"),
+    "pi": (r"\\pi\b", "π", r"\bpi\b"),
+    "infinity": (r"\\infty\b", "∞", r"\binfinit"),
+    "degree": (r"\\circ\b", "°", r"\bdegrees?\b"),
+    "log": (r"\\log\b", r"\\ln\b", r"\blog\b", r"\blogarithm", r"\bln\b"),
+}
+_PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge
+
+
+class CoverageJudge(Protocol):
+    async def judge(self, problem: str, reasoning_prefix: Sequence[str],
+                    answer_blocks: Sequence[str]) -> int | None:
+        """Number of leading answer blocks supported by the prefix, or None if the call failed."""
+        ...
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    system: str
+    user: str
+
+
+def load_judge_prompt(path: str | Path | None = None) -> JudgePrompt:
+    """Read the judge prompt file (sections ``# system`` and ``# user``; see the file itself)."""
+    path = Path(path) if path is not None else JUDGE_PROMPT_PATH
+    if not path.is_file():
+        raise FileNotFoundError(f"SxS judge prompt not found at {path}; restore "
+                                "pipelines/prompts/sxs_judge.md or pass prompt_path=")
+    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.S)
+    parts = re.split(r"^# (system|user)[ \t]*$", text, flags=re.M)
+    sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
+    if set(sections) != {"system", "user"} or not all(sections.values()):
+        raise ValueError(f"{path}: needs exactly one non-empty '# system' and one '# user' section "
+                         f"(lines that are exactly those headings); found {sorted(sections)}")
+    return JudgePrompt(system=sections["system"], user=sections["user"])
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    def sub(match: re.Match[str]) -> str:
+        if match.group(1) not in values:
+            raise ValueError(f"unknown placeholder {match.group(0)} in the judge prompt; known: "
+                             + ", ".join("{{%s}}" % k for k in sorted(values)))
+        return values[match.group(1)]
+    return _PLACEHOLDER_RE.sub(sub, template)  # one pass: inserted text is never re-scanned
+
+
+def render_judge_messages(prompt: JudgePrompt, problem: str, reasoning_prefix: Sequence[str],
+                          answer_blocks: Sequence[str]) -> list[dict[str, str]]:
+    """Chat messages for one prefix check; blocks are numbered ``[R1]…`` and ``[A1]…``."""
+    values = {
+        "problem": problem.strip(),
+        "reasoning": BLOCK_SEP.join(f"[R{i}] {b}" for i, b in enumerate(reasoning_prefix, 1)),
+        "answer": BLOCK_SEP.join(f"[A{i}] {b}" for i, b in enumerate(answer_blocks, 1)),
+        "n_steps": str(len(reasoning_prefix)),
+        "n_answer": str(len(answer_blocks)),
+    }
+    return [{"role": "system", "content": _fill(prompt.system, values)},
+            {"role": "user", "content": _fill(prompt.user, values)}]
+
+
+def coverage_schema(k_a: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"covered": {"type": "integer", "minimum": 0, "maximum": k_a}},
+        "required": ["covered"],
+        "additionalProperties": False,
+    }
+
+
+def parse_coverage(value: Any, k_a: int) -> int:
+    """The count inside a judge reply (``{"covered": n}`` or a bare int); ValueError if invalid."""
+    if isinstance(value, dict):
+        if "covered" not in value:
+            raise ValueError(f'reply has no "covered" key: {value!r}')
+        value = value["covered"]
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f'"covered" must be an integer, got {value!r}')
+    if not 0 <= value <= k_a:
+        raise ValueError(f'"covered" must be between 0 and {k_a} (the number of answer blocks), '
+                         f"got {value}")
+    return value
+
+
+class LLMJudge:
+    """``CoverageJudge`` over ``pipelines.llm.LLMClient.chat_json``; the prompt file is read per call."""
+
+    def __init__(self, client: "LLMClient", *, params: "SamplingParams | None" = None,
+                 prompt_path: str | Path | None = None, tag: str = JUDGE_TAG) -> None:
+        if params is None:
+            from pipelines.llm import SamplingParams
+            params = SamplingParams(temperature=0.0, max_tokens=64)
+        self.client, self.params, self.prompt_path, self.tag = client, params, prompt_path, tag
+
+    async def judge(self, problem: str, reasoning_prefix: Sequence[str],
+                    answer_blocks: Sequence[str]) -> int | None:
+        k_a = len(answer_blocks)
+        messages = render_judge_messages(load_judge_prompt(self.prompt_path), problem,
+                                         reasoning_prefix, answer_blocks)
+        result = await self.client.chat_json(messages, coverage_schema(k_a), self.params,
+                                             validate=lambda v: parse_coverage(v, k_a), tag=self.tag)
+        if result.value is None:
+            return None
+        try:
+            return parse_coverage(result.value, k_a)
+        except ValueError:
+            return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-filter
+
+
+def evidence(text: str) -> frozenset[str]:
+    """Numbers (``1,000`` → ``1000``, ``27.0`` → ``27``, ``033`` → ``33``) and key-symbol names."""
+    found: set[str] = set()
+    for raw in _NUMBER_RE.findall(text):
+        whole, _, frac = raw.replace(",", "").partition(".")
+        frac = frac.rstrip("0")
+        found.add((whole.lstrip("0") or "0") + (f".{frac}" if frac else ""))
+    for name, patterns in KEY_SYMBOLS.items():
+        if any(re.search(p, text, flags=re.I) for p in patterns):
+            found.add(name)
+    return frozenset(found)
+
+
+def prefilter_skips(context: str | frozenset[str], answer_blocks: Sequence[str], covered: int) -> bool:
+    """True when the next uncovered block ``A[covered+1]`` has evidence absent from ``context``.
+
+    ``context`` is the problem plus the reasoning prefix, as text or as its ``evidence`` (the
+    evidence of a text joined from blocks is the union of the blocks' evidence, so callers can
+    grow it block by block). A block with no numbers or key symbols is never skipped: the filter
+    only acts on positive evidence that something new is needed.
+    """
+    if covered >= len(answer_blocks):
+        return False
+    have = context if isinstance(context, frozenset) else evidence(context)
+    return not evidence(answer_blocks[covered]) <= have
