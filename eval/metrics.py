@@ -10,6 +10,9 @@ grades or reads files. Definitions:
   is graded; samples without an answer do not vote.
 - bootstrap CI: percentile interval of the mean from resampling problems with replacement.
 
+Comparisons of two models on the same problems (paired bootstrap, paired t-test) live in
+``eval/compare.py``; token-budget and tool-integrated-reasoning metrics in ``eval/budget.py``.
+
 Not guaranteed: the bootstrap CI ignores the sampling noise of the k samples inside a problem
 and is too narrow for a handful of problems; maj@k compares answers as normalised strings, so
 "1/2" and "0.5" are different votes unless ``normalize`` maps them together.
@@ -145,6 +148,25 @@ def maj_at_k(answers_per_problem: Sequence[Sequence[str | None]],
     return hits / len(answers_per_problem)
 
 
+def bootstrap_means(values: Sequence[float] | np.ndarray, n_boot: int, seed: int = 0) -> np.ndarray:
+    """``n_boot`` means of ``values`` resampled with replacement (``default_rng(seed)``).
+
+    The building block of :func:`bootstrap_ci` and the paired tests in ``eval/compare.py``;
+    resampled indices are drawn in chunks of at most ``MAX_BOOT_CELLS`` so memory stays bounded.
+    ``values`` must be a non-empty 1-D array of finite numbers (callers validate).
+    """
+    values = np.asarray(values, dtype=float)
+    n_boot = _check_count("n_boot", n_boot, 1)
+    n = values.size
+    rng = np.random.default_rng(seed)
+    chunk = max(1, MAX_BOOT_CELLS // n)
+    boot = np.empty(n_boot, dtype=float)
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        boot[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    return boot
+
+
 def bootstrap_ci(per_problem_scores: Sequence[float], n_boot: int = 2000, alpha: float = 0.05,
                  seed: int = 0) -> tuple[float, float, float]:
     """``(mean, low, high)``: the mean score and a ``1 - alpha`` percentile bootstrap interval.
@@ -161,15 +183,9 @@ def bootstrap_ci(per_problem_scores: Sequence[float], n_boot: int = 2000, alpha:
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), e.g. 0.05 for a 95% interval; got {alpha}")
     mean = float(scores.mean())
-    n = scores.size
-    if n == 1 or np.all(scores == scores[0]):
+    if scores.size == 1 or np.all(scores == scores[0]):
         return mean, mean, mean
-    rng = np.random.default_rng(seed)
-    chunk = max(1, MAX_BOOT_CELLS // n)
-    boot = np.empty(n_boot, dtype=float)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        boot[start:stop] = scores[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    boot = bootstrap_means(scores, n_boot, seed)
     low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
     return mean, float(low), float(high)
 
