@@ -1,0 +1,85 @@
+"""traces → sxs_alignments → sxs_sft_dataset, with a scripted judge and with the real server."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from assets import sxs
+from assets.resources import LLMResource, WarehouseResource
+from warehouse import Warehouse
+
+ASSETS = [sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset,
+          sxs.check_sxs_alignments_consistent, sxs.check_sxs_sft_dataset_round_trip]
+
+
+def _run(base_url, model, limit, tokenizer, traces_limit=3):
+    resources = {"llm": LLMResource(base_url=base_url, model=model), "warehouse": WarehouseResource()}
+    config = {"ops": {"traces": {"config": {"limit": traces_limit}},
+                      "sxs_alignments": {"config": {"limit": limit, "max_concurrency": 4}},
+                      "sxs_sft_dataset": {"config": {"tokenizer_path": str(tokenizer)}}}}
+    return dg.materialize(ASSETS, resources=resources, run_config=config,
+                          instance=dg.DagsterInstance.ephemeral())
+
+
+def _checks(result):
+    return {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def test_scripted_judge_builds_both_variants_and_round_trips(weft_home, shared_data, embedded_model_dir):
+    from pipelines.llm_fake import FakeLLMServer
+
+    def responder(body, index):
+        # covers one answer block per prefix that mentions "=": a real, varying level sequence
+        prefix = body["messages"][-1]["content"]
+        return json.dumps({"covered": 1 if "=" in prefix else 0})
+
+    with FakeLLMServer(models=("judge",), responder=responder) as server:
+        result = _run(server.base_url, "judge", limit=5, tokenizer=embedded_model_dir)
+    assert result.success
+    assert _checks(result) == {"check_sxs_alignments_consistent": True, "check_sxs_sft_dataset_round_trip": True}
+    wh = Warehouse()
+    assert wh.sql("SELECT count(*) AS n FROM traces").to_pylist()[0]["n"] == 9  # 3 per source
+    alignments = wh.read("sxs_alignments").to_pylist()
+    assert len(alignments) == 5
+    for row in alignments:
+        assert row["repaired"][-1] == row["k_a"]  # terminal safeguard
+        assert all(b >= a for a, b in zip(row["repaired"], row["repaired"][1:]))
+        assert row["calls_made"] + row["calls_saved"] + row["calls_prefiltered"] == row["k_r"] - 1
+    data = wh.sql("SELECT variant, count(*) AS n FROM sxs_sft_dataset GROUP BY 1 ORDER BY 1").to_pylist()
+    assert data == [{"variant": "standard", "n": 5}, {"variant": "sxs", "n": 5}]
+    standard = wh.sql("SELECT completion FROM sxs_sft_dataset WHERE variant = 'standard'").to_pylist()
+    for row in standard:  # the baseline is plain reason-then-answer
+        text = json.loads(row["completion"])[-1]["content"]
+        assert text.startswith("<think>") and text.count("<speak>") == 1 and text.endswith("</speak>")
+    mat = next(e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"
+               and e.asset_key.path == ["sxs_sft_dataset"])
+    meta = mat.event_specific_data.materialization.metadata
+    assert "latency" in meta and meta["samples"].value == 5
+
+
+def test_training_reads_the_sxs_dataset(weft_home, shared_data, embedded_model_dir):
+    from pipelines.llm_fake import FakeLLMServer
+    from training.data import load_rows, sft_examples
+
+    with FakeLLMServer(models=("judge",), responder=lambda b, i: '{"covered": 0}') as server:
+        assert _run(server.base_url, "judge", limit=2, tokenizer=embedded_model_dir).success
+    rows = load_rows("warehouse:sxs_sft_dataset?variant=sxs")
+    examples = sft_examples(rows)
+    assert len(examples) == 2 and examples[0]["completion"][-1]["content"].startswith("<think>")
+
+
+@pytest.mark.server
+def test_real_server_as_judge_keeps_the_pipeline_correct(weft_home, shared_data, local_server,
+                                                         embedded_model_dir):
+    result = _run(local_server.base_url, local_server.served_name, limit=2,
+                  tokenizer=embedded_model_dir, traces_limit=2)
+    assert result.success
+    assert all(_checks(result).values())
+    wh = Warehouse()
+    rows = wh.read("sxs_alignments").to_pylist()
+    assert len(rows) == 2
+    assert sum(r["calls_made"] for r in rows) > 0
+    calls = wh.sql("SELECT count(*) AS n FROM llm_calls WHERE tag = 'sxs/judge'").to_pylist()[0]["n"]
+    assert calls >= sum(r["calls_made"] for r in rows)
