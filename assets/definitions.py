@@ -15,6 +15,7 @@ import dagster as dg
 
 from assets import evaluation, ingest, schedules, sxs
 from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.sandbox_resource import SandboxResource
 
 
 def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
@@ -29,7 +30,8 @@ def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
             llm = LLMResource()
     else:
         raise ValueError(f"WEFT_ENV must be 'local' or 'cluster', got {env!r}")
-    return {"llm": llm, "warehouse": WarehouseResource(), "grader": GraderResource()}
+    return {"llm": llm, "warehouse": WarehouseResource(), "grader": GraderResource(),
+            "sandbox": SandboxResource()}
 
 
 defs = dg.Definitions(

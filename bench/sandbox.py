@@ -1,0 +1,119 @@
+"""Sandbox performance figures, printed as one JSON line.
+
+- cold start of a stateless run (``python -c pass`` through the whole ``run`` path), median of
+  N, bubblewrap jail vs the bare-subprocess path (same driver, same rlimits, no jail), and the
+  ratio (of medians, and of the fastest runs); measured interleaved so machine load hits both
+  alike; plain ``python3 -c pass`` for reference.
+- stateful cell round trip (``session.execute("x")``), median.
+- warm runner latency (one program through a fork-server worker), median.
+- HumanEval canonical solutions graded on a warm pool: programs per second.
+
+Run: ``python bench/sandbox.py [--runs 50] [--workers 2]``. Figures depend on machine load:
+the JSON records the load average and CPU count next to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from eval.code_grader import grade_code_many, load_benchmark
+from pipelines.sandbox import Limits, LocalSandbox, SandboxPool
+
+
+def _ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000, 2)
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def cold_start(runs: int) -> dict:
+    jail = LocalSandbox(Limits(timeout_s=30), isolation="bwrap")
+    bare = LocalSandbox(Limits(timeout_s=30), isolation="subprocess")
+    for box in (jail, bare):  # probes, driver compilation, page cache
+        box.run("pass")
+        box.run("pass")
+    jailed, plain, raw = [], [], []
+    for _ in range(runs):
+        jailed.append(_timed(lambda: jail.run("pass")))
+        plain.append(_timed(lambda: bare.run("pass")))
+        raw.append(_timed(lambda: subprocess.run(["/usr/bin/python3", "-c", "pass"], check=True)))
+    return {"cold_start_bwrap_ms": _ms(jailed), "cold_start_subprocess_ms": _ms(plain),
+            "cold_start_ratio_bwrap_vs_subprocess": round(_ms(jailed) / _ms(plain), 2),
+            # the fastest run of each: the cost with the least interference from machine load
+            "cold_start_bwrap_min_ms": round(min(jailed) * 1000, 2),
+            "cold_start_subprocess_min_ms": round(min(plain) * 1000, 2),
+            "cold_start_ratio_of_min": round(min(jailed) / min(plain), 2),
+            "raw_python_c_pass_ms": _ms(raw), "cold_start_runs": runs}
+
+
+def session_round_trip(runs: int) -> dict:
+    jail = LocalSandbox(Limits(timeout_s=30), isolation="bwrap")
+    start = time.perf_counter()
+    session = jail.session()
+    started = time.perf_counter() - start
+    try:
+        session.execute("x = 1")
+        samples = [_timed(lambda: session.execute("x")) for _ in range(runs)]
+    finally:
+        session.close()
+    return {"session_start_ms": round(started * 1000, 2), "cell_round_trip_ms": _ms(samples),
+            "cell_runs": runs}
+
+
+def runner_latency(runs: int) -> dict:
+    jail = LocalSandbox(Limits(timeout_s=30), isolation="bwrap")
+    with jail.runner() as runner:
+        runner.run("pass")
+        samples = [_timed(lambda: runner.run("pass")) for _ in range(runs)]
+    return {"warm_runner_program_ms": _ms(samples)}
+
+
+def humaneval_throughput(workers: int) -> dict:
+    problems = load_benchmark("humaneval")
+    candidates = [p["canonical_solution"] for p in problems]
+    with SandboxPool(LocalSandbox(isolation="bwrap"), workers=workers) as pool:
+        pool.warm_up()
+        grade_code_many(candidates[:8], problems[:8], pool=pool)  # warm caches
+        start = time.perf_counter()
+        results = grade_code_many(candidates, problems, pool=pool)
+        elapsed = time.perf_counter() - start
+    passed = sum(r.passed for r in results)
+    return {"humaneval_programs": len(results), "humaneval_passed": passed,
+            "humaneval_programs_per_s": round(len(results) / elapsed, 1),
+            "humaneval_workers": workers}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    figures: dict = {"bench": "sandbox", "machine": platform.node(), "cpus": os.cpu_count(),
+                     "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+    figures.update(cold_start(args.runs))
+    figures.update(session_round_trip(max(args.runs * 4, 50)))
+    figures.update(runner_latency(args.runs))
+    figures.update(humaneval_throughput(args.workers))
+    figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    figures["targets"] = {"cold_start_ratio_max": 1.5, "cell_round_trip_ms_max": 5.0,
+                          "humaneval_programs_per_s_min": 30.0}
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,635 @@
+"""In-jail driver of weft's sandbox: the first (and only trusted) code the jailed interpreter runs.
+
+The host never imports this module: it reads its source and starts the jailed interpreter with
+``python3 -s -P -c <source> MODE ...``, so it must run on the plain system ``python3`` with the
+standard library only. Modes:
+
+- ``once CODE_FD REPORT_FD LIMITS``: read a program from CODE_FD, apply the rlimits, run it as
+  ``__main__`` and, if it raises, write the error (name, value, traceback) to REPORT_FD instead
+  of printing it; the exit status follows Python's own rules.
+- ``serve REQUEST_FD REPLY_FD LIMITS JAILED ROLE``: a kernel answering length-prefixed JSON
+  requests on REQUEST_FD with replies on REPLY_FD. ROLE ``session`` runs cells in one
+  persistent namespace (a trailing expression's ``repr`` is returned as the value, like a
+  notebook; inside the jail, processes a cell started are killed when it ends); ROLE
+  ``runner`` forks a fresh child per program from this pristine process (a warm "fork
+  server"), enforces the wall-clock limit, kills every leftover process and wipes the work dir
+  before answering.
+
+Not guaranteed: protection against code that deliberately breaks the driver from inside its own
+process (it can only spoil its own result or its own session; the host treats a broken kernel
+as dead and starts a new one); joining non-daemon threads of a runner child that never end.
+"""
+
+# ruff: noqa: BLE001, S110
+# (This driver runs untrusted code in its own process: it must survive whatever that code
+# raises, and a failed flush or report of a dying program has nowhere better to go.)
+
+import os
+import sys
+
+_SELF = "<string>"  # co_filename of this driver when started with -c
+_MAX_TRACEBACK = 50_000
+_MAX_VALUE = 20_000
+_MAX_FRAMES = 100
+_HEADER = 10  # ASCII digits of a frame length
+
+
+def _set_limits(spec):
+    """Apply rlimits from 'as_bytes,cpu_soft,cpu_hard,fsize,nofile,nproc' (-1 keeps a limit)."""
+    import resource as r
+
+    as_b, cpu_soft, cpu_hard, fsize, nofile, nproc = (int(x) for x in spec.split(","))
+    wanted = [(r.RLIMIT_CORE, 0, 0)]
+    if as_b > 0:
+        wanted.append((r.RLIMIT_AS, as_b, as_b))
+    if cpu_soft > 0:
+        wanted.append((r.RLIMIT_CPU, cpu_soft, cpu_hard if cpu_hard > 0 else r.RLIM_INFINITY))
+    if fsize > 0:
+        wanted.append((r.RLIMIT_FSIZE, fsize, fsize))
+    if nofile > 0:
+        wanted.append((r.RLIMIT_NOFILE, nofile, nofile))
+    if nproc > 0:
+        wanted.append((r.RLIMIT_NPROC, nproc, nproc))
+    for res, soft, hard in wanted:
+        cur_hard = r.getrlimit(res)[1]
+        if cur_hard != r.RLIM_INFINITY:
+            hard = cur_hard if hard == r.RLIM_INFINITY else min(hard, cur_hard)
+            soft = min(soft, hard) if soft != r.RLIM_INFINITY else hard
+        r.setrlimit(res, (soft, hard))
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        data = os.read(fd, 1 << 20)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _move_high(fd):
+    """Re-number a protocol fd above the usual range and make it close-on-exec."""
+    import fcntl
+
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(fd)
+    return new
+
+
+def _trim(te, seen=None):
+    """Drop this driver's frames (and, for a SyntaxError, the parser's leading stdlib frames)
+    from a TracebackException and from the exceptions chained to it."""
+    seen = set() if seen is None else seen
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    frames = list(te.stack)
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    syntax = te.exc_type is not None and issubclass(te.exc_type, SyntaxError)
+    while frames and (frames[0].filename == _SELF
+                      or (syntax and frames[0].filename.startswith(stdlib))):
+        frames.pop(0)
+    while frames and frames[-1].filename == _SELF:
+        frames.pop()
+    te.stack.clear()
+    te.stack.extend(frames)
+    _trim(te.__cause__, seen)
+    _trim(te.__context__, seen)
+
+
+def _describe(exc, filename, source):
+    """(name, value, traceback text) of an exception, without this driver's own frames."""
+    cls = type(exc)
+    name = cls.__qualname__
+    if cls.__module__ not in ("builtins", "__main__"):
+        name = cls.__module__ + "." + name
+    try:
+        value = str(exc)
+    except BaseException:
+        value = "<exception str() failed>"
+    text = ""
+    try:
+        import linecache
+        import traceback
+
+        if source is not None:
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        tb, depth = exc.__traceback__, 0
+        node = tb
+        while node is not None:
+            depth += 1
+            node = node.tb_next
+        prefix = ""
+        if depth > _MAX_FRAMES:  # very deep recursion: keep the innermost frames only
+            for _ in range(depth - _MAX_FRAMES):
+                tb = tb.tb_next
+            omitted = depth - _MAX_FRAMES
+            prefix = (f"Traceback (most recent call last):\n  ... [{omitted} outer frames "
+                      "omitted] ...\n")
+        te = traceback.TracebackException(cls, exc, tb)
+        _trim(te)
+        text = "".join(te.format())
+        if prefix and text.startswith("Traceback (most recent call last):\n"):
+            text = prefix + text[len("Traceback (most recent call last):\n"):]
+    except BaseException:
+        text = ""
+    if len(text) > _MAX_TRACEBACK:
+        half = _MAX_TRACEBACK // 2
+        text = text[:half] + "\n... [traceback truncated] ...\n" + text[-half:]
+    return name, value, text
+
+
+def _encode_fields(fields):
+    out = []
+    for field in fields:
+        data = field.encode("utf-8", "backslashreplace")
+        out.append(b"%d:" % len(data) + data)
+    return b"".join(out)
+
+
+def _exit_status(code):
+    """Python's own mapping of ``SystemExit.code`` to a process exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _fresh_main(filename):
+    import builtins
+
+    main = type(sys)("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    sys.argv[:] = [filename]
+    return main
+
+
+def _run_program(source, filename, report_fd):
+    """Run a whole program as __main__; report an uncaught exception to report_fd as an
+    ``error`` record (name, value, traceback)."""
+    main = _fresh_main(filename)
+    try:
+        code = compile(source, filename, "exec")
+        exec(code, main.__dict__)  # noqa: S102 - running the program is the point
+        return 0
+    except SystemExit as exc:
+        return _exit_status(exc.code)
+    except BaseException as exc:
+        try:
+            _write_all(report_fd, _encode_fields(("error",) + _describe(exc, filename, source)))
+        except BaseException:
+            pass
+        return 1
+
+
+def _once(code_fd, report_fd, spec):
+    source = _read_all(code_fd).decode("utf-8", "surrogateescape")
+    os.close(code_fd)
+    report = _move_high(report_fd)
+    _set_limits(spec)
+    status = _run_program(source, "main.py", report)
+    try:  # tells the host this status is the program's own, not a signal's
+        _write_all(report, _encode_fields(("exit", str(status))))
+    except BaseException:
+        pass
+    raise SystemExit(status)
+
+
+# ---------------------------------------------------------------------------------------------
+# serve mode: framing
+
+
+def _recv(fd):
+    import json
+
+    head = b""
+    while len(head) < _HEADER:
+        chunk = os.read(fd, _HEADER - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    size = int(head)
+    body = bytearray()
+    while len(body) < size:
+        chunk = os.read(fd, min(size - len(body), 1 << 20))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body.decode("utf-8"))
+
+
+_OWNER = []  # pid of the process allowed to answer the host (set when serving starts)
+
+
+def _send(fd, message):
+    import json
+
+    if _OWNER and os.getpid() != _OWNER[0]:
+        # A process forked by user code has unwound into the driver: it must never speak
+        # for the kernel.
+        os._exit(0)
+
+    body = json.dumps(message).encode("utf-8", "surrogatepass")
+    _write_all(fd, b"%010d" % len(body) + body)
+
+
+# ---------------------------------------------------------------------------------------------
+# serve mode: session kernel
+
+
+class _CellTimeout(BaseException):
+    pass
+
+
+class _CellCpuLimit(BaseException):
+    pass
+
+
+class _Session:
+    def __init__(self):
+        import builtins
+        import fcntl
+        import io
+        import signal
+
+        self.io = io
+        self.signal = signal
+        self.count = 0
+        self.in_cell = False
+        self.main = type(sys)("__main__")
+        self.main.__builtins__ = builtins
+        sys.modules["__main__"] = self.main
+        sys.argv[:] = [""]
+        self.saved = {1: fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 100),
+                      2: fcntl.fcntl(2, fcntl.F_DUPFD_CLOEXEC, 100)}
+        self.streams = {1: sys.stdout, 2: sys.stderr}
+
+    def _on_alarm(self, signum, frame):
+        if self.in_cell:
+            raise _CellTimeout()
+
+    def _on_xcpu(self, signum, frame):
+        if self.in_cell:
+            raise _CellCpuLimit()
+
+    def _arm(self, timeout_s, cpu_s):
+        import resource as r
+
+        sig = self.signal
+        sig.signal(sig.SIGALRM, self._on_alarm)
+        sig.signal(sig.SIGXCPU, self._on_xcpu)
+        sig.signal(sig.SIGINT, sig.default_int_handler)
+        if cpu_s > 0:
+            use = r.getrusage(r.RUSAGE_SELF)
+            used = use.ru_utime + use.ru_stime + cpu_s
+            soft = int(used) + (1 if used > int(used) else 0)  # whole seconds, rounded up
+            try:
+                r.setrlimit(r.RLIMIT_CPU, (soft, r.getrlimit(r.RLIMIT_CPU)[1]))
+            except (ValueError, OSError):
+                pass
+        if timeout_s > 0:
+            sig.setitimer(sig.ITIMER_REAL, timeout_s)
+
+    def _disarm(self):
+        import resource as r
+
+        self.signal.setitimer(self.signal.ITIMER_REAL, 0)
+        try:
+            hard = r.getrlimit(r.RLIMIT_CPU)[1]
+            r.setrlimit(r.RLIMIT_CPU, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+    def _restore_stdio(self):
+        for stream in (sys.stdout, sys.stderr, self.streams[1], self.streams[2]):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        for fd in (1, 2):
+            os.dup2(self.saved[fd], fd)
+            if getattr(self.streams[fd], "closed", True):
+                raw = self.io.FileIO(fd, "w", closefd=False)
+                self.streams[fd] = self.io.TextIOWrapper(
+                    self.io.BufferedWriter(raw), encoding="utf-8", errors="backslashreplace",
+                    line_buffering=False)
+        sys.stdout, sys.stderr = self.streams[1], self.streams[2]
+
+    def execute(self, req):
+        import ast
+        import linecache
+
+        self.count += 1
+        filename = f"<cell-{self.count}>"
+        source = req["code"]
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        reply = {"error": None, "value": None, "flag": None}
+        try:
+            tree = ast.parse(source, filename)
+            tail = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                tail = ast.Expression(tree.body.pop().value)
+            body = compile(tree, filename, "exec")
+            tail_code = compile(tail, filename, "eval") if tail is not None else None
+        except BaseException as exc:
+            reply["error"] = _describe(exc, filename, source)
+            return reply
+        timeout_s, cpu_s = float(req.get("timeout_s", 0)), int(req.get("cpu_s", 0))
+        try:
+            try:
+                self._arm(timeout_s, cpu_s)
+                self.in_cell = True
+                exec(body, self.main.__dict__)  # noqa: S102 - running the cell is the point
+                if tail_code is not None:
+                    value = eval(tail_code, self.main.__dict__)
+                    if value is not None:
+                        text = repr(value)
+                        if len(text) > _MAX_VALUE:
+                            text = text[:_MAX_VALUE] + "... [value truncated]"
+                        reply["value"] = text
+            finally:
+                self.in_cell = False
+                self._disarm()
+        except _CellTimeout as exc:
+            reply["flag"] = "wall_time"
+            reply["error"] = self._limit_error(
+                exc, f"the cell exceeded its wall-clock limit of {timeout_s:g} s", source)
+        except _CellCpuLimit as exc:
+            reply["flag"] = "cpu_time"
+            reply["error"] = self._limit_error(
+                exc, f"the cell exceeded its CPU time limit of {cpu_s} s", source)
+        except SystemExit as exc:
+            reply["error"] = ("SystemExit", "" if exc.code is None else str(exc.code), "")
+        except BaseException as exc:
+            reply["error"] = _describe(exc, filename, source)
+        finally:
+            self._restore_stdio()
+        return reply
+
+    def _limit_error(self, exc, message, source):
+        _, _, text = _describe(exc, f"<cell-{self.count}>", source)
+        lines = text.rstrip("\n").splitlines()
+        if lines:
+            lines[-1] = "TimeoutError: " + message
+        return ("TimeoutError", message, "\n".join(lines) + "\n" if lines else "")
+
+
+def _kill_others():
+    """Kill every process of the jail except this kernel and the jail's init (pid 1), and
+    reap the kernel's own children. Only inside the jail's pid namespace."""
+    import signal
+
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    try:
+        while True:
+            os.waitpid(-1, 0)
+    except ChildProcessError:
+        pass
+
+
+def _serve_session(rfd, wfd, jailed):
+    kernel = _Session()
+    _send(wfd, {"ready": True, "pid": os.getpid()})
+    while True:
+        req = _recv(rfd)
+        if req is None:
+            return 0
+        op = req.get("op")
+        if op == "exec":
+            reply = kernel.execute(req)
+            if os.getpid() != _OWNER[0]:
+                os._exit(0)  # a fork of user code unwound to here
+            if jailed:
+                _kill_others()
+        else:
+            reply = {"error": ("ProtocolError", f"unknown op {op!r}", "")}
+        _send(wfd, reply)
+
+
+# ---------------------------------------------------------------------------------------------
+# serve mode: runner (fork server)
+
+
+def _decode_fields(data):
+    fields, i = [], 0
+    while i < len(data):
+        colon = data.index(b":", i)
+        size = int(data[i:colon])
+        fields.append(data[colon + 1:colon + 1 + size].decode("utf-8", "replace"))
+        i = colon + 1 + size
+    return fields
+
+
+def _reap_jail():
+    """As pid 1 of the jail: kill every other process, reap, repeat until none is left."""
+    import signal
+
+    for _ in range(100):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while True:
+                os.waitpid(-1, 0)
+        except ChildProcessError:
+            pass
+        if not any(n.isdigit() and n != "1" for n in os.listdir("/proc")):
+            return
+
+
+def _reap_group(pid):
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _wipe(paths):
+    import shutil
+    import stat
+
+    def fix_and_retry(func, path, _exc):
+        try:
+            os.chmod(os.path.dirname(path), stat.S_IRWXU)
+            os.chmod(path, stat.S_IRWXU)
+            func(path)
+        except OSError:
+            pass
+
+    for top in paths:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, onerror=fix_and_retry)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def _finish_child():
+    """What interpreter shutdown would do: join threads, run atexit, flush."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def _spawn(req, rfd, wfd, jailed, workdirs):
+    import select
+    import signal
+
+    source = req["code"]
+    stdin = req.get("stdin")
+    timeout_s = float(req["timeout_s"])
+    cpu_s = int(req["cpu_s"])
+    rep_r, rep_w = os.pipe()
+    if stdin is None:
+        in_fd = os.open("/dev/null", os.O_RDONLY)
+    else:
+        in_fd = os.memfd_create("stdin", 0)
+        _write_all(in_fd, stdin.encode("latin-1"))
+        os.lseek(in_fd, 0, 0)
+    pid = os.fork()
+    if pid == 0:  # child: becomes the program
+        status = 70
+        try:
+            os.close(rep_r)
+            os.close(rfd)
+            os.close(wfd)
+            os.dup2(in_fd, 0)
+            os.close(in_fd)
+            os.set_inheritable(rep_w, False)
+            if not jailed:
+                os.setpgid(0, 0)
+            for signum in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM, signal.SIGCHLD):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _set_limits(req["limits"])
+            status = _run_program(source, "main.py", rep_w)
+            _finish_child()
+        finally:
+            os._exit(status)
+    os.close(rep_w)
+    os.close(in_fd)
+    pidfd = os.pidfd_open(pid)
+    try:
+        timed_out = not select.select([pidfd], [], [], timeout_s)[0]
+    finally:
+        os.close(pidfd)
+    if timed_out:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status, usage = os.wait4(pid, 0)
+    if jailed:
+        _reap_jail()
+    else:
+        _reap_group(pid)
+        os.set_blocking(rep_r, False)
+    chunks = []
+    try:
+        while data := os.read(rep_r, 1 << 16):
+            chunks.append(data)
+    except BlockingIOError:
+        pass
+    os.close(rep_r)
+    error = None
+    try:
+        fields = _decode_fields(b"".join(chunks))
+        if len(fields) >= 4 and fields[0] == "error":
+            error = fields[1:4]
+    except (ValueError, IndexError):
+        pass
+    _wipe(workdirs)
+    code = os.waitstatus_to_exitcode(status)
+    used = usage.ru_utime + usage.ru_stime
+    return {"exit_code": code, "error": error, "timed_out": timed_out,
+            "cpu_exceeded": (not timed_out) and code < 0 and used >= cpu_s - 0.05,
+            "cpu_used": used}
+
+
+def _serve_runner(rfd, wfd, jailed):
+    import shutil  # noqa: F401  (imported once here so children do not pay for it)
+    import signal
+    import stat  # noqa: F401
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    workdirs = [os.getcwd()] + (["/dev/shm"] if jailed else [])
+    _send(wfd, {"ready": True, "pid": os.getpid()})
+    while True:
+        req = _recv(rfd)
+        if req is None:
+            return 0
+        op = req.get("op")
+        if op == "spawn":
+            reply = _spawn(req, rfd, wfd, jailed, workdirs)
+        else:
+            reply = {"error": ["ProtocolError", f"unknown op {op!r}", ""]}
+        _send(wfd, reply)
+
+
+def _serve(request_fd, reply_fd, spec, jailed, role):
+    rfd = _move_high(request_fd)
+    wfd = _move_high(reply_fd)
+    _set_limits(spec)
+    _OWNER.append(os.getpid())
+    if role == "runner":
+        return _serve_runner(rfd, wfd, jailed == "1")
+    return _serve_session(rfd, wfd, jailed == "1")
+
+
+def _main(argv):
+    mode = argv[1]
+    if mode == "once":
+        _once(int(argv[2]), int(argv[3]), argv[4])
+    elif mode == "serve":
+        raise SystemExit(_serve(int(argv[2]), int(argv[3]), argv[4], argv[5], argv[6]))
+    else:
+        sys.stderr.write(f"weft sandbox driver: unknown mode {mode!r}\n")
+        raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    _main(sys.argv)

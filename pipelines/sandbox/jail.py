@@ -1,0 +1,363 @@
+"""How a jailed interpreter is started: the bubblewrap command line, the plain-subprocess
+fallback, the probe that decides between them, and killing a jail.
+
+The bubblewrap jail unshares every namespace (user, pid, net, ipc, uts, cgroup; no network at
+all), sees only read-only binds of ``/usr`` (plus ``/etc/alternatives`` and ``/etc/ld.so.cache``
+so shared libraries resolve, and the interpreter's prefix when it lives elsewhere), a fresh
+``/proc`` and ``/dev``, a size-limited private tmpfs ``/tmp`` as its only writable directory
+(and a small ``/dev/shm``), an environment built from nothing, ``--die-with-parent`` and
+``--new-session``, and further user namespaces disabled inside. When the host runs as root
+the jail is started as an unprivileged uid (65534 by default), because the kernel ignores
+RLIMIT_NPROC for root (inside its own user namespace each jail counts its processes
+separately). The rlimits themselves are set by the driver before any untrusted code runs. The
+driver arrives pre-compiled by the jail's own interpreter in a sealed read-only memfd.
+Long-lived jails are started from one long-lived thread: ``--die-with-parent`` fires when the
+*thread* that started bubblewrap ends.
+
+The fallback (no bubblewrap, or a probe that fails) is a plain subprocess with the same rlimits,
+a cleared environment and a temporary work dir, dropped to the unprivileged uid when root. It
+does NOT hide the filesystem or the network and a process that calls ``setsid`` can outlive the
+run; it exists so that the project works where bubblewrap cannot, with a loud warning.
+
+Not guaranteed: anything against kernel exploits (no seccomp filter is installed); a bound on
+the RAM used by ``/tmp`` beyond ``disk_mb`` (+16 MB ``/dev/shm``) per live jail; that the
+jail's init process is reaped at once (bubblewrap's outer process exits first and leaves it to
+the host's pid 1).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.sandbox.result import ISOLATION_BWRAP, ISOLATION_SUBPROCESS, Limits
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PYTHON = "/usr/bin/python3"
+DEFAULT_UID = 65534
+JAIL_WORKDIR = "/tmp"
+SHM_MB = 16
+PYTHON_FLAGS = ("-s", "-P")  # no user site-packages, no script dir on sys.path
+_RO_BINDS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime")
+_TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MB = 1024 * 1024
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation cannot be provided on this machine."""
+
+
+@dataclass(frozen=True)
+class JailSpec:
+    """Everything needed to start jailed interpreters (resolved once per sandbox)."""
+
+    isolation: str
+    python: str
+    bwrap: str | None = None
+    uid: int | None = None
+    extra_ro_binds: tuple[str, ...] = ()
+
+
+def jail_env() -> dict[str, str]:
+    """The whole environment the jailed code sees (nothing is inherited from the host)."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": JAIL_WORKDIR,
+        "TMPDIR": JAIL_WORKDIR,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+
+
+def rlimit_spec(limits: Limits, *, cpu: bool = True, cpu_grace_s: int = 1) -> str:
+    """The driver's rlimit argument: 'as_bytes,cpu_soft,cpu_hard,fsize,nofile,nproc'."""
+    cpu_soft = limits.cpu_seconds if cpu else -1
+    cpu_hard = cpu_soft + cpu_grace_s if cpu else -1
+    return ",".join(str(v) for v in (
+        limits.memory_mb * _MB, cpu_soft, cpu_hard, limits.file_size_mb * _MB,
+        limits.open_files, limits.processes))
+
+
+def _python_binds(python: str) -> tuple[str, ...]:
+    """Read-only binds an interpreter outside /usr needs (its real file's prefix)."""
+    real = Path(os.path.realpath(python))
+    if str(real).startswith("/usr/"):
+        return ()
+    # <prefix>/bin/python3.X -> bind <prefix>
+    return (str(real.parent.parent),)
+
+
+def bwrap_argv(spec: JailSpec, limits: Limits, *, as_pid_1: bool = False) -> list[str]:
+    """The bubblewrap command line (without the command to run inside)."""
+    assert spec.bwrap is not None
+    argv = [spec.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+            "--die-with-parent", "--new-session", "--clearenv"]
+    for key, value in jail_env().items():
+        argv += ["--setenv", key, value]
+    for path in _RO_BINDS + _python_binds(spec.python) + spec.extra_ro_binds:
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    for path in _TOP_LINKS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(SHM_MB * _MB), "--tmpfs", "/dev/shm",
+             "--size", str(limits.disk_mb * _MB), "--tmpfs", JAIL_WORKDIR,
+             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", JAIL_WORKDIR]
+    if as_pid_1:
+        argv.append("--as-pid-1")
+    argv.append("--")
+    return argv
+
+
+@functools.lru_cache(maxsize=1)
+def driver_source() -> str:
+    """The in-jail driver's source text (read on first use)."""
+    return (Path(__file__).with_name("_driver.py")).read_text(encoding="utf-8")
+
+
+_COMPILE = ("import marshal, sys; sys.stdout.buffer.write(marshal.dumps(compile("
+            "sys.stdin.buffer.read().decode('utf-8'), '<string>', 'exec')))")
+_SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
+
+
+@functools.lru_cache(maxsize=4)
+def driver_code_fd(python: str) -> tuple[int, int] | None:
+    """(fd, size) of a sealed, read-only memfd holding the driver compiled by ``python`` itself
+    (marshal is version-specific), so a jail start skips compiling ~600 lines; None when that
+    cannot be done here (then the source is passed with ``-c``). Kept open for the process."""
+    try:
+        import fcntl
+
+        done = subprocess.run([python, *PYTHON_FLAGS, "-c", _COMPILE],
+                              input=driver_source().encode("utf-8"), capture_output=True,
+                              env={}, timeout=30, check=False)
+        if done.returncode != 0 or not done.stdout:
+            return None
+        fd = os.memfd_create("weft-driver", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        view = memoryview(done.stdout)
+        while view:
+            view = view[os.write(fd, view):]
+        seals = 0
+        for name in _SEALS:
+            seals |= getattr(fcntl, name)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        return fd, len(done.stdout)
+    except (OSError, AttributeError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def python_argv(spec: JailSpec, driver_args: list[str]) -> tuple[list[str], tuple[int, ...]]:
+    """The interpreter's argv running the driver, and the fds it needs passed."""
+    compiled = driver_code_fd(spec.python)
+    if compiled is None:
+        return [spec.python, *PYTHON_FLAGS, "-c", driver_source(), *driver_args], ()
+    fd, size = compiled
+    boot = (f"import marshal,os;c=marshal.loads(os.pread({fd},{size},0));os.close({fd});"
+            "del marshal;exec(c)")
+    return [spec.python, *PYTHON_FLAGS, "-c", boot, *driver_args], (fd,)
+
+
+@dataclass
+class Launch:
+    """A started jail: the process, and the temp work dir to remove (fallback only)."""
+
+    proc: subprocess.Popen
+    workdir: str | None
+    isolation: str
+
+
+def _drop_privileges_kwargs(spec: JailSpec) -> dict:
+    if spec.uid is None:
+        return {}
+    return {"user": spec.uid, "group": spec.uid, "extra_groups": []}
+
+
+class _LauncherThread:
+    """One long-lived thread that starts long-lived jails.
+
+    bubblewrap's ``--die-with-parent`` uses PR_SET_PDEATHSIG, which fires when the *thread*
+    that started the process ends, not the process. A session or runner started from a
+    short-lived worker thread (a ThreadPoolExecutor's) would be killed when that thread exits,
+    so kernels are started from here; the jail then lives until it is killed or this process
+    ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the calling thread
+                box.append((False, exc))
+            done.set()
+
+    def call(self, fn):
+        if threading.current_thread() is threading.main_thread():
+            return fn()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="weft-jail-launcher",
+                                                daemon=True)
+                self._thread.start()
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+
+_LAUNCHER = _LauncherThread()
+
+
+def launch(spec: JailSpec, limits: Limits, driver_args: list[str], *, pass_fds: tuple[int, ...],
+           stdin, stdout, stderr, as_pid_1: bool = False, long_lived: bool = False) -> Launch:
+    """Start the driver in the jail (or in the fallback) with the given descriptors.
+    ``long_lived`` jails (sessions, runners) are started from a thread that lives as long as
+    the process (see :class:`_LauncherThread`)."""
+    if long_lived:
+        return _LAUNCHER.call(lambda: launch(spec, limits, driver_args, pass_fds=pass_fds,
+                                             stdin=stdin, stdout=stdout, stderr=stderr,
+                                             as_pid_1=as_pid_1))
+    priv = _drop_privileges_kwargs(spec)
+    py_argv, py_fds = python_argv(spec, driver_args)
+    pass_fds = tuple(pass_fds) + py_fds
+    if spec.isolation == ISOLATION_BWRAP:
+        argv = bwrap_argv(spec, limits, as_pid_1=as_pid_1) + py_argv
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env={},
+                                cwd="/", pass_fds=pass_fds, start_new_session=True, **priv)
+        return Launch(proc, None, ISOLATION_BWRAP)
+    workdir = tempfile.mkdtemp(prefix="weft-sandbox-")
+    if spec.uid is not None:
+        os.chown(workdir, spec.uid, spec.uid)
+    env = dict(jail_env(), HOME=workdir, TMPDIR=workdir)
+    try:
+        proc = subprocess.Popen(py_argv, stdin=stdin, stdout=stdout,
+                                stderr=stderr, env=env, cwd=workdir, pass_fds=pass_fds,
+                                start_new_session=True, **priv)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return Launch(proc, workdir, ISOLATION_SUBPROCESS)
+
+
+def kill_jail(launch_: Launch) -> None:
+    """Kill the jail's whole process group (bubblewrap's --die-with-parent and the pid namespace
+    then take everything inside with it) and reap it."""
+    proc = launch_.proc
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a SIGKILLed process always exits
+        log.error("sandbox process %s did not exit after SIGKILL", proc.pid)
+
+
+def cleanup(launch_: Launch) -> None:
+    """After the jail ended: kill leftovers of its group (fallback) and remove its work dir."""
+    if launch_.isolation == ISOLATION_SUBPROCESS:
+        try:
+            os.killpg(launch_.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if launch_.workdir:
+        shutil.rmtree(launch_.workdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing the isolation level
+
+
+def _default_uid() -> int | None:
+    return DEFAULT_UID if os.geteuid() == 0 else None
+
+
+def _check_python(python: str) -> None:
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise SandboxUnavailable(
+            f"sandbox interpreter {python!r} not found; install the system Python "
+            "(apt-get install python3) or pass python=... to LocalSandbox")
+
+
+def _probe_bwrap(spec: JailSpec) -> str | None:
+    """Run ``python3 -c pass`` in the jail; None when it works, else what went wrong."""
+    argv = bwrap_argv(spec, Limits()) + [spec.python, *PYTHON_FLAGS, "-c",
+                                         "import sys; sys.stdout.write('ok')"]
+    try:
+        done = subprocess.run(argv, capture_output=True, env={}, cwd="/", timeout=20,
+                              start_new_session=True, check=False,
+                              **_drop_privileges_kwargs(spec))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if done.returncode != 0 or done.stdout != b"ok":
+        return (f"exit {done.returncode}: "
+                f"{done.stderr.decode('utf-8', 'replace').strip()[:500]}")
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def resolve_spec(isolation: str = "auto", python: str = DEFAULT_PYTHON,
+                 uid: int | None = -1, extra_ro_binds: tuple[str, ...] = ()) -> JailSpec:
+    """Decide how jails are started. ``isolation``: ``auto`` (bubblewrap when it works, else
+    the fallback with a warning), ``bwrap`` (raise when unavailable) or ``subprocess``.
+    ``uid=-1`` means: 65534 when running as root, else the current user."""
+    if isolation not in ("auto", ISOLATION_BWRAP, ISOLATION_SUBPROCESS):
+        raise ValueError(f"isolation must be 'auto', 'bwrap' or 'subprocess', got {isolation!r}")
+    real_uid = _default_uid() if uid == -1 else uid
+    if real_uid is not None and os.geteuid() != 0:
+        raise ValueError("uid can only be chosen when running as root")
+    _check_python(python)
+    if isolation in ("auto", ISOLATION_BWRAP):
+        bwrap = shutil.which("bwrap")
+        problem = "bubblewrap (bwrap) is not installed"
+        if bwrap:
+            spec = JailSpec(ISOLATION_BWRAP, python, bwrap, real_uid, extra_ro_binds)
+            problem = _probe_bwrap(spec)
+            if problem is None:
+                return spec
+        if isolation == ISOLATION_BWRAP:
+            raise SandboxUnavailable(
+                f"bubblewrap jail unavailable: {problem}. Install it (apt-get install "
+                "bubblewrap), make sure unprivileged user namespaces are enabled, or use "
+                "isolation='subprocess' knowingly.")
+        message = (f"weft sandbox: {problem}; FALLING BACK to a plain subprocess with rlimits "
+                   "only: untrusted code can read the host filesystem, reach the network and "
+                   "leave processes behind. Install bubblewrap (apt-get install bubblewrap).")
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        log.warning(message)
+        print(f"WARNING: {message}", file=sys.stderr)
+    return JailSpec(ISOLATION_SUBPROCESS, python, None, real_uid, extra_ro_binds)

@@ -1,0 +1,490 @@
+"""The local sandbox backend: stateless runs, stateful sessions and warm runners, all executed
+by the in-jail driver (``_driver.py``) inside a bubblewrap jail, or in the plain-subprocess
+fallback (see :mod:`pipelines.sandbox.jail`).
+
+- :meth:`LocalSandbox.run` starts a fresh jail per program (cold start, tens of ms).
+- :meth:`LocalSandbox.session` starts one jail holding a kernel; :meth:`LocalSession.execute`
+  runs cells in its persistent namespace. A cell over its wall-clock or CPU limit is interrupted
+  inside the kernel (state kept, ``timed_out=True``); a kernel that does not answer within the
+  limit plus a grace period, or that dies, is killed and replaced (``restarted=True``).
+- :meth:`LocalSandbox.runner` starts one jail holding a fork server: each :meth:`Runner.run`
+  forks a fresh process from a pristine interpreter (a few ms) and, afterwards, kills every
+  leftover process of the jail and wipes its work dir.
+  :class:`~pipelines.sandbox.pool.SandboxPool` keeps several runners warm.
+
+Output is read while the code runs; each of stdout and stderr keeps at most
+``limits.max_output_bytes`` (the rest is read and dropped, ``output_truncated=True``).
+
+Not guaranteed: that output written by background processes of a session between two cells is
+attributed to the right cell; per-cell changes of the limits fixed when a jail starts (memory,
+disk, processes, open files: a session or runner keeps the ones it was started with).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import subprocess
+import threading
+import time
+import weakref
+from typing import Self
+
+from pipelines.sandbox.jail import (
+    DEFAULT_PYTHON,
+    JailSpec,
+    Launch,
+    cleanup,
+    kill_jail,
+    launch,
+    resolve_spec,
+    rlimit_spec,
+)
+from pipelines.sandbox.result import (
+    ISOLATION_BWRAP,
+    LIMIT_CPU,
+    LIMIT_WALL,
+    ExecError,
+    ExecResult,
+    Limits,
+)
+from pipelines.sandbox.streams import (
+    SIGNAL_NAMES,
+    Capture,
+    Pump,
+    as_bytes,
+    build_result,
+    check_code,
+    close_all,
+    drain_fd,
+    error_from_fields,
+    memfd,
+    parse_report,
+    read_available,
+    read_to_eof_or_empty,
+)
+
+GRACE_S = 1.0  # host-side slack on top of a limit the kernel enforces itself
+START_TIMEOUT_S = 20.0
+_HEADER = 10
+
+
+class SandboxError(RuntimeError):
+    """The sandbox machinery itself failed (a jail did not start, a session is closed)."""
+
+
+class LocalSandbox:
+    """Runs untrusted Python locally in a bubblewrap jail (default) or the fallback.
+
+    ``isolation``: ``auto`` | ``bwrap`` | ``subprocess``. ``python``: a world-readable
+    interpreter (the system ``/usr/bin/python3``; a venv under /root is unreadable inside).
+    ``uid``: the unprivileged user to run as when root (-1: 65534 when root, else yourself).
+    The choice is made on first use (a probe of ~20 ms, cached per process) and recorded in
+    every result's ``isolation``.
+    """
+
+    def __init__(self, limits: Limits | None = None, *, isolation: str = "auto",
+                 python: str = DEFAULT_PYTHON, uid: int | None = -1,
+                 extra_ro_binds: tuple[str, ...] = ()) -> None:
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
+        self.limits = limits or Limits()
+        self._options = (isolation, python, uid, tuple(extra_ro_binds))
+        self._spec: JailSpec | None = None
+
+    @property
+    def spec(self) -> JailSpec:
+        if self._spec is None:
+            self._spec = resolve_spec(*self._options)
+        return self._spec
+
+    @property
+    def isolation(self) -> str:
+        return self.spec.isolation
+
+    def run(self, code: str, stdin: str | bytes | None = None,
+            limits: Limits | None = None) -> ExecResult:
+        """Run ``code`` as a program in a fresh jail; ``stdin`` is its standard input."""
+        limits = limits or self.limits
+        source = check_code(code).encode("utf-8", "surrogateescape")
+        data = as_bytes(stdin)
+        spec = self.spec
+        start = time.monotonic()
+        code_fd = memfd("program", source)
+        in_fd = memfd("stdin", data) if data is not None else os.open(os.devnull, os.O_RDONLY)
+        rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            child = launch(spec, limits, ["once", str(code_fd), str(rep_w), rlimit_spec(limits)],
+                           pass_fds=(code_fd, rep_w), stdin=in_fd, stdout=out_w, stderr=err_w)
+        except BaseException:
+            close_all(code_fd, in_fd, rep_w, out_w, err_w, rep_r, out_r, err_r)
+            raise
+        close_all(code_fd, in_fd, rep_w, out_w, err_w)
+        out, err = Capture(limits.max_output_bytes), Capture(limits.max_output_bytes)
+        pump = Pump({out_r: out, err_r: err})
+        report = bytearray()
+        wall, exit_code, cpu_used = False, None, 0.0
+        pidfd = os.pidfd_open(child.proc.pid)
+        try:
+            pump.add(rep_r)
+            pump.add(pidfd)
+            deadline = start + limits.timeout_s
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    wall = True
+                    kill_jail(child)
+                    break
+                ready = pump.poll(remaining)
+                if rep_r in ready:
+                    data = read_to_eof_or_empty(rep_r)
+                    if data is None:
+                        pump.remove(rep_r)
+                    else:
+                        report += data
+                if pidfd in ready:
+                    _, status, usage = os.wait4(child.proc.pid, 0)
+                    exit_code = os.waitstatus_to_exitcode(status)
+                    child.proc.returncode = exit_code
+                    cpu_used = usage.ru_utime + usage.ru_stime
+                    break
+            pump.remove(pidfd)
+            pump.remove(rep_r)
+            cleanup(child)
+            pump.drain_to_eof(0.5)
+            report += drain_fd(rep_r)
+        finally:
+            pump.close()
+            close_all(pidfd, out_r, err_r, rep_r)
+            if child.proc.returncode is None:
+                kill_jail(child)
+            cleanup(child)
+        error, own_status = parse_report(bytes(report))
+        if (exit_code is not None and own_status is None and spec.isolation == ISOLATION_BWRAP
+                and 128 < exit_code < 160):
+            exit_code = 128 - exit_code  # bubblewrap reports death by signal N as 128 + N
+        # SIGXCPU means the soft CPU limit; a SIGKILL counts only with the CPU time to show for
+        # it (the hard limit; rusage is exact in the fallback, not through bubblewrap).
+        cpu = not wall and (exit_code == -24 or (
+            exit_code == -9 and cpu_used >= limits.cpu_seconds - 0.05))
+        return build_result(out=out.take(), err=err.take(), error=error, exit_code=exit_code,
+                            wall=wall, cpu=cpu, start=start, isolation=spec.isolation,
+                            limits=limits)
+
+    def session(self, limits: Limits | None = None) -> LocalSession:
+        """A started stateful session (close it, or use it as a context manager)."""
+        return LocalSession(self, limits or self.limits)
+
+    def runner(self, limits: Limits | None = None) -> Runner:
+        """A started fork-server worker for many fast stateless runs (see :class:`Runner`)."""
+        return Runner(self, limits or self.limits)
+
+
+# ---------------------------------------------------------------------------------------------
+# a long-lived jailed kernel (session or runner)
+
+
+class _Kernel:
+    """One jail running the driver in serve mode, and the host end of its protocol."""
+
+    def __init__(self, spec: JailSpec, limits: Limits, role: str) -> None:
+        self.spec = spec
+        self.role = role
+        self.limits = limits
+        req_r, self.req_w = os.pipe()
+        self.resp_r, resp_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        kernel_limits = rlimit_spec(limits, cpu=False)
+        jailed = "1" if spec.isolation == ISOLATION_BWRAP else "0"
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            self.child: Launch = launch(
+                spec, limits, ["serve", str(req_r), str(resp_w), kernel_limits, jailed, role],
+                pass_fds=(req_r, resp_w), stdin=devnull, stdout=out_w, stderr=err_w,
+                as_pid_1=(role == "runner"), long_lived=True)
+        except BaseException:
+            close_all(req_r, resp_w, out_w, err_w, devnull, self.req_w, self.resp_r,
+                       self.out_r, self.err_r)
+            raise
+        close_all(req_r, resp_w, out_w, err_w, devnull)
+        self.out = Capture(limits.max_output_bytes)
+        self.err = Capture(limits.max_output_bytes)
+        self.pump = Pump({self.out_r: self.out, self.err_r: self.err})
+        self.pump.add(self.resp_r)
+        os.set_blocking(self.req_w, False)
+        self._finalizer = weakref.finalize(self, _kill_quietly, self.child)
+        reply, state = self.call(None, START_TIMEOUT_S)
+        if reply is None or not reply.get("ready"):
+            text = self.err.take()[0].strip()
+            self.kill()
+            raise SandboxError(f"sandbox kernel did not start ({state}): {text[:2000]}")
+        self.out.take()
+        self.err.take()
+
+    @property
+    def alive(self) -> bool:
+        return self.child.proc.poll() is None
+
+    def call(self, request: dict | None, wait_s: float) -> tuple[dict | None, str]:
+        """Send ``request`` (None: only wait for a message) and wait for the reply.
+
+        Returns (reply, state) with state ``ok``, ``timeout`` or ``died``."""
+        pending = b""
+        if request is not None:
+            body = json.dumps(request).encode("utf-8", "surrogatepass")
+            pending = b"%010d" % len(body) + body
+            self.pump.add(self.req_w, selectors.EVENT_WRITE)
+        buf = bytearray()
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None, "timeout"
+                ready = self.pump.poll(min(remaining, 1.0))
+                if self.req_w in ready and pending:
+                    try:
+                        pending = pending[os.write(self.req_w, pending[:1 << 20]):]
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        return None, "died"
+                    if not pending:
+                        self.pump.remove(self.req_w)
+                if self.resp_r in ready:
+                    while True:
+                        data = read_available(self.resp_r)
+                        if data is None:
+                            return None, "died"
+                        if not data:
+                            break
+                        buf += data
+                    if len(buf) >= _HEADER:
+                        size = int(buf[:_HEADER])
+                        if len(buf) >= _HEADER + size:
+                            reply = json.loads(buf[_HEADER:_HEADER + size].decode("utf-8"))
+                            self.pump.drain_now()
+                            return reply, "ok"
+                if not ready and not self.alive:
+                    return None, "died"
+        finally:
+            self.pump.remove(self.req_w)
+
+    def take_output(self, cap: int) -> tuple[tuple[str, bool], tuple[str, bool]]:
+        return self.out.take(cap), self.err.take(cap)
+
+    def exit_code(self, wait_s: float = 0.0) -> int | None:
+        """The kernel's exit status (negative: killed by that signal), None while running."""
+        try:
+            code = self.child.proc.wait(timeout=wait_s) if wait_s else self.child.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if code is not None and self.spec.isolation == ISOLATION_BWRAP and 128 < code < 160:
+            code = 128 - code  # bubblewrap reports death by signal N as 128 + N
+        return code
+
+    def kill(self) -> None:
+        try:
+            kill_jail(self.child)
+            self.pump.drain_to_eof(0.1)
+        finally:
+            cleanup(self.child)
+            self.pump.close()
+            close_all(self.req_w, self.resp_r, self.out_r, self.err_r)
+            self._finalizer.detach()
+
+
+def _kill_quietly(child: Launch) -> None:
+    with contextlib.suppress(OSError):  # best effort at garbage collection
+        kill_jail(child)
+        cleanup(child)
+
+
+class LocalSession:
+    """A stateful interpreter in its own jail: cells share one namespace, like a notebook.
+
+    A trailing expression's ``repr`` is returned as ``value``. Per-cell ``limits`` apply
+    ``timeout_s``, ``cpu_s`` and ``max_output_bytes``; the other limits are the session's.
+    Thread-safe (one cell at a time).
+    """
+
+    def __init__(self, sandbox: LocalSandbox, limits: Limits) -> None:
+        self.sandbox = sandbox
+        self.limits = limits
+        self.isolation = sandbox.spec.isolation
+        self._lock = threading.Lock()
+        self._closed = False
+        self.restarts = 0
+        self._kernel: _Kernel | None = _Kernel(sandbox.spec, limits, "session")
+
+    def execute(self, cell: str, limits: Limits | None = None) -> ExecResult:
+        """Run one cell; never hangs longer than its limit plus a grace period."""
+        check_code(cell)
+        limits = limits or self.limits
+        with self._lock:
+            if self._closed:
+                raise SandboxError("this session is closed; start a new one with "
+                                   "sandbox.session()")
+            start = time.monotonic()
+            restarted = False
+            if self._kernel is None or not self._kernel.alive:
+                self._replace_kernel()
+                restarted = True
+            kernel = self._kernel
+            assert kernel is not None
+            kernel.out.take(limits.max_output_bytes)
+            kernel.err.take(limits.max_output_bytes)
+            request = {"op": "exec", "code": cell, "timeout_s": limits.timeout_s,
+                       "cpu_s": limits.cpu_seconds}
+            reply, state = kernel.call(request, limits.timeout_s + GRACE_S)
+            if reply is not None:
+                out, err = kernel.take_output(limits.max_output_bytes)
+                flag = reply.get("flag")
+                error = error_from_fields(reply.get("error"))
+                return build_result(out=out, err=err, error=error, exit_code=None,
+                                    wall=flag == LIMIT_WALL, cpu=flag == LIMIT_CPU, start=start,
+                                    isolation=self.isolation, limits=limits,
+                                    value=reply.get("value"), restarted=restarted)
+            # The kernel did not answer: it died, or ignored the interrupt. Replace it.
+            exit_code = kernel.exit_code(wait_s=0.0 if state == "timeout" else 1.0)
+            kernel.kill()
+            out, err = kernel.take_output(limits.max_output_bytes)
+            self._kernel = None
+            self._replace_kernel()
+            wall = state == "timeout"
+            error = None
+            if not wall:
+                code = exit_code if exit_code is not None else -9
+                error = ExecError("KernelDied", f"the interpreter exited with status {code}"
+                                  if code >= 0 else
+                                  f"the interpreter was killed by "
+                                  f"{SIGNAL_NAMES.get(-code, f'signal {-code}')}")
+            return build_result(out=out, err=err, error=error, exit_code=exit_code, wall=wall,
+                                cpu=False, start=start, isolation=self.isolation,
+                                limits=limits, restarted=True)
+
+    def _replace_kernel(self) -> None:
+        if self._kernel is not None:
+            self._kernel.kill()
+        self._kernel = None
+        self._kernel = _Kernel(self.sandbox.spec, self.limits, "session")
+        self.restarts += 1
+
+    def restart(self) -> None:
+        """Discard all state: a fresh interpreter in a fresh jail."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("this session is closed")
+            self._replace_kernel()
+
+    def close(self) -> None:
+        """Kill the jail and everything in it. Idempotent."""
+        with self._lock:
+            self._closed = True
+            if self._kernel is not None:
+                self._kernel.kill()
+                self._kernel = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Runner:
+    """A warm fork server in its own jail: fast stateless runs, one at a time.
+
+    Each program runs in a freshly forked process with its own rlimits and ``__main__``; after
+    it, every process left in the jail is killed and the work dir is wiped, so programs do not
+    see each other. ``fits(limits)`` says whether a run's limits are within the jail's own.
+    """
+
+    def __init__(self, sandbox: LocalSandbox, limits: Limits) -> None:
+        self.sandbox = sandbox
+        self.limits = limits
+        self.isolation = sandbox.spec.isolation
+        self._lock = threading.Lock()
+        self._kernel: _Kernel | None = _Kernel(sandbox.spec, limits, "runner")
+        self.restarts = 0
+        self.runs = 0
+
+    def fits(self, limits: Limits) -> bool:
+        own = self.limits
+        return (limits.memory_mb <= own.memory_mb and limits.disk_mb == own.disk_mb
+                and limits.processes <= own.processes and limits.open_files <= own.open_files
+                and limits.file_size_mb <= own.file_size_mb)
+
+    def run(self, code: str, stdin: str | bytes | None = None,
+            limits: Limits | None = None) -> ExecResult:
+        limits = limits or self.limits
+        check_code(code)
+        data = as_bytes(stdin)
+        if not self.fits(limits):
+            raise ValueError("these limits exceed the runner's own (memory, disk, processes, "
+                             "open files, file size); use LocalSandbox.run for them")
+        with self._lock:
+            start = time.monotonic()
+            restarted = False
+            if self._kernel is None or not self._kernel.alive:
+                self._restart()
+                restarted = True
+            kernel = self._kernel
+            assert kernel is not None
+            kernel.out.take(limits.max_output_bytes)
+            kernel.err.take(limits.max_output_bytes)
+            request = {"op": "spawn", "code": code,
+                       "stdin": None if data is None else data.decode("latin-1"),
+                       "timeout_s": limits.timeout_s, "cpu_s": limits.cpu_seconds,
+                       "limits": rlimit_spec(limits)}
+            reply, state = kernel.call(request, limits.timeout_s + GRACE_S + 1.0)
+            self.runs += 1
+            if reply is not None and "exit_code" in reply:
+                out, err = kernel.take_output(limits.max_output_bytes)
+                wall = bool(reply.get("timed_out"))
+                return build_result(out=out, err=err,
+                                    error=error_from_fields(reply.get("error")),
+                                    exit_code=None if wall else reply.get("exit_code"),
+                                    wall=wall, cpu=bool(reply.get("cpu_exceeded")), start=start,
+                                    isolation=self.isolation, limits=limits,
+                                    restarted=restarted)
+            status = kernel.exit_code(wait_s=0.0 if state == "timeout" else 1.0)
+            kernel.kill()
+            out, err = kernel.take_output(limits.max_output_bytes)
+            self._kernel = None
+            self._restart()
+            wall = state == "timeout"
+            error = None if wall else ExecError(
+                "SandboxDied", f"the sandbox's fork server died while running the program "
+                               f"(exit status {status})")
+            return build_result(out=out, err=err, error=error, exit_code=None, wall=wall,
+                                cpu=False, start=start, isolation=self.isolation,
+                                limits=limits, restarted=True)
+
+    def _restart(self) -> None:
+        if self._kernel is not None:
+            self._kernel.kill()
+        self._kernel = None
+        self._kernel = _Kernel(self.sandbox.spec, self.limits, "runner")
+        self.restarts += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if self._kernel is not None:
+                self._kernel.kill()
+                self._kernel = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

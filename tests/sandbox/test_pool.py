@@ -1,0 +1,116 @@
+"""The warm pool: runners are reused and bounded, sessions are pre-started and never reused."""
+
+import threading
+import time
+
+import pytest
+
+from pipelines.sandbox import ExecResult, Limits, SandboxPool
+
+
+def test_run_many_keeps_order_and_reuses_warm_runners(jail):
+    with SandboxPool(jail, workers=2) as pool:
+        jobs = [f"print({i} * {i})" for i in range(12)] + [("print(input())", "fed\n")]
+        results = pool.run_many(jobs)
+        assert [r.stdout for r in results[:12]] == [f"{i * i}\n" for i in range(12)]
+        assert results[12].stdout == "fed\n"
+        assert len(pool._runners) <= 2  # at most `workers` jails were started
+        assert sum(r.runs for r in pool._runners) == 13
+
+
+def test_pool_bounds_concurrency_to_workers(jail, monkeypatch):
+    from pipelines.sandbox.local import Runner
+
+    active, peak, lock = [0], [0], threading.Lock()
+    real_run = Runner.run
+
+    def counting_run(self, *args, **kwargs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            return real_run(self, *args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(Runner, "run", counting_run)
+    with SandboxPool(jail, workers=2) as pool:
+        threads = [threading.Thread(target=pool.run, args=("import time; time.sleep(0.3)",))
+                   for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert peak[0] == 2 and len(pool._runners) == 2
+
+
+def test_pool_runs_limits_above_its_own_in_a_cold_jail(jail):
+    with SandboxPool(jail, workers=1, limits=Limits(memory_mb=256)) as pool:
+        big = pool.run("x = bytearray(400 * 1024 * 1024); print(len(x))",
+                       limits=Limits(memory_mb=1024))
+        assert big.stdout == f"{400 * 1024 * 1024}\n"
+        small = pool.run("x = bytearray(400 * 1024 * 1024)")
+        assert small.memory_exceeded
+
+
+def test_pool_recovers_a_runner_whose_jail_died(jail):
+    with SandboxPool(jail, workers=1) as pool:
+        assert pool.run("print(1)").ok
+        runner = pool._runners[0]
+        runner._kernel.kill()  # the jail disappears under the pool
+        result = pool.run("print(2)")
+        assert result.stdout == "2\n" and result.restarted
+
+
+def test_warm_sessions_are_prestarted_and_not_reused(jail):
+    with SandboxPool(jail, workers=1, warm_sessions=2) as pool:
+        deadline = time.monotonic() + 30
+        while pool._sessions.qsize() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool._sessions.qsize() == 2
+        first = pool.session()
+        first.execute("mine = 1")
+        first.close()
+        second = pool.session()
+        assert second is not first
+        fresh = second.execute("mine")
+        assert fresh.error.name == "NameError"
+        assert not fresh.restarted  # the pre-started jail survived its starter thread
+        second.close()
+
+
+def test_pool_close_kills_everything_and_refuses_more_work(jail):
+    pool = SandboxPool(jail, workers=2, warm_sessions=1)
+    pool.run_many(["pass", "pass"])
+    procs = [r._kernel.child.proc for r in pool._runners]
+    pool.close()
+    assert all(p.poll() is not None for p in procs)
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.run("pass")
+
+
+def test_pool_over_a_backend_without_runners_uses_its_run():
+    calls = []
+
+    class Backend:
+        isolation = "fake"
+        limits = Limits()
+
+        def run(self, code, stdin=None, limits=None):
+            calls.append((code, threading.current_thread().name))
+            return ExecResult(stdout=code)
+
+        def session(self, limits=None):
+            raise AssertionError("not used here")
+
+    with SandboxPool(Backend(), workers=3) as pool:
+        results = pool.run_many(["a", "b", "c"])
+    assert [r.stdout for r in results] == ["a", "b", "c"] and len(calls) == 3
+
+
+def test_pool_rejects_bad_arguments(jail):
+    with pytest.raises(ValueError, match="workers"):
+        SandboxPool(jail, workers=0)
+    with SandboxPool(jail, workers=1) as pool, pytest.raises(TypeError, match="a job is"):
+        pool.run_many([42])
