@@ -52,6 +52,7 @@ def demo_sources() -> list[str]:
 def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
     from assets import definitions, evaluation, ingest
     from assets.resources import GraderResource, LLMResource, WarehouseResource
+    from assets.sandbox_resource import SandboxResource
     from pipelines.models import EMBEDDED_SERVED_NAME
     from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
     from warehouse import Warehouse
@@ -72,6 +73,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
             "llm": LLMResource(base_url=server.base_url, model=str(server.served_name)),
             "warehouse": WarehouseResource(),
             "grader": GraderResource(),
+            "sandbox": SandboxResource(),
         }
         all_assets = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples,
                       evaluation.eval_scores]

@@ -11,13 +11,14 @@ logged to ``llm_calls``. ``eval_scores`` aggregates avg@k, pass@k and maj@k with
 """
 
 import asyncio
-from typing import Optional
+from typing import List, Optional
 
 import dagster as dg
 
 from assets.common import lineage, md_table, now, record_run
 from assets.ingest import problems
 from assets.resources import GraderResource, WarehouseResource
+from assets.sandbox_resource import SandboxResource
 from eval.benchmarks import BENCHMARKS, get as get_benchmark
 from eval.runner import EvalConfig, evaluate, score
 
@@ -36,6 +37,14 @@ class EvalSamplesConfig(dg.Config):
     max_tokens: int = 512
     seed: int = 0
     max_concurrency: int = 8
+    # generation mode (eval.modes): single | interleaved | budgeted | tool
+    mode: str = "single"
+    budgets: List[int] = [1000, 2000, 4000, 8000]
+    budget_overrun: float = 1.5
+    thinking_caps: List[int] = []
+    context_policy: str = "state_preserved"
+    max_turns: int = 6
+    tokenizer_path: str = ""  # interleaved latency metrics; "" = the model's own folder or the embedded one
 
 
 def table_partition(benchmark: str, model: str) -> str:
@@ -47,11 +56,17 @@ def partition_dims(context: dg.AssetExecutionContext) -> tuple[str, str]:
     return keys["benchmark"], keys["model"]
 
 
-def eval_config(config: EvalSamplesConfig, default_k: int) -> EvalConfig:
+def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str = "") -> EvalConfig:
+    from eval.modes import ModeConfig
+
     k = config.k or default_k
     temperature = config.temperature if config.temperature is not None else (0.0 if k == 1 else 0.6)
+    mode = ModeConfig(mode=config.mode, budgets=tuple(config.budgets),
+                      budget_overrun=config.budget_overrun, thinking_caps=tuple(config.thinking_caps),
+                      context_policy=config.context_policy, max_turns=config.max_turns,
+                      tokenizer_path=config.tokenizer_path or tokenizer_path or None)
     return EvalConfig(k=k, temperature=temperature, top_p=config.top_p if temperature > 0 else 1.0,
-                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit)
+                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit, mode=mode)
 
 
 @dg.asset(
@@ -62,14 +77,14 @@ def eval_config(config: EvalSamplesConfig, default_k: int) -> EvalConfig:
     description="One graded row per (problem, sample) for a benchmark and a registered model.",
 )
 def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
-                 warehouse: WarehouseResource, grader: GraderResource) -> dg.MaterializeResult:
+                 warehouse: WarehouseResource, grader: GraderResource,
+                 sandbox: SandboxResource) -> dg.MaterializeResult:
     from eval.models import get_model
     from pipelines.llm import LLMClient
 
     started = now()
     bench_name, model_id = partition_dims(context)
     bench = get_benchmark(bench_name)
-    cfg = eval_config(config, bench.default_k)
     wh = warehouse.get()
     rows = wh.read("problems", partition=bench.source).to_pylist()
     if not rows:
@@ -77,6 +92,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
             f"no problems for {bench.name}: materialize `{bench.source}_problems` and `problems` first"
         )
     spec = get_model(model_id, wh)
+    cfg = eval_config(config, bench.default_k, tokenizer_path=spec.path)
     context.log.info(f"evaluating {model_id} on {bench.name}: "
                      f"{min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k}")
 
@@ -85,10 +101,13 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                            timeout_s=900.0)
         client.check_reachable()
 
+        needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
+
         async def run():
             try:
                 with grader.pool() as pool:
                     return await evaluate(client, bench, rows, cfg, model_label=model_id, pool=pool,
+                                          sandbox=sandbox.get_pool() if needs_sandbox else None,
                                           checkpoint_id=spec.checkpoint_id or None)
             finally:
                 await client.aclose()

@@ -1,24 +1,28 @@
 """Evaluate one model endpoint on one benchmark: render, generate k samples, grade, score.
 
-Generation goes through ``pipelines.llm.LLMClient`` (concurrent, cached, retried); sample i of
-a problem uses seed ``seed + i`` so runs are reproducible and each sample is its own cache
-entry. Grading runs in a process pool (``eval.graders.GradingPool``) because math-verify's
-timeouts need each worker's main thread. Scores: avg@k, unbiased pass@k for k = 1..n (powers of
-two and n), maj@k, each with a bootstrap 95% CI over problems.
+Generation goes through ``pipelines.llm.LLMClient`` (concurrent, cached, retried) in one of the
+modes of ``eval.modes``; sample i of a problem uses seed ``seed + i`` so runs are reproducible
+and each sample is its own cache entry. Math and multiple-choice answers are graded in a
+process pool (``eval.graders.GradingPool``; math-verify's timeouts need each worker's main
+thread); code is run against the benchmark's tests in the sandbox (``eval.code_grader``).
+Scores: avg@k, unbiased pass@k (k = 1, 2, 4, … ≤ n, and n), maj@k, each with a bootstrap 95%
+CI over problems; per budget and per thinking cap when the mode has them.
 
 Not guaranteed: identical outputs across different servers or hardware (sampling differs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from eval.benchmarks import Benchmark
 from eval import metrics
+from eval.benchmarks import Benchmark
+from eval.modes import ModeConfig, Job, interleaved_fields, max_tokens_for, messages_for, plan_jobs
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,7 @@ class EvalConfig:
     max_tokens: int = 512
     seed: int = 0
     limit: int | None = None
+    mode: ModeConfig = field(default_factory=ModeConfig)
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -61,47 +66,118 @@ def select_problems(problems: Iterable[Mapping[str, Any]], limit: int | None) ->
     return rows[:limit] if limit else rows
 
 
-def build_messages(bench: Benchmark, problem: str) -> list[dict[str, str]]:
+def build_messages(bench: Benchmark, problem: Mapping[str, Any] | str) -> list[dict[str, str]]:
     return [{"role": "user", "content": bench.render(problem)}]
 
 
+def _load_tokenizer(path: str | None) -> Any:
+    from transformers import AutoTokenizer
+
+    from pipelines.models import convert
+
+    return AutoTokenizer.from_pretrained(path or str(convert()))
+
+
 async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: EvalConfig,
-                   *, model_label: str) -> list[dict[str, Any]]:
-    """One row per (problem, sample) with the raw output; not graded yet."""
+                   *, model_label: str, sandbox: Any | None = None) -> list[dict[str, Any]]:
+    """One row per job (problem x sample x budget x cap) with the raw output; not graded yet."""
     from pipelines.llm import SamplingParams
 
-    jobs = [(p, i) for p in problems for i in range(cfg.k)]
+    mode = cfg.mode
+    jobs = plan_jobs(problems, cfg.k, mode)
+    tokenizer = _load_tokenizer(mode.tokenizer_path) if mode.mode == "interleaved" else None
+    if mode.mode == "tool" and sandbox is None:
+        raise ValueError("tool mode needs a sandbox (pipelines.sandbox.SandboxPool)")
 
-    async def one(job: tuple[dict, int]) -> dict[str, Any]:
-        problem, index = job
+    async def one(job: Job) -> dict[str, Any]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_tokens=cfg.max_tokens, seed=cfg.seed + index, n=1)
-        messages = build_messages(bench, problem["problem"])
-        result = (await client.chat(messages, params, tag=f"eval/{bench.name}", sample_index=index))[0]
-        return {
-            "model": model_label,
-            "benchmark": bench.name,
-            "problem_id": problem["problem_id"],
-            "sample_index": index,
-            "prompt": "" if bench.private_text else messages[-1]["content"],
+                                max_tokens=max_tokens_for(job, mode, cfg.max_tokens),
+                                seed=cfg.seed + job.index, n=1)
+        messages = messages_for(bench, job, mode)
+        row = {
+            "model": model_label, "benchmark": bench.name, "problem_id": job.problem["problem_id"],
+            "sample_index": job.index, "prompt": "" if bench.private_text else messages[-1]["content"],
+            "gold": job.problem["answer"], "seed": cfg.seed + job.index, "mode": mode.mode,
+            "budget": job.budget, "thinking_cap": job.cap,
+        }
+        # distinct cache entries for distinct budgets/caps of the same sample
+        variant = job.index + 1000 * (job.budget or 0) + 7 * (job.cap or 0)
+        tag = f"eval/{bench.name}/{mode.mode}"
+        if mode.mode == "tool":
+            import asyncio
+
+            session = await asyncio.to_thread(sandbox.session)
+            try:
+                out = await solve_tool(client, session, job, params, mode, tag, variant)
+            finally:
+                await asyncio.to_thread(session.close)
+            row.update(out, context_policy=mode.context_policy)
+            return row
+        result = (await client.chat(messages, params, tag=tag, sample_index=variant))[0]
+        row.update({
             "output": result.text or "",
-            "gold": problem["answer"],
             "prompt_tokens": int(result.prompt_tokens or 0),
             "completion_tokens": int(result.completion_tokens or 0),
             "latency_s": float(result.latency_s or 0.0),
             "finish_reason": result.finish_reason,
             "gen_error": result.error,
-            "seed": cfg.seed + index,
-        }
+        })
+        if mode.mode == "interleaved":
+            row.update(interleaved_fields(row["output"], tokenizer))
+        return row
 
-    return await client.map(one, jobs, desc=f"generate {bench.name}")
+    return await client.map(one, jobs, desc=f"generate {bench.name} ({mode.mode})")
 
 
-def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None) -> list[dict[str, Any]]:
-    """Fill extracted / extraction_method / correct / grade_error in place (and return rows)."""
+async def solve_tool(client, session, job, params, mode, tag, variant) -> dict[str, Any]:
+    from eval.modes import solve_with_tools
+
+    return await solve_with_tools(client, session, job.problem["problem"], params=params, mode=mode,
+                                  tag=tag, sample_index=variant)
+
+
+def code_problem(problem: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark-file-shaped dict ``eval.code_grader`` expects, from a `problems` row."""
+    meta = problem.get("meta") or "{}"
+    meta = json.loads(meta) if isinstance(meta, str) else dict(meta)
+    out = {"benchmark": problem["source"], "prompt": problem["problem"], "problem": problem["problem"],
+           **meta}
+    # `solution` keeps the code's leading indentation (`answer` is stripped at ingestion)
+    reference = problem.get("solution") or (problem.get("answer") if problem.get("answer") != "<tests>" else "")
+    if reference:
+        out.setdefault("canonical_solution", reference)
+    return out
+
+
+def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None, *,
+          problems: Mapping[str, Mapping[str, Any]] | None = None,
+          sandbox: Any | None = None) -> list[dict[str, Any]]:
+    """Fill extracted / extraction_method / correct / grade_error in place (and return rows).
+
+    The graded text is ``graded_text`` when the mode produced one (speak projection, tool
+    answer), else the raw output; the benchmark's normaliser is applied first."""
+    texts = []
+    for r in rows:
+        text = r.get("graded_text")
+        text = r.get("output", "") if text is None else text
+        texts.append(bench.normalizer(text) if bench.normalizer else text)
+    if bench.grader == "code":
+        from eval.code_grader import extract_code, grade_code_many
+
+        if problems is None:
+            raise ValueError("code grading needs the problem rows (tests live in their meta)")
+        shaped = [code_problem(problems[r["problem_id"]]) for r in rows]
+        candidates = [extract_code(t, s.get("entry_point")) for t, s in zip(texts, shaped)]
+        results = grade_code_many(candidates, shaped, pool=sandbox)
+        for row, res in zip(rows, results):
+            row["extracted"] = None
+            row["extraction_method"] = "code_block"
+            row["correct"] = bool(res.passed) and row.get("gen_error") is None
+            row["grade_error"] = None if res.passed else res.reason
+        return rows
     from eval.graders import grade as grade_one
 
-    pairs = [(r["output"], r["gold"]) for r in rows]
+    pairs = [(t, r["gold"]) for t, r in zip(texts, rows)]
     if pool is not None:
         results = pool.grade_many(pairs, kind=bench.grader)
     else:
@@ -116,7 +192,22 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None)
 
 def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
           n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
-    """Aggregate graded rows into eval_scores rows (avg@n, pass@k, maj@n) with bootstrap CIs."""
+    """Aggregate graded rows into eval_scores rows: avg@n, pass@k, maj@n with bootstrap CIs.
+
+    Rows of budgeted or capped runs are scored per budget / cap (metric names get a suffix,
+    e.g. ``avg@k|budget=1000``)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        suffix = "".join(f"|{name}={r[name]}" for name in ("budget", "thinking_cap")
+                         if r.get(name) is not None)
+        groups.setdefault(suffix, []).append(r)
+    out: list[dict[str, Any]] = []
+    for suffix, group in sorted(groups.items()):
+        out.extend(_score_group(group, suffix, model_label, benchmark, n_boot, seed))
+    return out
+
+
+def _score_group(rows, suffix, model_label, benchmark, n_boot, seed) -> list[dict[str, Any]]:
     by_problem: dict[str, list[dict]] = {}
     for r in rows:
         by_problem.setdefault(r["problem_id"], []).append(r)
@@ -124,21 +215,19 @@ def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
         return []
     n = min(len(v) for v in by_problem.values())
     ids = sorted(by_problem)
-    correct = [[bool(s["correct"]) for s in sorted(by_problem[p], key=lambda s: s["sample_index"])[:n]]
-               for p in ids]
-    answers = [[s.get("extracted") for s in sorted(by_problem[p], key=lambda s: s["sample_index"])[:n]]
-               for p in ids]
+    ordered = [sorted(by_problem[p], key=lambda s: s["sample_index"])[:n] for p in ids]
+    correct = [[bool(s["correct"]) for s in samples] for samples in ordered]
+    answers = [[s.get("extracted") for s in samples] for samples in ordered]
     out: list[dict[str, Any]] = []
 
     def add(metric: str, k: int, per_problem: list[float]) -> None:
         mean, lo, hi = metrics.bootstrap_ci(per_problem, n_boot=n_boot, seed=seed)
-        out.append({"model": model_label, "benchmark": benchmark, "metric": metric, "k": k,
+        out.append({"model": model_label, "benchmark": benchmark, "metric": metric + suffix, "k": k,
                     "value": float(mean), "ci_low": float(lo), "ci_high": float(hi),
                     "n_problems": len(ids), "n_samples": len(ids) * n})
 
     add("avg@k", n, [sum(c) / n for c in correct])
-    ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, n) if k <= n})
-    for k in ks:
+    for k in sorted({k for k in (1, 2, 4, 8, 16, 32, 64, n) if k <= n}):
         add("pass@k", k, [metrics.pass_at_k(n, sum(c), k) for c in correct])
     if n > 1:
         add("maj@k", n, [float(_majority_correct(a, c)) for a, c in zip(answers, correct)])
@@ -156,27 +245,28 @@ def _majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
 
 async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str, Any]],
                    cfg: EvalConfig, *, model_label: str, pool: Any | None = None,
-                   checkpoint_id: str | None = None) -> EvalResult:
+                   sandbox: Any | None = None, checkpoint_id: str | None = None) -> EvalResult:
     chosen = select_problems(problems, cfg.limit)
     if not chosen:
         raise ValueError(
             f"no problems for benchmark {bench.name!r}: ingest its source {bench.source!r} first"
         )
     t0 = time.perf_counter()
-    rows = await generate(client, bench, chosen, cfg, model_label=model_label)
+    rows = await generate(client, bench, chosen, cfg, model_label=model_label, sandbox=sandbox)
     t1 = time.perf_counter()
-    grade(rows, bench, pool)
+    grade(rows, bench, pool, problems={p["problem_id"]: p for p in chosen}, sandbox=sandbox)
     t2 = time.perf_counter()
     for row in rows:
         row["checkpoint_id"] = checkpoint_id
+        row.pop("graded_text", None)
     scores = score(rows, model_label=model_label, benchmark=bench.name, seed=cfg.seed)
     return EvalResult(
         samples=rows, scores=scores, generation_s=t1 - t0, grading_s=t2 - t1,
-        completion_tokens=sum(r["completion_tokens"] for r in rows),
-        errors=sum(1 for r in rows if r["gen_error"]),
+        completion_tokens=sum(int(r.get("completion_tokens") or 0) for r in rows),
+        errors=sum(1 for r in rows if r.get("gen_error")),
         extra={"config": asdict(cfg)},
     )
 
 
 def config_json(cfg: EvalConfig) -> str:
-    return json.dumps(asdict(cfg), sort_keys=True)
+    return json.dumps(dataclasses.asdict(cfg), sort_keys=True)

@@ -10,6 +10,7 @@ import pytest
 
 from assets import evaluation, ingest
 from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.sandbox_resource import SandboxResource
 from warehouse import Warehouse
 
 ALL = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
@@ -19,7 +20,8 @@ ALL = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluati
 
 def _resources(base_url: str, model: str) -> dict:
     return {"llm": LLMResource(base_url=base_url, model=model, max_concurrency=4, timeout_s=120),
-            "warehouse": WarehouseResource(), "grader": GraderResource(processes=2)}
+            "warehouse": WarehouseResource(), "grader": GraderResource(processes=2),
+            "sandbox": SandboxResource()}
 
 
 def _ingest(resources, sources, limit):
