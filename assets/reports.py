@@ -1,0 +1,82 @@
+"""`eval_reports`: the leaderboard with CIs, pairwise model tests, and plots (PNG + in the UI).
+
+Reads every evaluation result in the warehouse, writes the paired comparisons of all model
+pairs to ``eval_pairwise`` (view ``pairwise``), draws the plots of ``eval.reports`` into
+``WEFT_HOME/reports/<run id>/`` (and ``reports/latest/``), and shows the leaderboard table and
+the images in the asset's metadata.
+"""
+
+import base64
+import shutil
+from collections import defaultdict
+
+import dagster as dg
+
+from assets.common import lineage, md_table, now, record_run
+from assets.evaluation import eval_scores
+from assets.resources import WarehouseResource
+
+
+def _image_md(path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f"![{path.stem}](data:image/png;base64,{data})"
+
+
+@dg.asset(deps=[eval_scores], group_name="report", kinds={"python", "duckdb"},
+          description="Leaderboard with CIs, pairwise paired tests, latency/budget/sweep plots.")
+def eval_reports(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from eval.budget import thinking_budget_sweep
+    from eval.reports import (pairwise_rows, plot_budget_curves, plot_latency_pareto,
+                              plot_leaderboard, plot_thinking_sweep)
+    from pipelines.settings import weft_home
+
+    started = now()
+    wh = warehouse.get()
+    board = wh.sql("SELECT * FROM leaderboard ORDER BY benchmark, accuracy DESC").to_pylist()
+    if not board:
+        raise dg.Failure("no scores yet: materialize eval_samples and eval_scores first")
+    samples = wh.sql("SELECT model, benchmark, problem_id, sample_index, correct, budget, "
+                     "thinking_cap, completion_tokens FROM eval_samples").to_pylist()
+    pairs = pairwise_rows(samples)
+    lin = lineage(context, {})
+    wh.write("eval_pairwise", pairs, lineage=lin)
+
+    out_dir = weft_home() / "reports" / context.run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sweeps = defaultdict(list)
+    for s in samples:
+        if s["thinking_cap"] is not None and s["correct"] is not None:
+            sweeps[f"{s['model']} {s['benchmark']}"].append(
+                {"cap": s["thinking_cap"], "problem_id": s["problem_id"], "correct": bool(s["correct"]),
+                 "tokens": s["completion_tokens"] or 0})
+    plots = {
+        "leaderboard": plot_leaderboard(board, out_dir / "leaderboard.png"),
+        "latency_pareto": plot_latency_pareto(wh.sql("SELECT * FROM latency").to_pylist(),
+                                              out_dir / "latency_pareto.png"),
+        "budget_curves": plot_budget_curves(wh.sql("SELECT * FROM budget_curve").to_pylist(),
+                                            out_dir / "budget_curves.png"),
+        "thinking_sweep": plot_thinking_sweep({k: thinking_budget_sweep(v) for k, v in sweeps.items()},
+                                              out_dir / "thinking_sweep.png"),
+    }
+    latest = weft_home() / "reports" / "latest"
+    shutil.rmtree(latest, ignore_errors=True)
+    shutil.copytree(out_dir, latest)
+    record_run(wh, lin, started_at=started, rows_written=len(pairs))
+    meta = {
+        "leaderboard": md_table(board, ["benchmark", "model", "accuracy", "ci_low", "ci_high", "pass_at_1", "n_problems"]),
+        "pairwise": md_table(pairs, ["benchmark", "model_a", "model_b", "n", "diff", "ci_low", "ci_high",
+                                     "p_bootstrap", "p_ttest"]),
+        "report_dir": dg.MetadataValue.path(str(out_dir)),
+    }
+    for name, path in plots.items():
+        if path is not None:
+            meta[f"plot_{name}"] = dg.MetadataValue.md(_image_md(path))
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset_check(asset=eval_reports, description="Pairwise p-values lie in [0, 1] and CIs contain the difference.")
+def check_eval_reports_pairwise_valid(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    rows = warehouse.get().sql("SELECT * FROM pairwise").to_pylist()
+    bad = [r for r in rows if not (0 < r["p_bootstrap"] <= 1 and 0 <= r["p_ttest"] <= 1
+                                   and r["ci_low"] - 1e-9 <= r["diff"] <= r["ci_high"] + 1e-9)]
+    return dg.AssetCheckResult(passed=not bad, metadata={"pairs": len(rows), "invalid": len(bad)})

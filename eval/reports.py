@@ -1,0 +1,154 @@
+"""Evaluation reports: pairwise model comparisons and the plots researchers look at.
+
+Pure functions over rows read from the warehouse: ``pairwise_rows`` runs the paired bootstrap
+and the paired t-test for every pair of models evaluated on the same problems of a benchmark
+(single-turn samples; per-problem score = mean correctness over its samples); the ``plot_*``
+functions draw PNG files with matplotlib's non-interactive backend: the leaderboard with 95%
+CIs, accuracy vs content latency (Pareto view for interleaved outputs), budget curves, and the
+thinking-budget sweep. A plot function returns None when there is nothing to draw.
+
+Not guaranteed: corrections for multiple comparisons (see ``eval.compare``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from eval.compare import paired_bootstrap, paired_t_test
+
+
+def per_problem_scores(samples: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
+    """{(benchmark, model): {problem_id: mean correctness}} over plain samples (no budget/cap)."""
+    sums: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in samples:
+        if s.get("budget") is not None or s.get("thinking_cap") is not None or s.get("correct") is None:
+            continue
+        sums[(s["benchmark"], s["model"])][s["problem_id"]].append(float(bool(s["correct"])))
+    return {key: {p: sum(v) / len(v) for p, v in probs.items()} for key, probs in sums.items()}
+
+
+def pairwise_rows(samples: Iterable[Mapping[str, Any]], *, n_boot: int = 5000, seed: int = 0,
+                  min_shared: int = 2) -> list[dict[str, Any]]:
+    """One row per (benchmark, model A, model B) sharing at least ``min_shared`` problems."""
+    scores = per_problem_scores(samples)
+    by_bench: dict[str, list[str]] = defaultdict(list)
+    for bench, model in sorted(scores):
+        by_bench[bench].append(model)
+    out = []
+    for bench, models in sorted(by_bench.items()):
+        for a, b in combinations(sorted(models), 2):
+            shared = sorted(set(scores[(bench, a)]) & set(scores[(bench, b)]))
+            if len(shared) < min_shared:
+                continue
+            sa = {p: scores[(bench, a)][p] for p in shared}
+            sb = {p: scores[(bench, b)][p] for p in shared}
+            boot = paired_bootstrap(sa, sb, n_boot=n_boot, seed=seed)
+            ttest = paired_t_test(sa, sb)
+            out.append({"benchmark": bench, "metric": "accuracy", "model_a": a, "model_b": b,
+                        "n": boot.n, "mean_a": boot.mean_a, "mean_b": boot.mean_b, "diff": boot.diff,
+                        "ci_low": boot.ci_low, "ci_high": boot.ci_high, "p_bootstrap": boot.p_value,
+                        "p_ttest": ttest.p_value, "alternative": "two-sided"})
+    return out
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_leaderboard(board: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Horizontal bars: accuracy per (benchmark, model) with its 95% CI."""
+    if not board:
+        return None
+    plt = _pyplot()
+    rows = sorted(board, key=lambda r: (r["benchmark"], r["model"]))
+    labels = [f"{r['benchmark']} · {r['model']}" for r in rows]
+    values = [r["accuracy"] for r in rows]
+    err = [[r["accuracy"] - r["ci_low"] for r in rows], [r["ci_high"] - r["accuracy"] for r in rows]]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+    ax.barh(range(len(rows)), values, xerr=err, color="#4C72B0", capsize=3)
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("accuracy (avg@k) with bootstrap 95% CI")
+    ax.set_title("weft leaderboard")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_latency_pareto(latency: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Accuracy vs mean ARI (lower = answer content revealed earlier), one point per model."""
+    points = [r for r in latency if r.get("ari") is not None]
+    if not points:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for r in points:
+        ax.scatter(r["ari"], r["accuracy"], s=40)
+        ax.annotate(f"{r['model']} ({r['benchmark']})", (r["ari"], r["accuracy"]), fontsize=8,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("ARI: mean position of answer tokens (lower is earlier)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("accuracy vs content latency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_budget_curves(curve: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Budgeted success and accuracy vs requested token budget, one line pair per model."""
+    if not curve:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    lines: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in curve:
+        lines[(r["model"], r["benchmark"])].append(r)
+    for (model, bench), pts in sorted(lines.items()):
+        pts = sorted(pts, key=lambda r: r["budget"])
+        xs = [p["budget"] for p in pts]
+        ax.plot(xs, [p["budgeted_success"] for p in pts], marker="o", label=f"{model} {bench}: success@B")
+        ax.plot(xs, [p["accuracy"] for p in pts], marker="x", linestyle="--", label=f"{model} {bench}: accuracy@B")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("requested token budget B")
+    ax.set_ylabel("share of problems")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    ax.set_title("budget curves")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_thinking_sweep(curves: Mapping[str, Sequence[Any]], path: Path) -> Path | None:
+    """Accuracy (with CI) vs per-step thinking cap; ``curves``: label -> SweepPoints."""
+    if not any(curves.values()):
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for label, pts in sorted(curves.items()):
+        xs = [p.cap for p in pts]
+        ax.errorbar(xs, [p.accuracy for p in pts],
+                    yerr=[[p.accuracy - p.ci_low for p in pts], [p.ci_high - p.accuracy for p in pts]],
+                    marker="o", capsize=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("thinking-token cap per step")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    ax.set_title("thinking-budget sweep")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,74 @@
+import dagster as dg
+import pytest
+
+from eval.reports import (pairwise_rows, per_problem_scores, plot_budget_curves, plot_latency_pareto,
+                          plot_leaderboard, plot_thinking_sweep)
+
+
+def _samples():
+    rows = []
+    # model a: right on p0..p7 (both samples); model b: right only on p0..p3
+    for i in range(8):
+        for s in range(2):
+            rows.append({"model": "a", "benchmark": "gsm8k", "problem_id": f"p{i}", "sample_index": s,
+                         "correct": True})
+            rows.append({"model": "b", "benchmark": "gsm8k", "problem_id": f"p{i}", "sample_index": s,
+                         "correct": i < 4})
+    rows.append({"model": "a", "benchmark": "gsm8k", "problem_id": "p0", "sample_index": 0,
+                 "correct": False, "budget": 100})  # budgeted rows are not part of the comparison
+    return rows
+
+
+def test_per_problem_scores_and_pairwise():
+    scores = per_problem_scores(_samples())
+    assert scores[("gsm8k", "a")]["p0"] == 1.0 and scores[("gsm8k", "b")]["p5"] == 0.0
+    (row,) = pairwise_rows(_samples(), n_boot=2000)
+    assert (row["model_a"], row["model_b"], row["n"]) == ("a", "b", 8)
+    assert row["diff"] == pytest.approx(0.5) and row["mean_a"] == 1.0 and row["mean_b"] == 0.5
+    assert row["ci_low"] <= 0.5 <= row["ci_high"] and row["p_ttest"] < 0.05
+
+
+def test_pairwise_skips_models_without_shared_problems():
+    rows = [{"model": "a", "benchmark": "x", "problem_id": "p1", "sample_index": 0, "correct": True},
+            {"model": "b", "benchmark": "x", "problem_id": "p2", "sample_index": 0, "correct": True}]
+    assert pairwise_rows(rows) == []
+
+
+def test_plots_write_png_files_or_nothing(tmp_path):
+    from eval.budget import thinking_budget_sweep
+
+    board = [{"benchmark": "gsm8k", "model": "a", "accuracy": 0.5, "ci_low": 0.3, "ci_high": 0.7}]
+    assert plot_leaderboard(board, tmp_path / "l.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_leaderboard([], tmp_path / "e.png") is None and not (tmp_path / "e.png").exists()
+    assert plot_latency_pareto([{"model": "a", "benchmark": "g", "ari": 10.0, "accuracy": 0.4}],
+                               tmp_path / "p.png").stat().st_size > 1000
+    assert plot_latency_pareto([], tmp_path / "p2.png") is None
+    curve = [{"model": "a", "benchmark": "g", "budget": b, "budgeted_success": 0.2, "accuracy": 0.3}
+             for b in (100, 200)]
+    assert plot_budget_curves(curve, tmp_path / "b.png").stat().st_size > 1000
+    sweep = thinking_budget_sweep([(32, "p1", True, 10), (64, "p1", True, 20), (32, "p2", False, 30),
+                                   (64, "p2", True, 40)])
+    assert plot_thinking_sweep({"a": sweep}, tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
+    from assets import evaluation, reports
+    from assets.resources import WarehouseResource
+    from eval.runner import score
+    from warehouse import Warehouse
+
+    wh = Warehouse()
+    samples = _samples()
+    for model in ("a", "b"):
+        rows = [r for r in samples if r["model"] == model and r.get("budget") is None]
+        wh.write("eval_samples", rows, partition=f"gsm8k@{model}")
+        wh.write("eval_scores", score(rows, model_label=model, benchmark="gsm8k"), partition=f"gsm8k@{model}")
+    result = dg.materialize([evaluation.eval_scores, reports.eval_reports, reports.check_eval_reports_pairwise_valid],
+                            selection=["eval_reports"], resources={"warehouse": WarehouseResource()},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    pair = wh.sql("SELECT model_a, model_b, n, diff FROM pairwise").to_pylist()
+    assert pair == [{"model_a": "a", "model_b": "b", "n": 8, "diff": 0.5}]
+    assert (weft_home / "reports" / "latest" / "leaderboard.png").stat().st_size > 1000
+    mat = result.asset_materializations_for_node("eval_reports")[0]
+    assert mat.metadata["plot_leaderboard"].value.startswith("![leaderboard](data:image/png;base64,")
