@@ -50,7 +50,7 @@ def demo_sources() -> list[str]:
 
 
 def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
-    from assets import definitions, evaluation, ingest
+    from assets import evaluation, ingest, reports
     from assets.resources import GraderResource, LLMResource, WarehouseResource
     from assets.sandbox_resource import SandboxResource
     from pipelines.models import EMBEDDED_SERVED_NAME
@@ -76,9 +76,10 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
             "sandbox": SandboxResource(),
         }
         all_assets = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples,
-                      evaluation.eval_scores]
+                      evaluation.eval_scores, reports.eval_reports]
         checks = [ingest.check_problems_answers_and_ids, evaluation.check_eval_samples_all_graded,
-                  evaluation.check_eval_scores_within_unit_interval]
+                  evaluation.check_eval_scores_within_unit_interval,
+                  reports.check_eval_reports_pairwise_valid]
         quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
         sources = demo_sources()
         print(f"[demo] ingesting: {', '.join(sources)}", flush=True)
@@ -106,6 +107,10 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
             )
             if not result.success:
                 return 1
+        result = dg.materialize([*all_assets, *checks], selection=["eval_reports"], resources=resources,
+                                instance=instance, tags={"weft/demo": "report"}, run_config=quiet)
+        if not result.success:
+            return 1
         wh = Warehouse()
         query = ("SELECT benchmark, model, metric, k, round(value, 3) AS value, "
                  "round(ci_low, 3) AS ci_low, round(ci_high, 3) AS ci_high, n_problems "
@@ -116,6 +121,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
     finally:
         server.stop()
     print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
+    print(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
     print("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
     print(f"[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
     return 0
