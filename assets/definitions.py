@@ -13,7 +13,7 @@ import os
 
 import dagster as dg
 
-from assets import evaluation, ingest, reports, schedules, sxs
+from assets import evaluation, ingest, mosaic, reports, schedules, sxs
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
 
@@ -36,7 +36,8 @@ def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
 
 defs = dg.Definitions(
     assets=[*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
-            reports.eval_reports, sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset],
+            reports.eval_reports, sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset,
+            *mosaic.MOSAIC_ASSETS],
     asset_checks=[
         ingest.check_problems_answers_and_ids,
         evaluation.check_eval_samples_all_graded,
@@ -44,6 +45,7 @@ defs = dg.Definitions(
         sxs.check_sxs_alignments_consistent,
         sxs.check_sxs_sft_dataset_round_trip,
         reports.check_eval_reports_pairwise_valid,
+        *mosaic.MOSAIC_CHECKS,
     ],
     jobs=[schedules.eval_job, schedules.ingest_job],
     schedules=[schedules.nightly_eval],
