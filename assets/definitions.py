@@ -13,7 +13,7 @@ import os
 
 import dagster as dg
 
-from assets import evaluation, ingest, mosaic, reports, schedules, sxs
+from assets import evaluation, ingest, mosaic, reports, schedules, sxs, training
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
 
@@ -31,13 +31,13 @@ def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
     else:
         raise ValueError(f"WEFT_ENV must be 'local' or 'cluster', got {env!r}")
     return {"llm": llm, "warehouse": WarehouseResource(), "grader": GraderResource(),
-            "sandbox": SandboxResource()}
+            "sandbox": SandboxResource(), "trainer": training.trainer_for(env)}
 
 
 defs = dg.Definitions(
     assets=[*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
             reports.eval_reports, sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset,
-            *mosaic.MOSAIC_ASSETS],
+            *mosaic.MOSAIC_ASSETS, *training.TRAINING_ASSETS],
     asset_checks=[
         ingest.check_problems_answers_and_ids,
         evaluation.check_eval_samples_all_graded,

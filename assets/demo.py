@@ -3,8 +3,9 @@
 Converts the embedded model (once), starts the local vLLM server, materializes the ingestion
 assets (the built-in generator plus every shared benchmark file that is present), evaluates the
 embedded model on a small slice of GSM8K and MATH-500 (20 problems each, k=2) by materializing
-`eval_samples` and `eval_scores` into a persistent Dagster instance under WEFT_HOME (so the runs
-appear in the UI), prints the scores from DuckDB with SQL, and stops the server it started.
+`eval_samples`, `eval_scores` and `eval_reports` into a persistent Dagster instance under
+WEFT_HOME (so the runs appear in the UI), prints the scores from DuckDB with SQL, stops the
+server it started, then trains a short SFT -> GRPO chain on CPU through Dagster Pipes.
 """
 
 import argparse
@@ -49,7 +50,7 @@ def demo_sources() -> list[str]:
     return sources
 
 
-def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
+def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True) -> int:
     from assets import evaluation, ingest, reports
     from assets.resources import GraderResource, LLMResource, WarehouseResource
     from assets.sandbox_resource import SandboxResource
@@ -119,7 +120,12 @@ def run(limit: int, k: int, max_tokens: int, port: int | None) -> int:
         print(format_table(wh.sql(query)))
         print(format_table(wh.sql("SELECT * FROM sample_stats ORDER BY benchmark")))
     finally:
-        server.stop()
+        server.stop()  # free the CPU for training
+    if train:
+        from assets.training import demo_chain
+
+        if not demo_chain(instance):
+            return 1
     print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
     print(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
     print("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--no-train", action="store_true", help="skip the SFT -> GRPO chain")
     parser.add_argument("--prepare-dagster-home", action="store_true",
                         help="only create WEFT_HOME/dagster (used by `make ui`) and exit")
     args = parser.parse_args(argv)
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(ensure_dagster_home())
         return 0
     logging.basicConfig(level=logging.WARNING)
-    return run(args.limit, args.k, args.max_tokens, args.port)
+    return run(args.limit, args.k, args.max_tokens, args.port, train=not args.no_train)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,417 @@
+"""Table tests for every reward, and property tests of the granularity-shaping QP against an
+independent brute-force (active-set enumeration) solver."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from training import rewards as R
+
+CHAT = lambda text: [{"role": "assistant", "content": text}]
+
+
+# ---------------------------------------------------------------------------------------------
+# completion text and answer regions
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("plain", "plain"),
+    (CHAT("chat text"), "chat text"),
+    ([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}], "ab"),
+])
+def test_completion_text(completion, expected):
+    assert R.completion_text(completion) == expected
+
+
+def test_completion_text_rejects_garbage():
+    with pytest.raises(TypeError, match="completion must be"):
+        R.completion_text(42)
+    with pytest.raises(TypeError, match="messages"):
+        R.completion_text(["not a message"])
+
+
+@pytest.mark.parametrize("text, fmt, expected", [
+    ("x \\boxed{4}", "boxed", "x \\boxed{4}"),
+    ("<think>a</think><speak>b</speak><think>c</think><speak>d</speak>", "sxs", "b\n\nd"),
+    ("untagged answer", "sxs", "untagged answer"),
+    ("<think>only thinking</think>", "sxs", None),
+    ("<think>t</think><answer>\\boxed{7}</answer>", "tir", "\\boxed{7}"),
+    ("<think>t</think><answer>\n7\n</answer>", "tir", "\\boxed{7}"),
+    ("<answer>1</answer> then <answer>2</answer>", "tir", "\\boxed{2}"),
+    ("<think>t</think><code>print(1)</code>", "tir", None),
+    ("<answer>   </answer>", "tir", None),
+])
+def test_answer_region(text, fmt, expected):
+    assert R.answer_region(text, fmt) == expected
+
+
+def test_answer_region_rejects_unknown_format():
+    with pytest.raises(ValueError, match="answer_format"):
+        R.answer_region("x", "xml")
+
+
+# ---------------------------------------------------------------------------------------------
+# outcome
+
+
+@pytest.mark.parametrize("fmt, completion, gold, expected", [
+    ("boxed", "so the result is \\boxed{42}", "42", 1.0),
+    ("boxed", "so the result is \\boxed{41}", "42", 0.0),
+    ("boxed", "no final answer here", "42", 0.0),
+    ("boxed", "\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("boxed", CHAT("The answer is \\boxed{12}."), "12", 1.0),
+    ("sxs", "<think>maybe \\boxed{41}</think><speak>It is \\boxed{42}.</speak>", "42", 1.0),
+    ("sxs", "<think>it is \\boxed{42}</think><speak>It is \\boxed{41}.</speak>", "42", 0.0),
+    ("sxs", "<think>it is \\boxed{42}</think>", "42", 0.0),
+    ("tir", "<think>done</think><answer>\\boxed{42}</answer>", "42", 1.0),
+    ("tir", "<think>done</think><answer>42</answer>", "42", 1.0),
+    ("tir", "<think>t</think><code>print(42)</code>", "42", 0.0),
+    ("boxed", "\\boxed{42}", None, None),
+    ("boxed", "\\boxed{42}", "  ", None),
+])
+def test_outcome_reward(fmt, completion, gold, expected):
+    fn = R.get_outcome_reward(fmt)
+    assert fn(completions=[completion], answer=[gold]) == [expected]
+    assert fn.__name__ == f"outcome_{fmt}"
+    assert fn.required_columns == ("answer",)
+
+
+def test_outcome_reward_reads_named_gold_column_and_says_when_missing():
+    fn = R.get_outcome_reward("boxed", gold_key="gold")
+    assert fn(completions=["\\boxed{3}"], gold=["3"], prompts=["p"]) == [1.0]
+    with pytest.raises(KeyError, match="'gold'"):
+        fn(completions=["\\boxed{3}"], answer=["3"])
+
+
+def test_outcome_reward_rejects_unknown_format():
+    with pytest.raises(ValueError, match="answer_format"):
+        R.get_outcome_reward("json")
+
+
+# ---------------------------------------------------------------------------------------------
+# format rewards
+
+
+@pytest.mark.parametrize("schema, text, expected", [
+    ("sxs", "<think>a</think><speak>b</speak>", 1.0),
+    ("sxs", "  <think>a</think><speak>b</speak><think>c</think><speak>d</speak>\n", 1.0),
+    ("sxs", "<think>a</think><speak>b</speak><think>c</think>", 0.0),  # must end visibly
+    ("sxs", "<speak>b</speak>", 0.0),  # no thinking
+    ("sxs", "<think>a</think>stray<speak>b</speak>", 0.0),
+    ("sxs", "<think>a<speak>b</speak>", 0.0),
+    ("tir", "<think>\nplan\n</think>\n<code>\nprint(1)\n</code>", 1.0),
+    ("tir", "<think>\ndone\n</think>\n<answer>\n\\boxed{1}\n</answer>", 1.0),
+    ("tir", "<think>x</think><code>print(1)</code><interpreter>1</interpreter>", 0.0),
+    ("tir", "<think>x</think><code> </code>", 0.0),
+    ("tir", "just text", 0.0),
+    ("boxed", "answer \\boxed{x}", 1.0),
+    ("boxed", "answer x", 0.0),
+])
+def test_format_reward(schema, text, expected):
+    fn = R.get_format_reward(schema)
+    assert fn(completions=[text, CHAT(text)]) == [expected, expected]
+
+
+def test_format_reward_rejects_unknown_schema():
+    with pytest.raises(ValueError, match="schema"):
+        R.get_format_reward("yaml")
+
+
+# ---------------------------------------------------------------------------------------------
+# groups
+
+
+@pytest.mark.parametrize("rewards, g, expected", [
+    ([1, 1, 0, 0], 2, [True, True]),
+    ([1, 0, 1, 1], 2, [False, True]),
+    ([0.5, 0.5, 0.5, 0.25], 4, [False]),
+    ([None, 1.0, 0.0, 1.0], 2, [True, False]),  # one scorable reward: no signal
+    ([float("nan"), float("nan"), 0.0, 0.0], 2, [True, True]),
+    ([0.3, 0.3 + 1e-12], 2, [True]),
+])
+def test_degenerate_groups(rewards, g, expected):
+    assert R.degenerate_groups(rewards, g) == expected
+
+
+def test_keep_rows_and_group_errors():
+    assert R.keep_rows([1, 0, 1, 1], 2) == [True, True, False, False]
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        R.degenerate_groups([1, 0, 1], 2)
+    assert R.check_groups(["a", "a", "b", "b"], 2) == [slice(0, 2), slice(2, 4)]
+    with pytest.raises(ValueError, match="do not share one prompt"):
+        R.check_groups(["a", "b", "b", "b"], 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# granularity shaping
+
+
+def test_structure_scores_table():
+    s = R.structure_scores([True, True, True, False], [10, 20, 30, 99])
+    z = 10 / math.sqrt(200 / 3)
+    assert s == pytest.approx([z, 0.0, -z, z])  # wrong: -S_min
+    assert R.structure_scores([True, False], [5, 1]) == [0.0, -0.0]
+    assert R.structure_scores([True, True, False], [1, 3, 9], "s_min") == [1.0, -1.0, -1.0]
+    with pytest.raises(ValueError, match="wrong_score"):
+        R.structure_scores([True], [1], "zero")
+    with pytest.raises(ValueError, match="at least one correct"):
+        R.structure_scores([False, False], [1, 2])
+
+
+def test_longest_think_length():
+    text = "<think>one two three</think><speak>x</speak><think>a b</think>"
+    assert R.longest_think_length(text) == 3
+
+    class Chars:
+        def encode(self, text, add_special_tokens=False):
+            return list(text)
+
+    assert R.longest_think_length(text, Chars()) == len("one two three")
+    assert R.longest_think_length("no tags") == 0
+
+
+def _objective(r, s):
+    return float(np.sum((np.asarray(r) - np.asarray(s)) ** 2))
+
+
+def _constraint_matrix(correct, eps):
+    """Rows a with a.R >= b for the QP's constraints (mean written out)."""
+    g = len(correct)
+    rows, rhs = [], []
+    for i, c in enumerate(correct):
+        e = np.zeros(g)
+        e[i] = 1.0
+        row = e - np.full(g, 1.0 / g)  # R_i - mean(R)
+        rows.append(row if c else -row)
+        rhs.append(eps)
+    return np.array(rows), np.array(rhs)
+
+
+def brute_force_qp(scores, correct, eps):
+    """Independent exact solver: try every active set, solve its equality-constrained
+    least-squares problem by pseudo-inverse, keep feasible candidates, return the best."""
+    s = np.asarray(scores, dtype=float)
+    a, b = _constraint_matrix(correct, eps)
+    best, best_val = None, math.inf
+    for k in range(len(correct) + 1):
+        for active in itertools.combinations(range(len(correct)), k):
+            if active:
+                aa, bb = a[list(active)], b[list(active)]
+                r = s - aa.T @ np.linalg.pinv(aa @ aa.T) @ (aa @ s - bb)
+                if np.max(np.abs(aa @ r - bb)) > 1e-8:
+                    continue
+            else:
+                r = s.copy()
+            if np.all(a @ r - b >= -1e-9):
+                val = _objective(r, s)
+                if val < best_val - 1e-12:
+                    best, best_val = r, val
+    return best
+
+
+def _random_group(rng, g):
+    correct = [bool(x) for x in rng.integers(0, 2, size=g)]
+    if all(correct):
+        correct[rng.integers(g)] = False
+    if not any(correct):
+        correct[rng.integers(g)] = True
+    return correct
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_qp_matches_independent_solver_and_satisfies_constraints(seed):
+    rng = np.random.default_rng(seed)
+    g = int(rng.integers(2, 9))
+    correct = _random_group(rng, g)
+    eps = float(rng.choice([0.0, 0.1, 0.5, 2.0]))
+    scores = list(rng.normal(0, 2, size=g))
+    ours = np.array(R.solve_granularity_qp(scores, correct, eps))
+    mean = ours.mean()
+    for r, c in zip(ours, correct):
+        if c:
+            assert r >= mean + eps - 1e-9
+        else:
+            assert r <= mean - eps + 1e-9
+    reference = brute_force_qp(scores, correct, eps)
+    assert ours == pytest.approx(reference, abs=1e-7)
+    # optimality against random feasible points, too
+    a, b = _constraint_matrix(correct, eps)
+    for _ in range(50):
+        candidate = ours + rng.normal(0, 0.5, size=g)
+        if np.all(a @ candidate - b >= 0):
+            assert _objective(ours, scores) <= _objective(candidate, scores) + 1e-9
+
+
+def test_qp_keeps_targets_that_already_satisfy_constraints():
+    scores = [3.0, 2.0, -3.0]
+    assert R.solve_granularity_qp(scores, [True, True, False], 0.5) == pytest.approx(scores)
+
+
+def test_qp_needs_both_kinds():
+    with pytest.raises(ValueError, match="one correct and one wrong"):
+        R.solve_granularity_qp([1, 2], [True, True])
+    with pytest.raises(ValueError, match="epsilon"):
+        R.solve_granularity_qp([1, 2], [True, False], -1)
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("wrong_score", R.WRONG_SCORES)
+def test_shaping_prefers_shorter_thinking_among_correct(seed, wrong_score):
+    rng = np.random.default_rng(100 + seed)
+    g = 8
+    correct = _random_group(rng, g)
+    lengths = [int(x) for x in rng.integers(1, 200, size=g)]
+    shaped = R.shape_group(correct, lengths, 0.5, wrong_score)
+    ok = [(l, r) for l, r, c in zip(lengths, shaped, correct) if c]
+    for (l1, r1), (l2, r2) in itertools.combinations(ok, 2):
+        if l1 < l2:
+            assert r1 >= r2 - 1e-9
+    assert min(r for r, c in zip(shaped, correct) if c) > max(r for r, c in zip(shaped, correct) if not c)
+
+
+def test_shape_group_leaves_degenerate_groups_plain():
+    assert R.shape_group([True, True], [3, 9]) == [1.0, 1.0]
+    assert R.shape_group([False, False], [3, 9]) == [0.0, 0.0]
+
+
+def test_literal_wrong_score_can_erase_the_granularity_signal():
+    # Documented behaviour of the issue's -S_min rule: both correct rollouts end up equal.
+    literal = R.shape_group([True, True, False], [1, 6, 2])
+    assert literal[0] == pytest.approx(literal[1])
+    alternative = R.shape_group([True, True, False], [1, 6, 2], wrong_score="s_min")
+    assert alternative[0] > alternative[1]
+
+
+def test_granularity_reward_end_to_end():
+    fn = R.get_granularity_reward(num_generations=3, epsilon=0.5, wrong_score="s_min")
+    good_short = "<think>a</think><speak>\\boxed{4}</speak>"
+    good_long = "<think>a b c d e f</think><speak>\\boxed{4}</speak>"
+    bad = "<think>a b</think><speak>\\boxed{5}</speak>"
+    out = fn(prompts=["p"] * 3 + ["q"] * 3,
+             completions=[good_short, good_long, bad, good_short, good_short, good_short],
+             answer=["4"] * 6)
+    mean = sum(out[:3]) / 3
+    assert out[0] > out[1] >= mean + 0.5 - 1e-9 and out[2] <= mean - 0.5 + 1e-9
+    assert out[3:] == [1.0, 1.0, 1.0]  # all correct: left for the degenerate filter
+    with pytest.raises(ValueError, match="do not share one prompt"):
+        fn(prompts=["p", "q", "p"], completions=[good_short] * 3, answer=["4"] * 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# action-centric process reward
+
+
+STEP_CODE = "<think>\nplan\n</think>\n<code>\nprint(6 * 7)\n</code>"
+STEP_ANSWER = "<think>\ndone\n</think>\n<answer>\n\\boxed{42}\n</answer>"
+
+
+@pytest.mark.parametrize("completion, ref, kind, last, expected", [
+    (STEP_CODE, "print(6 * 7)", "code", False, 1.0),
+    (STEP_ANSWER, "\\boxed{42}", "answer", True, 1.0),
+    (STEP_ANSWER, "print(6 * 7)", "code", False, 0.0),  # wrong form for the position
+    (STEP_CODE, "\\boxed{42}", "answer", True, 0.0),
+    ("print(6 * 7)", "print(6 * 7)", "code", False, 0.0),  # no tags: gate closed
+    (STEP_CODE, "print(6 * 8)", "code", False, 2 * 11 / 24),
+])
+def test_action_process_reward(completion, ref, kind, last, expected):
+    fn = R.get_action_process_reward()
+    out = fn(completions=[CHAT(completion)], reference_action=[ref], reference_kind=[kind],
+             is_last_step=[last])
+    assert out == [pytest.approx(expected)]
+
+
+def test_action_process_reward_names_missing_column():
+    fn = R.get_action_process_reward()
+    with pytest.raises(KeyError, match="reference_kind"):
+        fn(completions=[STEP_CODE], reference_action=["x"], is_last_step=[False])
+
+
+# ---------------------------------------------------------------------------------------------
+# budgets and length
+
+
+def test_budget_instruction_levels():
+    texts = [R.budget_instruction(b) for b in R.DEFAULT_BUDGETS]
+    assert len(set(texts)) == 4
+    assert "immediately" in texts[0] and "plenty of time" in texts[-1]
+    assert all(str(b) in t for b, t in zip(R.DEFAULT_BUDGETS, texts))
+    assert "plenty" in R.budget_instruction(7, [7])
+    with pytest.raises(ValueError, match="not one of the configured budgets"):
+        R.budget_instruction(1500)
+
+
+@pytest.mark.parametrize("completion, ids, budget, expected", [
+    ("\\boxed{9}", [1, 2, 3], 3, 1.0),
+    ("\\boxed{9}", [1, 2, 3, 4], 3, 0.0),  # correct but over budget
+    ("\\boxed{8}", [1], 3, 0.0),  # within budget but wrong
+])
+def test_budget_reward(completion, ids, budget, expected):
+    fn = R.get_budget_reward("boxed")
+    assert fn(completions=[completion], completion_ids=[ids], answer=["9"], budget=[budget]) == [expected]
+
+
+def test_budget_reward_counts_words_without_ids():
+    fn = R.get_budget_reward("boxed")
+    assert fn(completions=["so \\boxed{9}"], answer=["9"], budget=[2]) == [1.0]
+    assert fn(completions=["so it is \\boxed{9}"], answer=["9"], budget=[2]) == [0.0]
+
+
+@pytest.mark.parametrize("lengths, correct, expected", [
+    ([10, 20, 30], [True, True, True], [0.5, 0.0, -0.5]),
+    ([10, 20, 30], [False, False, False], [0.0, 0.0, -0.5]),
+    ([5, 5], [True, False], [0.0, 0.0]),
+])
+def test_length_penalties(lengths, correct, expected):
+    assert R.length_penalties(lengths, correct) == pytest.approx(expected)
+
+
+def test_length_penalty_reward_groups():
+    fn = R.get_length_penalty_reward(num_generations=2)
+    out = fn(prompts=["p", "p", "q", "q"], completions=["\\boxed{1}"] * 4,
+             completion_ids=[[1], [1, 2, 3], [1, 2], [1, 2]], answer=["1"] * 4)
+    assert out == [0.5, -0.5, 0.0, 0.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# registry
+
+
+def test_parse_reward_specs_and_build():
+    specs = R.parse_reward_specs(["outcome", {"name": "format", "schema": "sxs", "weight": 0.25},
+                                  {"name": "length_penalty"}])
+    assert [(s.name, s.weight) for s in specs] == [("outcome", 1.0), ("format", 0.25),
+                                                  ("length_penalty", 1.0)]
+    funcs, weights = R.build_rewards(specs, num_generations=4)
+    assert [f.__name__ for f in funcs] == ["outcome_boxed", "format_sxs", "length_penalty_boxed"]
+    assert weights == [1.0, 0.25, 1.0]
+
+
+@pytest.mark.parametrize("items, message", [
+    ([], "non-empty list"),
+    (["nope"], "unknown reward 'nope'"),
+    ([{"weight": 1}], "mapping with 'name'"),
+    ([{"name": "outcome", "weight": "big"}], "weight must be a finite number"),
+    ([{"name": "outcome", "schema": "sxs"}], "has no argument 'schema'"),
+    ([{"name": "granularity", "num_generations": 4}], "has no argument 'num_generations'"),
+])
+def test_parse_reward_specs_errors(items, message):
+    with pytest.raises(ValueError, match=message):
+        R.parse_reward_specs(items)
+
+
+def test_registry_refuses_duplicates():
+    with pytest.raises(KeyError, match="already registered"):
+        R.REWARDS["outcome"] = R.get_outcome_reward
+
+
+def test_combine_rewards_weighted_sum():
+    outcome = R.get_outcome_reward("boxed")
+    fmt = R.get_format_reward("boxed")
+    both = R.combine_rewards([(outcome, 1.0), (fmt, 0.5)])
+    out = both(completions=["\\boxed{2}", "\\boxed{3}", "none"], answer=["2", "2", None])
+    assert out == [1.5, 0.5, None]
+    assert both.required_columns == ("answer",)
+    with pytest.raises(ValueError):
+        R.combine_rewards([])

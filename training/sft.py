@@ -1,0 +1,72 @@
+"""Supervised fine-tuning with TRL's SFTTrainer, from a YAML recipe plus overrides.
+
+``python -m training.sft --recipe sxs_sft.cpu [key=value ...]`` (also under ``accelerate
+launch``, or launched by the ``sft_checkpoint`` asset through Dagster Pipes). Rows come from a
+dataset spec and are turned into TRL's prompt/completion format, so the loss covers the
+completion only (the embedded model's chat template has no generation markers, which rules out
+``assistant_only_loss``). The data is loaded and checked before the model is.
+
+Not guaranteed: anything about the quality of the model; CPU recipes are sized to prove the
+machinery, not to teach a format well.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from training.config import WeftSFTConfig
+from training.data import load_dataset, sft_examples
+from training.pipes import Reporter
+from training.run import (
+    RunResult,
+    apply_threads,
+    command_line,
+    completed_run,
+    finish,
+    make_recorder,
+    prepare_output_dir,
+    report,
+    resolve_model,
+)
+
+
+def run_sft(config: WeftSFTConfig, reporter: Reporter | None = None,
+            extra_callbacks: list | None = None) -> RunResult:
+    """Train (or resume, or reuse a finished run) and return the final checkpoint."""
+    reporter = reporter or Reporter()
+    data = load_dataset(config.dataset, fallback=config.dataset_fallback,
+                        limit=config.dataset_limit, seed=config.seed)
+    config.bind_data({"train": data.fingerprint})
+    if data.fallback_from:
+        reporter.log(f"dataset {data.fallback_from} has no data; using {data.spec} instead")
+    examples = sft_examples(data.rows)
+    done = completed_run(config, "sft")
+    if done is not None:
+        reporter.log(f"{config.checkpoint_id} is already complete; reusing {done.path}")
+        report(done, reporter)
+        return done
+    resume_from = prepare_output_dir(config)
+    apply_threads(config)
+    base_model = resolve_model(config.model_name_or_path)
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    recorder = make_recorder(config, "sft", reporter, base_model, {"train": data})
+    reporter.log(f"SFT {config.checkpoint_id}: {len(examples)} rows from {data.spec}, "
+                 f"model {base_model}, {config.max_steps} steps")
+    trainer = SFTTrainer(model=base_model, args=config, train_dataset=Dataset.from_list(examples),
+                         processing_class=tokenizer,
+                         callbacks=[recorder, *(extra_callbacks or [])])
+    trainer.train(resume_from_checkpoint=resume_from)
+    return finish(trainer, recorder, config, "sft", base_model, data, reporter)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_line("sft", run_sft, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
