@@ -221,14 +221,17 @@ class Warehouse:
         return str(self.root / table / "*" / DATA_FILE)
 
     # ---- the catalog ----------------------------------------------------------------------
-    def _view_sql(self, table: str) -> str | None:
+    def _view_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str | None:
+        schema = TABLES.get(table)
         if self.files(table):
             path = self.glob(table).replace("'", "''")
-            return (
-                f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{path}', "
-                "union_by_name=true, hive_partitioning=false)"
-            )
-        schema = TABLES.get(table)
+            source = f"read_parquet('{path}', union_by_name=true, hive_partitioning=false)"
+            # Files written before a column was declared lack it: the view still has every
+            # declared column (NULL there), so views built on top of it keep working.
+            present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            missing = [f for f in (schema or []) if f.name not in present]
+            extra = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS {f.name}" for f in missing)
+            return f"CREATE OR REPLACE VIEW {table} AS SELECT *{extra} FROM {source}"
         if schema is None:
             return None
         cols = ", ".join(
@@ -238,7 +241,7 @@ class Warehouse:
 
     def _install_views(self, con: duckdb.DuckDBPyConnection) -> None:
         for table in sorted(set(TABLES) | set(self.tables())):
-            sql = self._view_sql(table)
+            sql = self._view_sql(table, con)
             if sql:
                 con.execute(sql)
         applied = _apply_migrations(con, self.root)

@@ -184,3 +184,16 @@ def test_evaluation_views_on_hand_made_rows(tmp_path):
     assert lat == [{"samples": 1, "ari": 12.0, "abo": 8.0, "airw": 5.0}]
     # declared columns are written even when a row does not set them
     assert "ari" in pq.read_schema(wh.files("eval_samples")[0]).names
+
+
+def test_files_written_before_a_column_was_declared_still_give_full_views(tmp_path):
+    # an eval_scores file from an older version without checkpoint_id (and other columns)
+    wh = Warehouse(tmp_path)
+    folder = tmp_path / "eval_scores" / "old"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"model": ["m"], "benchmark": ["b"], "metric": ["avg@k"], "k": [1],
+                             "value": [0.5], "ci_low": [0.4], "ci_high": [0.6],
+                             "created_at": pa.array([None], pa.timestamp("us", tz="UTC"))}),
+                   folder / "data.parquet")
+    rows = wh.sql("SELECT model, accuracy, checkpoint_id FROM leaderboard").to_pylist()
+    assert rows == [{"model": "m", "accuracy": 0.5, "checkpoint_id": None}]
