@@ -6,6 +6,12 @@ answers, reuses a server that already serves the same model on the port, and sto
 process it started itself (the whole process group). Its PID and model are recorded in
 ``WEFT_HOME/run/server-<port>.json`` so a later process can find and stop a server left running.
 
+On CPU, vLLM pins its compute threads to cores (``VLLM_CPU_OMP_THREADS_BIND``, default
+``auto``: every core of the first NUMA node but one). Two servers left on ``auto`` pin to the
+same cores and starve each other, so a server started while other vLLM CPU servers run on this
+host is bound to the cores they leave free (``choose_cpu_bind``), or left unpinned (``nobind``)
+when none are free. A value set in the environment is always respected.
+
 Not guaranteed: that the port stays free between the check and the bind (another program can
 take it); start-up time (about 25-60 s on 2 CPU cores).
 """
@@ -57,6 +63,94 @@ def served_models(base_url: str, timeout_s: float = 2.0) -> list[str] | None:
     return [m.get("id", "") for m in payload.get("data", [])]
 
 
+SERVER_MARKER = "vllm.entrypoints.openai.api_server"
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def parse_cpu_list(spec: str) -> list[int]:
+    """CPU ids of a list such as ``"0-3,6"`` (ranks separated by ``|`` are merged)."""
+    cpus: set[int] = set()
+    for part in spec.replace("|", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())):
+            raise ValueError(f"bad CPU list {spec!r}: expected ids and ranges such as '0-3,6'")
+        cpus.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return sorted(cpus)
+
+
+def format_cpu_list(cpus: list[int]) -> str:
+    """Shortest range form of CPU ids: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    parts: list[str] = []
+    ids = sorted(set(cpus))
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def choose_cpu_bind(allowed: list[int], running: list[str | None]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a new CPU server, given the binds of running ones.
+
+    ``running`` holds each running server's value (None when it used vLLM's default). With no
+    other server, vLLM's own NUMA-aware ``auto`` is kept. Otherwise the new server takes the
+    allowed cores no running server pins; a server on ``auto`` is taken to pin all allowed
+    cores but the last (what ``auto`` does on one NUMA node), ``nobind`` pins none. With no
+    core left, ``nobind`` lets the kernel share the cores instead of stacking two pinned
+    servers on one.
+    """
+    if not running:
+        return "auto"
+    allowed = sorted(set(allowed))
+    taken: set[int] = set()
+    for bind in running:
+        if bind in (None, "", "auto"):
+            taken.update(allowed[:-1] if len(allowed) > 1 else allowed)
+        elif bind != "nobind":
+            try:
+                taken.update(parse_cpu_list(bind))
+            except ValueError:
+                taken.update(allowed)  # unknown pinning: assume the worst
+    free = [c for c in allowed if c not in taken]
+    return format_cpu_list(free) if free else "nobind"
+
+
+def running_cpu_binds(exclude_pid: int | None = None) -> list[str | None]:
+    """``VLLM_CPU_OMP_THREADS_BIND`` of every vLLM OpenAI server visible on this host.
+
+    Found through ``/proc`` (so servers started by hand or under another ``WEFT_HOME`` count
+    too); None for a server that did not set it. A forked child of a server (same command
+    line) is not counted again. Processes whose environment cannot be read count as None.
+    """
+    found: dict[int, tuple[int, str | None]] = {}
+    prefix = f"{BIND_ENV}=".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == exclude_pid:
+            continue
+        try:
+            if SERVER_MARKER.encode() not in (entry / "cmdline").read_bytes().split(b"\0"):
+                continue
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        value = None
+        try:
+            for item in (entry / "environ").read_bytes().split(b"\0"):
+                if item.startswith(prefix):
+                    value = item[len(prefix):].decode(errors="replace")
+        except OSError:
+            pass
+        found[int(entry.name)] = (ppid, value)
+    return [value for ppid, value in found.values() if ppid not in found]
+
+
 def _state_path(port: int) -> Path:
     return weft_home() / "run" / f"server-{port}.json"
 
@@ -91,6 +185,7 @@ class LocalModelServer:
     extra_args: tuple[str, ...] = ()
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     owned: bool = field(default=False, init=False)
+    cpu_bind: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if self.model_path is None:
@@ -153,9 +248,13 @@ class LocalModelServer:
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         env["HF_HUB_OFFLINE"] = env.get("HF_HUB_OFFLINE", "1")
+        if BIND_ENV not in env:
+            env[BIND_ENV] = choose_cpu_bind(sorted(os.sched_getaffinity(0)), running_cpu_binds())
+        self.cpu_bind = env[BIND_ENV]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(self.log_path, "ab")
-        log.info("starting vLLM for %s on %s (log: %s)", self.model_path, self.base_url, self.log_path)
+        log.info("starting vLLM for %s on %s (CPU bind %s; log: %s)", self.model_path,
+                 self.base_url, self.cpu_bind, self.log_path)
         self.process = subprocess.Popen(
             self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True,

@@ -26,47 +26,15 @@ from transformers import TrainerCallback
 
 from training.pipes import Reporter
 from warehouse import Lineage, Warehouse
+from warehouse.schema import LINEAGE_COLUMNS, TABLES
 
 TRAIN_METRICS = "train_metrics"
 CHECKPOINTS = "checkpoints"
 
-TRAIN_METRICS_SCHEMA = pa.schema([
-    ("checkpoint_id", pa.string()),
-    ("kind", pa.string()),
-    ("step", pa.int64()),
-    ("epoch", pa.float64()),
-    ("loss", pa.float64()),
-    ("reward_mean", pa.float64()),
-    ("reward_std", pa.float64()),
-    ("kl", pa.float64()),
-    ("completion_length", pa.float64()),
-    ("filtered_group_share", pa.float64()),
-    ("seconds_per_step", pa.float64()),
-    ("generation_s", pa.float64()),
-    ("reward_s", pa.float64()),
-    ("scoring_s", pa.float64()),
-    ("optimisation_s", pa.float64()),
-    ("tokens_generated", pa.int64()),
-    ("learning_rate", pa.float64()),
-    ("grad_norm", pa.float64()),
-    ("entropy", pa.float64()),
-    ("logs_json", pa.string()),
-])
-
-CHECKPOINTS_SCHEMA = pa.schema([
-    ("checkpoint_id", pa.string()),
-    ("kind", pa.string()),
-    ("status", pa.string()),
-    ("path", pa.string()),
-    ("base_model", pa.string()),
-    ("recipe", pa.string()),
-    ("parent_checkpoint", pa.string()),
-    ("dataset_fingerprints", pa.string()),
-    ("global_step", pa.int64()),
-    ("train_loss", pa.float64()),
-    ("train_runtime_s", pa.float64()),
-    ("config_json", pa.string()),
-])
+# Both tables are declared in warehouse/schema.py (typed views before any run); the rows this
+# module builds carry the declared columns without the lineage ones, which the warehouse stamps.
+TRAIN_METRICS_SCHEMA = pa.schema([f for f in TABLES[TRAIN_METRICS] if f.name not in LINEAGE_COLUMNS])
+CHECKPOINTS_SCHEMA = pa.schema([f for f in TABLES[CHECKPOINTS] if f.name not in LINEAGE_COLUMNS])
 
 # train_metrics column <- the first of these log keys present (TRL/transformers names).
 LOG_KEYS: dict[str, tuple[str, ...]] = {

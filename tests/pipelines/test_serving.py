@@ -1,10 +1,27 @@
 """The real local vLLM server: answers through the LLM client, is reused, stops only its own."""
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pipelines.serving import LocalModelServer, ServerStartError, served_models, stop_recorded
+from pipelines.serving import (
+    BIND_ENV,
+    SERVER_MARKER,
+    LocalModelServer,
+    ServerStartError,
+    choose_cpu_bind,
+    format_cpu_list,
+    free_port,
+    parse_cpu_list,
+    running_cpu_binds,
+    served_models,
+    stop_recorded,
+)
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path):
@@ -16,11 +33,62 @@ def test_stop_recorded_without_a_record_does_nothing(weft_home):
     assert stop_recorded(port=1) is False
 
 
+def test_cpu_lists_parse_and_format_round_trip():
+    assert parse_cpu_list("0-3,6") == [0, 1, 2, 3, 6]
+    assert parse_cpu_list("4-5|0-1") == [0, 1, 4, 5]  # one list per rank, merged
+    assert format_cpu_list([5, 0, 1, 2]) == "0-2,5"
+    assert format_cpu_list([3]) == "3"
+    for spec in ("0-2,5", "1,3,5-7"):
+        assert format_cpu_list(parse_cpu_list(spec)) == spec
+    with pytest.raises(ValueError, match="bad CPU list 'a-b'"):
+        parse_cpu_list("a-b")
+
+
+def test_cpu_bind_keeps_vllm_default_alone_and_splits_cores_otherwise():
+    two, eight = [0, 1], list(range(8))
+    assert choose_cpu_bind(two, []) == "auto"
+    # vLLM's auto pins every core but the last: the second server gets the core it leaves
+    assert choose_cpu_bind(two, [None]) == "1"
+    assert choose_cpu_bind(two, ["auto"]) == "1"
+    assert choose_cpu_bind(eight, ["0-3"]) == "4-7"
+    assert choose_cpu_bind(eight, ["0-3", "4-5"]) == "6-7"
+    assert choose_cpu_bind(eight, ["nobind"]) == "0-7"
+    # nothing left: share all cores through the kernel rather than stack pinned servers
+    assert choose_cpu_bind(two, [None, "1"]) == "nobind"
+    assert choose_cpu_bind(two, ["garbage"]) == "nobind"
+    assert choose_cpu_bind([0], [None]) == "nobind"
+
+
+def test_running_binds_are_read_from_proc_and_forked_workers_count_once():
+    before = running_cpu_binds()
+    # a stand-in process with the server's command-line marker, which forks a child that
+    # keeps the same command line, as vLLM's forked workers do
+    script = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nelse:\n    time.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script, SERVER_MARKER],
+                            env={**os.environ, BIND_ENV: "7"}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            after = running_cpu_binds()
+            if len(after) > len(before):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)  # let the child appear too
+        after = running_cpu_binds()
+        assert sorted(map(str, after)) == sorted(map(str, before + ["7"]))
+        assert running_cpu_binds(exclude_pid=proc.pid).count("7") == before.count("7") + 1  # the child
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
 @pytest.mark.server
 def test_real_server_chat_json_and_reuse(local_server, embedded_model_dir, weft_home):
     from pipelines.llm import LLMClient, SamplingParams
 
     assert local_server.served_name in served_models(local_server.base_url)
+    # the real server process is found in /proc with the CPU bind it was started with
+    assert local_server.cpu_bind and local_server.cpu_bind in running_cpu_binds()
 
     async def talk():
         client = LLMClient(local_server.base_url, local_server.served_name, cache_path=weft_home / "c.sqlite")
@@ -52,3 +120,41 @@ def test_real_server_chat_json_and_reuse(local_server, embedded_model_dir, weft_
                              port=local_server.port)
     with pytest.raises(ServerStartError, match="already serves"):
         other.start()
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_a_second_cpu_server_gets_its_own_cores(embedded_model_dir, local_server):
+    """A second server started beside a running one must come up and answer.
+
+    Left on vLLM's default, both pin their compute threads to the same core (on 2 cores the
+    second server's start-up once hung past the 420 s timeout on a busy machine;
+    bench/serving_bind.py measures the throughput lost).
+    """
+    from pipelines.llm import LLMClient, SamplingParams
+
+    servers = [LocalModelServer(model_path=embedded_model_dir, served_name="second",
+                                port=free_port(), startup_timeout_s=300)]
+    try:
+        started = time.monotonic()
+        for server in servers:
+            server.start()
+        elapsed = time.monotonic() - started
+        binds = [local_server.cpu_bind] + [s.cpu_bind for s in servers]
+        assert binds[1] != binds[0] and binds[1] != "auto", binds
+
+        async def ask(server):
+            client = LLMClient(server.base_url, server.served_name, use_cache=False)
+            try:
+                return await client.chat([{"role": "user", "content": "Say hi."}],
+                                         SamplingParams(max_tokens=8, seed=0))
+            finally:
+                await client.aclose()
+
+        with ThreadPoolExecutor(2) as pool:
+            outs = list(pool.map(lambda s: asyncio.run(ask(s)), [local_server, *servers]))
+        assert all(o[0].error is None and o[0].completion_tokens > 0 for o in outs)
+        print(f"second server ready in {elapsed:.0f}s with binds {binds}")
+    finally:
+        for server in servers:
+            server.stop()

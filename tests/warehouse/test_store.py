@@ -75,8 +75,12 @@ def test_reader_sees_old_or_new_file_never_partial(tmp_path):
 def test_empty_warehouse_has_typed_views_and_migrations(tmp_path):
     wh = Warehouse(tmp_path)
     for table in ("problems", "rejects", "llm_calls", "eval_samples", "eval_scores", "runs",
-                  "latest_scores", "sample_stats"):
+                  "train_metrics", "checkpoints", "latest_scores", "sample_stats"):
         assert wh.sql(f"SELECT count(*) AS n FROM {table}").to_pylist() == [{"n": 0}]
+    # training tables are typed before any run, so dashboards over them can be written first
+    typed = {r["column_name"]: r["column_type"] for r in wh.sql(
+        "SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM train_metrics)").to_pylist()}
+    assert typed["loss"] == "DOUBLE" and typed["step"] == "BIGINT" and typed["checkpoint_id"] == "VARCHAR"
     versions = wh.sql("SELECT version FROM weft_migrations ORDER BY version").column("version").to_pylist()
     assert versions and versions[0] == 1
     # applying again records nothing new
