@@ -22,14 +22,11 @@ from training.pipes import Reporter
 from training.rewards import build_rewards
 from training.run import (
     RunResult,
-    apply_threads,
     command_line,
-    completed_run,
     finish,
     make_recorder,
-    prepare_output_dir,
-    report,
-    resolve_model,
+    prepare_run,
+    reuse_completed,
 )
 
 
@@ -58,14 +55,10 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     # Checked with tokenizer-free rewards first, so bad data fails before anything is loaded.
     check_reward_columns(build_rewards(specs, num_generations=config.num_generations)[0],
                          set(examples[0]))
-    done = completed_run(config, "grpo")
+    done = reuse_completed(config, "grpo", reporter)
     if done is not None:
-        reporter.log(f"{config.checkpoint_id} is already complete; reusing {done.path}")
-        report(done, reporter)
         return done
-    resume_from = prepare_output_dir(config)
-    apply_threads(config)
-    base_model = resolve_model(config.model_name_or_path)
+    resume_from, base_model = prepare_run(config)
 
     from datasets import Dataset
     from transformers import AutoTokenizer

@@ -143,6 +143,22 @@ def completed_run(config: Any, kind: str) -> RunResult | None:
                      last_metrics=data.get("last_metrics", {}), dataset=data.get("dataset", {}))
 
 
+def reuse_completed(config: Any, kind: str, reporter: Reporter) -> RunResult | None:
+    """An earlier complete run of this checkpoint, reported again; None when training is needed."""
+    done = completed_run(config, kind)
+    if done is not None:
+        reporter.log(f"{config.checkpoint_id} is already complete; reusing {done.path}")
+        report(done, reporter)
+    return done
+
+
+def prepare_run(config: Any) -> tuple[str | None, str]:
+    """(checkpoint to resume from, base model path): output folder ready, torch threads set."""
+    resume_from = prepare_output_dir(config)
+    apply_threads(config)
+    return resume_from, resolve_model(config.model_name_or_path)
+
+
 def _metrics_md(rows: list[dict[str, Any]], limit: int = 12) -> str:
     shown = rows[-limit:]
     head = "| " + " | ".join(TABLE_COLUMNS) + " |\n|" + "---|" * len(TABLE_COLUMNS) + "\n"

@@ -19,14 +19,11 @@ from training.data import load_dataset, sft_examples
 from training.pipes import Reporter
 from training.run import (
     RunResult,
-    apply_threads,
     command_line,
-    completed_run,
     finish,
     make_recorder,
-    prepare_output_dir,
-    report,
-    resolve_model,
+    prepare_run,
+    reuse_completed,
 )
 
 
@@ -40,14 +37,10 @@ def run_sft(config: WeftSFTConfig, reporter: Reporter | None = None,
     if data.fallback_from:
         reporter.log(f"dataset {data.fallback_from} has no data; using {data.spec} instead")
     examples = sft_examples(data.rows)
-    done = completed_run(config, "sft")
+    done = reuse_completed(config, "sft", reporter)
     if done is not None:
-        reporter.log(f"{config.checkpoint_id} is already complete; reusing {done.path}")
-        report(done, reporter)
         return done
-    resume_from = prepare_output_dir(config)
-    apply_threads(config)
-    base_model = resolve_model(config.model_name_or_path)
+    resume_from, base_model = prepare_run(config)
 
     from datasets import Dataset
     from transformers import AutoTokenizer

@@ -142,7 +142,6 @@ def test_cli_print_config_and_bad_recipe_exit_before_model(monkeypatch, capsys):
         raise AssertionError("the model must not be loaded for a bad or print-only recipe")
 
     monkeypatch.setattr(run, "resolve_model", no_model)
-    monkeypatch.setattr(sft, "resolve_model", no_model)
     assert sft.main(["--recipe", "sxs_sft.cpu", "--print-config", "max_steps=3"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["max_steps"] == 3 and printed["recipe"] == "sxs_sft.cpu"
