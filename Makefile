@@ -13,12 +13,13 @@ export WEFT_HOME ?= $(CURDIR)/.weft
 # only by the optional UI screenshot test.
 APT_PACKAGES := bubblewrap python3 python3-numpy python3-sympy
 
-.PHONY: setup system-deps demo test test-slow test-all ui bench clean-home help
+.PHONY: setup system-deps lint demo test test-slow test-all ui bench clean-home help
 
 help:
 	@echo "make demo       set up, then run the main job on the embedded model"
 	@echo "make test       set up, then run the test suite (fast + integration, no slow)"
 	@echo "make test-slow  the slow tests only"
+	@echo "make lint       ruff check (also run by make test)"
 	@echo "make ui         start the Dagster UI on http://127.0.0.1:3000"
 
 $(SYS_STAMP):
@@ -56,7 +57,10 @@ setup: $(SYS_STAMP) $(STAMP)
 demo: setup
 	$(PY) -m assets.demo
 
-test: setup
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: setup lint
 	$(PY) -m pytest -q
 
 test-slow: setup

@@ -5,15 +5,21 @@ step instances for process-supervised GRPO.
   synthesize one trajectory per problem of that source (a deterministic slice of the train
   split) with ``pipelines.mosaic`` — manager/actor with failure injection, or the plain baseline
   — grade them, and write one row per trajectory (table of the same name), every LLM call to
-  ``llm_calls`` and one summary row per method and source to ``mosaic_summary``. The UI shows
-  accuracy, average turns, realized perturbation rate, recovery rate and failure counts, MOSAIC
-  and baseline side by side once both exist for a source.
+  ``llm_calls`` and one summary row per method and source to ``mosaic_summary``. MOSAIC rows go
+  to the warehouse partition ``<source>/rho=<ρ>`` (:func:`mosaic_partition`), so runs with
+  different ρ (the paper's 0.1 for SFT, 0.2 for RL) live side by side; a rerun with the same ρ
+  replaces its rows. The UI shows accuracy, average turns (all attempts and completed ones),
+  realized perturbation rate, recovery rate, early answers and failure counts, MOSAIC and
+  baseline side by side once both exist for a source.
 - ``tir_trajectories``: the real TIR trajectories under ``WEFT_DATA_DIR/tir`` in the same schema
   (``pipelines.ingest_tir``), rejects to ``rejects``.
 - ``tir_sft_dataset``: SFT rows in both renderings (state preserved / state discarded) from the
-  correct MOSAIC trajectories and the real ones; deliberately mutated steps stay in the context
-  but are never targets.
-- ``step_instances``: one row per step of the same expert trajectories (``pipelines.decompose``).
+  correct MOSAIC trajectories and the real ones. Deliberately mutated steps are targets like any
+  other step (DeepTool §2.2 trains on the trajectories as synthesized); ``train_on_injected:
+  false`` keeps them in the context only.
+- ``step_instances``: one row per step of the expert trajectories (``pipelines.decompose``).
+  Both select their MOSAIC trajectories by ρ (``mosaic_rho``) and by run (``mosaic_run_ids``),
+  e.g. ``mosaic_rho: 0.1`` for SFT and ``mosaic_rho: 0.2`` for step instances.
 
 Checks call the pure validators of the pipelines modules.
 """
@@ -26,7 +32,7 @@ from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run
+from assets.common import lineage, md_table, now, record_run, write_llm_calls
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
@@ -53,7 +59,7 @@ class MosaicSynthesisConfig(dg.Config):
     generation_share: float = 0.5
     seed: int = 0
     manager_temperature: float = 0.0
-    manager_max_tokens: int = 400
+    manager_max_tokens: int = 640  # pipelines.mosaic_agents.MANAGER_MAX_TOKENS
     actor_temperature: float = 0.7
     actor_max_tokens: int = 384
     concurrency: int = 4
@@ -67,18 +73,30 @@ class TIRTrajectoriesConfig(dg.Config):
 
 
 class ExpertDataConfig(dg.Config):
-    """Which expert trajectories feed SFT / decomposition. ``real_limit`` caps the real ones
-    per source (CPU-sized runs); ``rendering`` applies to step-instance prompts."""
+    """Which expert trajectories feed SFT / decomposition. ``mosaic_rho`` keeps the MOSAIC
+    trajectories synthesized with that ρ (None: every ρ); ``mosaic_run_ids`` those written by
+    these runs (empty: every run). ``train_on_injected`` (the paper's behaviour) makes steps
+    with deliberately mutated code training targets; false keeps them in the context only.
+    ``real_limit`` caps the real ones per source (CPU-sized runs); ``rendering`` applies to
+    step-instance prompts."""
 
     include_mosaic: bool = True
     include_real: bool = True
     only_correct: bool = True
+    mosaic_rho: float | None = None
+    mosaic_run_ids: list[str] = []
+    train_on_injected: bool = True
     real_limit: int | None = None
     rendering: str = "state_preserved"
 
 
 # ---------------------------------------------------------------------------------------------
 # Synthesis
+
+
+def mosaic_partition(source: str, rho: float) -> str:
+    """The warehouse partition of MOSAIC rows for one source and ρ, e.g. ``gsm8k/rho=0.1``."""
+    return f"{source}/rho={float(rho):g}"
 
 
 def _problem_inputs(wh, source: str, split: str, limit: int | None):
@@ -158,22 +176,23 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
     rows = [dict(r.to_row(), manager_model=manager_label if method == METHOD_MOSAIC else None,
                  actor_model=actor_label) for r in records]
     table = TABLE_MOSAIC if method == METHOD_MOSAIC else TABLE_BASELINE
-    lin = lineage(context, config.model_dump(), partition=source)
-    wh.write(table, rows, lineage=lin)
+    part = mosaic_partition(source, cfg.rho) if method == METHOD_MOSAIC else source
+    lin = lineage(context, config.model_dump(), partition=part)
     calls = manager_client.drain_records() + (actor_client.drain_records() if actor_client is not manager_client else [])
-    wh.write("llm_calls", calls, lineage=lin, partition=f"{table}/{source}")
+    write_llm_calls(wh, calls, lin, name=table)  # per run; written first, the runs row last
+    wh.write(table, rows, lineage=lin)
     summary = summarize_records(records)
-    wh.write(TABLE_SUMMARY, _summary_table(method, source, summary, actor_label), lineage=lin,
-             partition=f"{method}/{source}")
+    wh.write(TABLE_SUMMARY, _summary_table(method, source, summary, actor_label, cfg.rho),
+             lineage=lin, partition=f"{method}/{part}")
     record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
     return dg.MaterializeResult(metadata=_metadata(wh, method, source, summary, len(calls)))
 
 
-_FLOAT_METRICS = ("accuracy", "avg_turns", "perturbation_rate", "recovery_rate",
-                  "seconds_per_trajectory")
+_FLOAT_METRICS = ("accuracy", "avg_turns", "avg_turns_complete", "perturbation_rate",
+                  "recovery_rate", "seconds_per_trajectory")
 
 
-def _summary_table(method: str, source: str, summary: dict[str, Any], model: str):
+def _summary_table(method: str, source: str, summary: dict[str, Any], model: str, rho: float):
     """One `mosaic_summary` row with fixed column types (a rate with no data is null, not a
     null-typed column that would clash with other partitions)."""
     import pyarrow as pa
@@ -182,6 +201,7 @@ def _summary_table(method: str, source: str, summary: dict[str, Any], model: str
 
     columns: dict[str, tuple[Any, pa.DataType]] = {
         "method": (method, pa.string()), "source": (source, pa.string()), "model": (model, pa.string()),
+        "rho": (float(rho), pa.float64()),
         "failures_json": (json.dumps(summary["failures"], sort_keys=True), pa.string()),
     }
     for key, value in summary.items():
@@ -198,10 +218,11 @@ def _other_summary(wh, method: str, source: str) -> dict[str, Any] | None:
     from pipelines.mosaic import METHOD_BASELINE, METHOD_MOSAIC
 
     other = METHOD_BASELINE if method == METHOD_MOSAIC else METHOD_MOSAIC
-    found = wh.read(TABLE_SUMMARY, partition=f"{other}/{source}").to_pylist()
+    found = [r for r in wh.read(TABLE_SUMMARY).to_pylist()
+             if r.get("method") == other and r.get("source") == source]
     if not found:
         return None
-    row = found[0]
+    row = max(found, key=lambda r: str(r.get("created_at") or ""))  # MOSAIC: the latest ρ run
     row["failures"] = json.loads(row.get("failures_json") or "{}")
     return row
 
@@ -215,6 +236,9 @@ def _metadata(wh, method: str, source: str, summary: dict[str, Any], calls: int)
         "complete": summary["complete"],
         "accuracy": summary["accuracy"],
         "avg_turns": summary["avg_turns"],
+        "avg_turns_complete": summary["avg_turns_complete"],
+        "early_answers": summary["early_answers"],
+        "deviation_corrections": summary["deviation_corrections"],
         "perturbation_rate": summary["perturbation_rate"],
         "recovery_rate": summary["recovery_rate"],
         "seconds_per_trajectory": summary["seconds_per_trajectory"],
@@ -297,7 +321,13 @@ def _expert_data(wh, config: ExpertDataConfig):
     items = []
     if config.include_mosaic:
         rows = wh.read(TABLE_MOSAIC).to_pylist()
-        items += [(t, mask, "mosaic") for t, mask in expert_trajectories(rows, only_correct=config.only_correct)]
+        try:
+            chosen = expert_trajectories(rows, only_correct=config.only_correct,
+                                         train_on_injected=config.train_on_injected,
+                                         rho=config.mosaic_rho, run_ids=config.mosaic_run_ids)
+        except ValueError as exc:
+            raise dg.Failure(str(exc)) from exc
+        items += [(t, mask, "mosaic") for t, mask in chosen]
     if config.include_real:
         per_source: Counter[str] = Counter()
         for row in sorted(wh.read("tir_trajectories").to_pylist(), key=lambda r: r["trajectory_id"]):
@@ -308,7 +338,9 @@ def _expert_data(wh, config: ExpertDataConfig):
             items.append((trajectory, [True] * len(trajectory.steps), "real"))
     if not items:
         raise dg.Failure("no expert trajectories: materialize `mosaic_trajectories` (with some correct "
-                         "ones) or `tir_trajectories` first, or enable include_mosaic/include_real")
+                         "ones) or `tir_trajectories` first, or enable include_mosaic/include_real; "
+                         f"MOSAIC selection: mosaic_rho={config.mosaic_rho}, "
+                         f"mosaic_run_ids={list(config.mosaic_run_ids)}")
     return items
 
 
@@ -344,6 +376,8 @@ def tir_sft_dataset(context: dg.AssetExecutionContext, config: ExpertDataConfig,
         "rows_per_rendering": dg.MetadataValue.json(written),
         "trajectories_by_origin": dg.MetadataValue.json(dict(origins)),
         "masked_mutated_steps": masked,
+        "train_on_injected": config.train_on_injected,
+        "mosaic_rho": "any" if config.mosaic_rho is None else f"{config.mosaic_rho:g}",
     })
 
 
@@ -381,6 +415,8 @@ def step_instances(context: dg.AssetExecutionContext, config: ExpertDataConfig,
         "code_targets": summary["code_targets"],
         "mean_history_steps": float(summary["mean_history_steps"] or 0.0),
         "masked_mutated_steps": len(result.instances) - len(kept),
+        "train_on_injected": config.train_on_injected,
+        "mosaic_rho": "any" if config.mosaic_rho is None else f"{config.mosaic_rho:g}",
         "refused_trajectories": len(result.refused),
         "by_num_steps": dg.MetadataValue.json(summary["by_num_steps"]),
     })

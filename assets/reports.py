@@ -1,9 +1,14 @@
 """`eval_reports`: the leaderboard with CIs, pairwise model tests, and plots (PNG + in the UI).
 
 Reads every evaluation result in the warehouse, writes the paired comparisons of all model
-pairs to ``eval_pairwise`` (view ``pairwise``), draws the plots of ``eval.reports`` into
+pairs to ``eval_pairwise`` (view ``pairwise``), the budget curves of budgeted runs to
+``budget_scores`` (view ``budget_curve``: BS@B, Acc@B, Tok@B with bootstrap CIs, computed by
+``eval.budget`` so SQL and Python agree) and the thinking-cap cost-effectiveness (DeepTool
+Eq. 12, accuracy gained per 1,000 tokens against the no-thinking baseline on the same problems)
+to ``eff_scores`` (view ``eff_curve``); draws the plots of ``eval.reports`` into
 ``WEFT_HOME/reports/<run id>/`` (and ``reports/latest/``), and shows the leaderboard table and
-the images in the asset's metadata.
+the images in the asset's metadata. The budget and Eff views reflect the last run of this asset.
+Each run replaces the single ``all`` partition of the tables it writes.
 """
 
 import base64
@@ -22,12 +27,26 @@ def _image_md(path) -> str:
     return f"![{path.stem}](data:image/png;base64,{data})"
 
 
+class EvalReportsConfig(dg.Config):
+    # model -> the model whose no-thinking run is its Eff baseline (default: the model's own
+    # thinking_cap=0 rows); the baseline model's cap-0 rows, else its plain rows, are used
+    eff_baselines: dict[str, str] = {}
+
+
 @dg.asset(deps=[eval_scores], group_name="report", kinds={"python", "duckdb"},
-          description="Leaderboard with CIs, pairwise paired tests, latency/budget/sweep plots.")
-def eval_reports(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from eval.budget import thinking_budget_sweep
-    from eval.reports import (pairwise_rows, plot_budget_curves, plot_latency_pareto,
-                              plot_leaderboard, plot_thinking_sweep)
+          description="Leaderboard with CIs, pairwise paired tests, budget curves, Eff curve, "
+                      "latency/budget/sweep/Eff plots.")
+def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
+                 warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from eval.budget import budget_score_rows, eff_score_rows, thinking_budget_sweep
+    from eval.reports import (
+        pairwise_rows,
+        plot_budget_curves,
+        plot_eff_curve,
+        plot_latency_pareto,
+        plot_leaderboard,
+        plot_thinking_sweep,
+    )
     from pipelines.settings import weft_home
 
     started = now()
@@ -36,10 +55,18 @@ def eval_reports(context: dg.AssetExecutionContext, warehouse: WarehouseResource
     if not board:
         raise dg.Failure("no scores yet: materialize eval_samples and eval_scores first")
     samples = wh.sql("SELECT model, benchmark, problem_id, sample_index, correct, budget, "
-                     "thinking_cap, completion_tokens FROM eval_samples").to_pylist()
+                     "thinking_cap, completion_tokens, tokens_used, generation_limit, "
+                     "checkpoint_id FROM eval_samples").to_pylist()
     pairs = pairwise_rows(samples)
-    lin = lineage(context, {})
+    lin = lineage(context, config.model_dump())
     wh.write("eval_pairwise", pairs, lineage=lin)
+    budget_rows = budget_score_rows(samples)
+    wh.write("budget_scores", budget_rows, lineage=lin)
+    eff_rows, no_baseline = eff_score_rows(samples, config.eff_baselines)
+    wh.write("eff_scores", eff_rows, lineage=lin)
+    if no_baseline:
+        context.log.warning(f"thinking-cap sweeps without a no-thinking baseline (add "
+                            f"thinking_cap 0 or set eff_baselines): {no_baseline}")
 
     out_dir = weft_home() / "reports" / context.run_id
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -57,16 +84,27 @@ def eval_reports(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                                             out_dir / "budget_curves.png"),
         "thinking_sweep": plot_thinking_sweep({k: thinking_budget_sweep(v) for k, v in sweeps.items()},
                                               out_dir / "thinking_sweep.png"),
+        "eff_curve": plot_eff_curve(wh.sql("SELECT * FROM eff_curve").to_pylist(),
+                                    out_dir / "eff_curve.png"),
     }
     latest = weft_home() / "reports" / "latest"
     shutil.rmtree(latest, ignore_errors=True)
     shutil.copytree(out_dir, latest)
-    record_run(wh, lin, started_at=started, rows_written=len(pairs))
+    record_run(wh, lin, started_at=started,
+               rows_written=len(pairs) + len(budget_rows) + len(eff_rows))
     meta = {
         "leaderboard": md_table(board, ["benchmark", "model", "accuracy", "ci_low", "ci_high", "pass_at_1", "n_problems"]),
         "pairwise": md_table(pairs, ["benchmark", "model_a", "model_b", "n", "diff", "ci_low", "ci_high",
                                      "p_bootstrap", "p_ttest"]),
         "report_dir": dg.MetadataValue.path(str(out_dir)),
+        "budget_curve": md_table(budget_rows, ["benchmark", "model", "budget", "budgeted_success",
+                                               "accuracy", "mean_tokens", "n_problems",
+                                               "generation_limit"]),
+        "eff_curve": md_table(eff_rows, ["benchmark", "model", "thinking_cap", "accuracy",
+                                         "baseline_accuracy", "mean_tokens", "eff", "eff_ci_low",
+                                         "eff_ci_high"]),
+        "eff_units": "accuracy gained (fraction of problems) per 1,000 tokens",
+        "sweeps_without_baseline": len(no_baseline),
     }
     for name, path in plots.items():
         if path is not None:

@@ -14,8 +14,13 @@ import os
 
 import dagster as dg
 
-from assets.evaluation import (eval_partitions, eval_samples, eval_scores, model_partitions,
-                               table_partition)
+from assets.evaluation import (
+    eval_partitions,
+    eval_samples,
+    eval_scores,
+    model_partitions,
+    table_partition,
+)
 from eval.benchmarks import BENCHMARKS
 
 DEFAULT_SUITE = ("gsm8k", "math500")

@@ -13,19 +13,18 @@ with dataset-level content-latency metrics (ARI/ABO/AIRW) of both in the asset m
 import asyncio
 import json
 from collections import Counter
-from typing import List, Optional
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run
+from assets.common import lineage, md_table, now, record_run, write_llm_calls
 from assets.resources import LLMResource, WarehouseResource
 
 TRACE_SOURCE_NAMES = ("s1k", "limo", "openmathreasoning")
 
 
 class TracesConfig(dg.Config):
-    sources: List[str] = list(TRACE_SOURCE_NAMES)
-    limit: Optional[int] = None  # per source
+    sources: list[str] = list(TRACE_SOURCE_NAMES)
+    limit: int | None = None  # per source
     prefer: str = "local"
 
 
@@ -55,7 +54,7 @@ def traces(context: dg.AssetExecutionContext, config: TracesConfig,
 
 
 class AlignConfigModel(dg.Config):
-    limit: Optional[int] = None  # traces in total (deterministic: ordered by trace_id)
+    limit: int | None = None  # traces in total (deterministic: ordered by trace_id)
     mode: str = "parallel"  # or "sequential" (one prefix at a time; for comparison)
     prefilter: bool = False
     judge_max_tokens: int = 32
@@ -108,10 +107,9 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
         out.append({"trace_id": row["trace_id"], "problem_id": row["problem_id"], "source": row["source"],
                     "judge_model": model, **alignment.to_row()})
     lin = lineage(context, config.model_dump())
+    write_llm_calls(wh, client.drain_records(), lin)  # per run; written first, the runs row last
     wh.write("sxs_alignments", out, lineage=lin)
     wh.write("rejects", rejects, lineage=lineage(context, config.model_dump(), partition="sxs_alignments"))
-    wh.write("llm_calls", client.drain_records(), lineage=lineage(context, config.model_dump(),
-                                                                  partition="sxs_alignments"))
     record_run(wh, lin, started_at=started, rows_written=len(out), config=config.model_dump())
     summary = summarize_alignments(alignments)
     return dg.MaterializeResult(metadata={
@@ -121,7 +119,7 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
 
 
 def _alignment_from_row(row: dict):
-    from eval.latency import parse_tagged
+    from pipelines.formats import parse_tagged
     from pipelines.sxs import Alignment, Segment, segment
 
     segments = [Segment(kind, tuple(segment(text))) for kind, text in parse_tagged(row["tagged"])]
@@ -142,8 +140,9 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
                     warehouse: WarehouseResource) -> dg.MaterializeResult:
     from transformers import AutoTokenizer
 
+    from eval.latency import summarize_variants
     from pipelines.models import convert
-    from pipelines.sxs import sft_rows, summarize_alignments
+    from pipelines.sxs import sft_rows, summarize_alignments, variant_segments
 
     started = now()
     wh = warehouse.get()
@@ -165,11 +164,12 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
     wh.write("sxs_sft_dataset", rows, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or str(convert()))
-    summary = summarize_alignments(alignments, tokenizer)
+    summary = {**summarize_alignments(alignments),
+               **summarize_variants(map(variant_segments, alignments), tokenizer)}
     table = []
     for variant in ("sxs", "standard"):
         lat = summary[f"latency_{variant}"]
-        table.append({"variant": variant, **{k: lat.get(k) for k in ("ari", "abo", "airw", "first_disclosure",
+        table.append({"variant": variant, **{k: lat.get(f"mean_{k}") for k in ("ari", "abo", "airw", "first_disclosure",
                                                                        "total_tokens", "filler_rate")}})
     return dg.MaterializeResult(metadata={
         "rows": len(rows),

@@ -24,7 +24,7 @@ SUITE = (("math500", 100, 4), ("gsm8k", 100, 4), ("gpqa_diamond", None, 1), ("hu
 
 def main() -> int:
     from eval.benchmarks import get
-    from eval.graders import GradingPool
+    from eval.grading_pool import GradingPool
     from eval.runner import EvalConfig, evaluate
     from pipelines.ingest import load_source
     from pipelines.llm import LLMClient
@@ -53,7 +53,7 @@ def main() -> int:
                 cfg = EvalConfig(k=k, temperature=0.6 if k > 1 else 0.0, top_p=0.95 if k > 1 else 1.0,
                                  max_tokens=args.max_tokens, seed=0, limit=n)
 
-                async def run():
+                async def run(bench=bench, problems=problems, cfg=cfg):
                     client = LLMClient(server.base_url, str(server.served_name), timeout_s=1800,
                                        max_concurrency=args.concurrency, cache_path=Path(tmp) / "c.sqlite")
                     try:

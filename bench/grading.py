@@ -92,7 +92,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="alternating pool/serial rounds")
     args = parser.parse_args()
 
-    from eval.graders import GradingPool, grade_many_serial
+    from eval.graders import grade_many_serial
+    from eval.grading_pool import GradingPool
     from pipelines.settings import require_data_dir
 
     load_start = os.getloadavg()[0]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from eval.graders import GradingPool
+from eval.grading_pool import GradingPool
 from pipelines.ingest import load_source
 from pipelines.llm import LLMClient, SamplingParams
 from pipelines.mosaic import (

@@ -59,7 +59,7 @@ def main() -> int:
             started = time.perf_counter()
             try:
                 b.start()
-            except Exception as err:  # a start-up that never finishes is the result itself
+            except Exception as err:  # noqa: BLE001 — a start-up that never finishes is the result itself
                 results[label] = {"bind_b": forced or "?", "startup_s": None, "error": str(err)[:200]}
                 continue
             finally:

@@ -36,9 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from eval.latency import WhitespaceTokenizer  # noqa: E402
-from pipelines.settings import models_dir, require_data_dir  # noqa: E402
-from pipelines.sxs import (  # noqa: E402
+from eval.latency import WhitespaceTokenizer, summarize_variants
+from pipelines.settings import models_dir, require_data_dir
+from pipelines.sxs import (
     OK,
     AlignConfig,
     Alignment,
@@ -48,8 +48,9 @@ from pipelines.sxs import (  # noqa: E402
     summarize_alignments,
     validate_alignment,
     validate_tagged,
+    variant_segments,
 )
-from pipelines.sxs_judge import LLMJudge, prefilter_skips  # noqa: E402
+from pipelines.sxs_judge import LLMJudge, prefilter_skips
 
 
 def load_traces(data: Path) -> dict[str, list[tuple[str, str, str]]]:
@@ -157,7 +158,7 @@ def tokenizer_for(path: str | None):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(folder)), str(folder)
-    return WhitespaceTokenizer(), "whitespace (no model folder at %s)" % folder
+    return WhitespaceTokenizer(), f"whitespace (no model folder at {folder})"
 
 
 async def bench(args: argparse.Namespace, base_url: str, model: str) -> dict[str, Any]:
@@ -177,7 +178,8 @@ async def bench(args: argparse.Namespace, base_url: str, model: str) -> dict[str
         results[name]["round_trip_problems"] = len(bad)
     seq, par = results["sequential"], results["parallel"]
     tokenizer, tok_name = tokenizer_for(args.tokenizer)
-    summary = summarize_alignments(runs["parallel"], tokenizer)
+    summary = {**summarize_alignments(runs["parallel"]),
+               **summarize_variants(map(variant_segments, runs["parallel"]), tokenizer)}
     same = sum(s.repaired == p.repaired for s, p in zip(runs["sequential"], runs["parallel"]))
 
     def ratio(x: float, y: float) -> float | None:

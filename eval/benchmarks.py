@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 MATH_INSTRUCTION = (
     "Solve the problem below. Think it through step by step, then write the final answer "

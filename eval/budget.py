@@ -27,6 +27,25 @@ cap (no limit).
 Rows may be tuples in the documented field order or mappings with those field names (e.g.
 DuckDB ``fetchall()`` tuples or ``df.to_dict("records")``).
 
+Warehouse rows: :func:`budget_score_rows` turns ``eval_samples`` rows of budgeted runs into
+``budget_scores`` rows (one per model, benchmark and budget; the ``budget_curve`` view, migration
+003), computed by :func:`budget_curve` so the view and this module agree exactly, CIs included.
+The tokens counted against a budget are the row's ``tokens_used`` (completion tokens without
+the end-of-sequence token, ``eval.modes.budget_tokens_used``); rows written before that column
+existed fall back to ``completion_tokens``. Every budget of a run is decoded with the same
+generation limit (``eval.modes``), so Acc@B is accuracy regardless of length, as in the paper.
+
+Cost-effectiveness of thinking caps (DeepTool §3.5, Eq. 12): :func:`eff_curve` compares each
+cap's run with a no-thinking baseline run ON THE SAME PROBLEMS (those both have):
+``Eff = (A_cap - A_base) / C_cap * 1000`` where A are per-problem-averaged accuracies (fractions
+in [0, 1]) and ``C_cap`` the capped run's mean completion tokens per problem (thinking, actions
+and answer, every turn). Unit: accuracy gained, as a fraction of problems, per 1,000 tokens;
+x100 gives percentage points per 1k tokens, the scale of the paper's Figure 5 (its accuracies
+are percentages). The CI is a paired percentile bootstrap over the shared problems.
+Departure from the paper: the paper's baseline is a separately trained w/o-thinking model;
+weft's default baseline is the same model with thinking cap 0 (thinking closed before it
+starts), and ``eval_reports`` can name another model as the baseline instead.
+
 Not guaranteed: budgets are compared on whatever problems each has -- if some problems are
 missing under some budgets, the points of a curve are not on the same problem set (check
 ``n_problems``). The CI ignores the noise of the samples inside a problem. Token counts are
@@ -41,10 +60,13 @@ from dataclasses import asdict, dataclass
 from numbers import Real
 from typing import Any
 
+import numpy as np
+
 from eval.metrics import bootstrap_ci
 
 BUDGET_FIELDS = ("problem_id", "budget", "correct", "tokens_used")
 SWEEP_FIELDS = ("cap", "problem_id", "correct", "tokens")
+BASELINE_FIELDS = ("problem_id", "correct", "tokens")
 TOKENS_PER_EFF_UNIT = 1000.0  # Eff is accuracy gained per this many tokens
 
 
@@ -126,8 +148,11 @@ def _row_values(row: Any, fields: tuple[str, ...], index: int) -> tuple[Any, ...
 def _check_limit(value: Any, name: str, index: int) -> float:
     if value is None:
         raise ValueError(f"row {index}: {name} is None; use math.inf for 'no limit'")
-    if not _is_real(value) or math.isnan(value) or value <= 0:
-        raise ValueError(f"row {index}: {name} must be a positive number of tokens "
+    # a thinking cap of 0 is the no-thinking run; a budget must be positive
+    too_small = value < 0 if name == "cap" else value <= 0
+    if not _is_real(value) or math.isnan(value) or too_small:
+        kind = "a number of tokens >= 0" if name == "cap" else "a positive number of tokens"
+        raise ValueError(f"row {index}: {name} must be {kind} "
                          f"(math.inf for no limit), got {value!r}")
     return value
 
@@ -293,3 +318,167 @@ def thinking_budget_sweep(rows: Iterable[Any], n_boot: int = 2000, alpha: float 
                                  ci_high=accuracy.ci_high, mean_tokens=sum(tokens) / len(tokens),
                                  n_problems=accuracy.n_problems, n_samples=accuracy.n_samples))
     return points
+
+
+# ---------------------------------------------------------------------------------------------
+# Warehouse rows: budget_scores (view budget_curve) and eff_scores (view eff_curve)
+
+
+def _sample_tokens(row: Mapping[str, Any]) -> float:
+    used = row.get("tokens_used")
+    return float(used if used is not None else (row.get("completion_tokens") or 0))
+
+
+def budget_score_rows(samples: Iterable[Mapping[str, Any]], n_boot: int = 2000,
+                      alpha: float = 0.05, seed: int = 0) -> list[dict[str, Any]]:
+    """``budget_scores`` rows from ``eval_samples`` rows: one per (model, benchmark, budget).
+
+    Only graded rows of budgeted runs count (``budget`` set, ``correct`` not None); values are
+    :func:`budget_curve` of ``(problem_id, budget, correct, tokens_used)``.
+    """
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in samples:
+        if s.get("budget") is None or s.get("correct") is None:
+            continue
+        groups.setdefault((s["model"], s["benchmark"]), []).append(s)
+    out = []
+    for (model, benchmark), rows in sorted(groups.items()):
+        limits = [r["generation_limit"] for r in rows if r.get("generation_limit") is not None]
+        checkpoints = {r.get("checkpoint_id") for r in rows} - {None}
+        curve = budget_curve([(r["problem_id"], r["budget"], bool(r["correct"]), _sample_tokens(r))
+                              for r in rows], n_boot=n_boot, alpha=alpha, seed=seed)
+        for p in curve:
+            out.append({
+                "model": model, "benchmark": benchmark, "budget": int(p.budget),
+                "n_problems": p.n_problems, "n_samples": p.n_samples,
+                "budgeted_success": p.success, "budgeted_success_ci_low": p.success_ci_low,
+                "budgeted_success_ci_high": p.success_ci_high,
+                "accuracy": p.accuracy, "accuracy_ci_low": p.accuracy_ci_low,
+                "accuracy_ci_high": p.accuracy_ci_high,
+                "mean_tokens": p.mean_tokens, "mean_tokens_ci_low": p.mean_tokens_ci_low,
+                "mean_tokens_ci_high": p.mean_tokens_ci_high,
+                "generation_limit": max(limits) if limits else None,
+                "checkpoint_id": min(checkpoints) if len(checkpoints) == 1 else None,
+            })
+    return out
+
+
+@dataclass(frozen=True)
+class EffPoint:
+    """DeepTool Eq. 12 at one thinking cap, on the ``n_problems`` problems shared with the
+    baseline; ``eff`` in accuracy (fraction) gained per 1,000 tokens, with a paired CI."""
+
+    cap: float
+    n_problems: int
+    accuracy: float
+    baseline_accuracy: float
+    mean_tokens: float
+    baseline_mean_tokens: float
+    eff: float
+    eff_ci_low: float
+    eff_ci_high: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _problem_means(samples: dict[Hashable, list[_Sample]], ids: list[Hashable]) -> np.ndarray:
+    """Rows: problems in ``ids`` order; columns: mean correctness, mean tokens."""
+    return np.array([[sum(c for c, _ in samples[p]) / len(samples[p]),
+                      sum(t for _, t in samples[p]) / len(samples[p])] for p in ids], dtype=float)
+
+
+def eff_curve(capped_rows: Iterable[Any], baseline_rows: Iterable[Any], n_boot: int = 2000,
+              alpha: float = 0.05, seed: int = 0) -> list[EffPoint]:
+    """Eq. 12 cost-effectiveness per thinking cap against a no-thinking baseline, ascending.
+
+    ``capped_rows``: ``(cap, problem_id, correct, tokens)``; ``baseline_rows``:
+    ``(problem_id, correct, tokens)`` (or mappings with those names). Each cap is compared with
+    the baseline on the problems both have (per-problem means first); a cap sharing none with
+    the baseline is left out. Raises when a cap's shared problems used no tokens at all.
+    """
+    grouped = _group_rows(capped_rows, SWEEP_FIELDS)
+    baseline = [(math.inf, *_row_values(r, BASELINE_FIELDS, i))
+                for i, r in enumerate(baseline_rows)]
+    if not baseline:
+        raise ValueError(f"no baseline rows: Eq. 12 needs the no-thinking run's "
+                         f"{BASELINE_FIELDS} on the same problems")
+    base = _group_rows(baseline, SWEEP_FIELDS)[math.inf]
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), e.g. 0.05 for a 95% interval; got {alpha}")
+    points = []
+    for cap in sorted(grouped):
+        ids = sorted(set(grouped[cap]) & set(base), key=repr)
+        if not ids:
+            continue
+        run, ref = _problem_means(grouped[cap], ids), _problem_means(base, ids)
+        acc, acc_base, tokens = run[:, 0].mean(), ref[:, 0].mean(), run[:, 1].mean()
+        if tokens <= 0:
+            raise ValueError(f"thinking cap {cap}: the capped run used no tokens on its "
+                             f"{len(ids)} shared problems, so Eq. 12 divides by zero")
+        eff = float((acc - acc_base) / tokens * TOKENS_PER_EFF_UNIT)
+        low = high = eff
+        if len(ids) > 1:
+            rng = np.random.default_rng(seed)
+            idx = rng.integers(0, len(ids), size=(n_boot, len(ids)))
+            boot_tokens = run[idx, 1].mean(axis=1)
+            gain = run[idx, 0].mean(axis=1) - ref[idx, 0].mean(axis=1)
+            # a resample whose problems used no tokens has no Eff; leave it out
+            ok = boot_tokens > 0
+            values = gain[ok] / boot_tokens[ok] * TOKENS_PER_EFF_UNIT
+            if values.size:
+                low, high = (float(v) for v in np.quantile(values, [alpha / 2, 1 - alpha / 2]))
+        points.append(EffPoint(cap=cap, n_problems=len(ids), accuracy=float(acc),
+                               baseline_accuracy=float(acc_base), mean_tokens=float(tokens),
+                               baseline_mean_tokens=float(ref[:, 1].mean()), eff=eff,
+                               eff_ci_low=low, eff_ci_high=high))
+    return points
+
+
+def eff_score_rows(samples: Iterable[Mapping[str, Any]],
+                   baselines: Mapping[str, str] | None = None, n_boot: int = 2000,
+                   alpha: float = 0.05, seed: int = 0) -> tuple[list[dict[str, Any]], list[str]]:
+    """``eff_scores`` rows (one per model, benchmark and thinking cap > 0) from ``eval_samples``.
+
+    The baseline of model M on a benchmark is model ``baselines.get(M, M)`` there: its rows with
+    thinking cap 0 (the no-thinking run), or -- for another model only -- its rows without cap
+    or budget. Returns the rows and a list of ``model@benchmark`` sweeps left out for lack of a
+    baseline. Tokens are ``completion_tokens`` (every turn, thinking included).
+    """
+    baselines = dict(baselines or {})
+    graded = [s for s in samples if s.get("correct") is not None and s.get("budget") is None]
+    by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for s in graded:
+        by_key.setdefault((s["model"], s["benchmark"]), []).append(s)
+
+    def baseline_of(model: str, benchmark: str) -> tuple[str, list[Mapping[str, Any]]]:
+        other = baselines.get(model, model)
+        rows = by_key.get((other, benchmark), [])
+        no_thinking = [r for r in rows if r.get("thinking_cap") == 0]
+        if no_thinking:
+            return f"{other}@thinking_cap=0", no_thinking
+        if other != model:
+            return other, [r for r in rows if r.get("thinking_cap") is None]
+        return other, []
+
+    out, missing = [], []
+    for (model, benchmark), rows in sorted(by_key.items()):
+        capped = [r for r in rows if r.get("thinking_cap") not in (None, 0)]
+        if not capped:
+            continue
+        label, base = baseline_of(model, benchmark)
+        if not base:
+            missing.append(f"{model}@{benchmark}")
+            continue
+        points = eff_curve(
+            [(r["thinking_cap"], r["problem_id"], bool(r["correct"]),
+              float(r.get("completion_tokens") or 0)) for r in capped],
+            [(r["problem_id"], bool(r["correct"]), float(r.get("completion_tokens") or 0))
+             for r in base], n_boot=n_boot, alpha=alpha, seed=seed)
+        out.extend({"model": model, "benchmark": benchmark, "baseline": label,
+                    "thinking_cap": int(p.cap), "n_problems": p.n_problems,
+                    "accuracy": p.accuracy, "baseline_accuracy": p.baseline_accuracy,
+                    "mean_tokens": p.mean_tokens, "baseline_mean_tokens": p.baseline_mean_tokens,
+                    "eff": p.eff, "eff_ci_low": p.eff_ci_low, "eff_ci_high": p.eff_ci_high}
+                   for p in points)
+    return out, missing

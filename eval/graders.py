@@ -12,10 +12,11 @@ extracted, how (``method``), what both sides parsed to, and any error. Kinds:
 
 math-verify bounds each of its calls with ``signal.alarm``: whole seconds only, and only on a
 process's main thread. :func:`grade_math` therefore runs math-verify without its own timeouts
-when called from another thread. :class:`GradingPool` grades in worker processes (each on its
-own main thread, so inner timeouts work) and adds an outer wall-clock kill per item, which also
-catches work that ignores signals. A killed item is recorded as incorrect with error
-``"grading timed out"`` and the pool goes on.
+when called from another thread. ``eval.grading_pool.GradingPool`` grades in worker processes
+(each on its own main thread, so inner timeouts work) and adds an outer wall-clock kill per
+item, which also catches work that ignores signals. A killed item is recorded as incorrect with
+error ``"grading timed out"`` and the pool goes on. The pool depends on this module (its
+registry and result type), never the other way round.
 
 Not guaranteed: that math-verify judges every equivalent pair equal (units written as plain
 words, e.g. "18 dollars", do not parse; answers with several parts need the same shape on both
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from eval.grading_pool import TIMED_OUT, GradingPool  # noqa: F401 - re-exported for callers
 from pipelines.text import last_boxed
 
 METHODS = ("boxed", "answer_phrase", "last_number", "choice_marker", "none")
@@ -253,7 +253,8 @@ def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_PO
     ``timeout_s`` bounds each math-verify call (parse gold, parse prediction, each comparison),
     so one call can take a few times ``timeout_s``. On a thread other than the main thread the
     math-verify timeouts are disabled (signal.alarm would raise) and a pathological answer can
-    run unbounded: grade from the main thread or through :class:`GradingPool` for a hard limit.
+    run unbounded: grade from the main thread or through ``eval.grading_pool.GradingPool``
+    for a hard limit.
     Numbers smaller than :data:`TINY_MAGNITUDE` must also agree to about 6 significant digits
     (math-verify alone rounds them to 6 decimal places, i.e. to zero).
     Raises TypeError/ValueError for a non-string or empty gold, or a bad ``timeout_s``.
@@ -389,8 +390,8 @@ GRADERS: dict[str, Grader] = {}
 def register_grader(name: str, fn: Grader) -> Grader:
     """Add a grader kind; ``fn(prediction, gold, **kw) -> GradeResult``. Raises on duplicates.
 
-    To be usable in :class:`GradingPool`, ``fn`` must be a module-level function in a module
-    that registers it when imported (workers import it by name).
+    To be usable in ``eval.grading_pool.GradingPool``, ``fn`` must be a module-level function
+    in a module that registers it when imported (workers import it by name).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"grader name must be a non-empty str, got {name!r}")

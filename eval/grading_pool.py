@@ -27,12 +27,16 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import astuple
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-if TYPE_CHECKING:
-    from eval.graders import Grader, GradeResult
-
-# eval.graders re-exports GradingPool, so this module imports it lazily (inside functions).
+from eval.graders import (
+    Grader,
+    GradeResult,
+    check_pairs,
+    get_grader,
+    grade_math,
+    grade_recorded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +48,6 @@ _READY = "ready"
 def _worker_main(conn: multiprocessing.connection.Connection) -> None:
     """Worker loop: say "ready", then take ``(grader, kwargs, [(index, pred, gold), ...])`` batches
     and reply ``(index, result fields)`` per item."""
-    from eval.graders import grade_math, grade_recorded
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
     try:
         grade_math("\\boxed{1/2}", "\\frac{1}{2}")  # warm math-verify's lazy imports
@@ -80,7 +82,7 @@ def _pick_context(start_method: str | None) -> multiprocessing.context.BaseConte
     ctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
         # The server imports these once; every worker forked from it starts warm.
-        ctx.set_forkserver_preload(["eval.graders", "math_verify"])
+        ctx.set_forkserver_preload(["eval.grading_pool", "math_verify"])
     return ctx
 
 
@@ -198,8 +200,6 @@ class GradingPool:
         choice). Grader exceptions are recorded per item (``error``), never raised; a worker
         that cannot start at all raises RuntimeError.
         """
-        from eval.graders import check_pairs, get_grader
-
         fn = get_grader(kind)
         try:
             pickle.dumps((fn, kw))
@@ -220,8 +220,6 @@ class GradingPool:
                 raise
 
     def _run(self, fn: Grader, kw: dict[str, Any], pairs: list[tuple[str, str]]) -> list[GradeResult]:
-        from eval.graders import GradeResult
-
         self.start()
         size = self.batch_size or max(1, min(64, math.ceil(len(pairs) / (4 * self.processes))))
         # Items sharing a gold go to the same batch, so each worker parses a gold once (cached).

@@ -1,59 +1,54 @@
-"""Content-latency metrics for think/speak sequences, and the parser for the tagged format.
+"""Content-latency metrics of think/speak sequences (SxS paper §4.2, Tables 1, 2, 6, 7).
 
-A *tagged sequence* is one stream of segments, each either hidden reasoning or visible answer
-text: ``<think>…</think><speak>…</speak><think>…</think>…``. SxS training data (see
-``pipelines/sxs.py``) is written in this format, and models trained on it answer in it.
+A sequence is a list of ``(kind, content)`` segments, each hidden reasoning (think) or visible
+answer text (speak). Model text is split into segments by the tolerant parser of
+``pipelines.formats`` (the one home of the tagged format): SxS outputs
+``<think>…</think><speak>…</speak>…`` give many blocks; a reason-then-answer output
+``<think>r</think>a`` gives one think and one speak block; text with no tags at all is speak
+(the user sees all of it). So the same metrics describe both modes of the paper's Table 1: the
+interleaved models and the single-mode baselines (base model, standard CoT).
 
 Metrics (positions are 1-indexed over the whole sequence; think and speak tokens both count):
 
 - ARI  -- mean position of all speak tokens.
 - ABO  -- mean position of the first token of each maximal speak block (a run of consecutive
   speak segments with no think tokens between them).
-- AIRW -- mean length, in tokens, of the think span immediately before each speak block. The
-  span before the first speak block counts (the initial wait); think tokens after the last speak
-  block do not. A plain reason-then-answer sequence therefore has AIRW == its reasoning length.
+- AIRW -- mean length, in tokens, of the think span immediately before each speak block,
+  **including the initial wait** (the think span before the first speak block); think tokens
+  after the last speak block (SxS's trailing reasoning) do not count. A reason-then-answer
+  sequence therefore has AIRW == its reasoning length == ABO - 1.
 - First substantive disclosure -- position of the first token of the first speak block that
   is not filler (a generic acknowledgement such as "Sure." or "Let me think."), and the filler
   rate: the share of speak blocks that are filler.
 - Length breakdown -- total, reasoning (think) and response (speak) tokens.
+
+Why AIRW includes the initial wait: §4.2 words AIRW as the think span "between two consecutive
+speak blocks", which read literally leaves a single-block (standard CoT) answer with no AIRW at
+all. The paper's Table 1 gives those rows an AIRW equal to their ABO (e.g. Qwen3-4B Standard
+CoT SFT: ABO 20,542, AIRW 20,542), which only holds when the wait before the first block is
+counted. We follow the tables, so our figures are comparable with them.
 
 Tokenisation decision: each segment's *content* is tokenised on its own with
 ``tokenizer.encode(content, add_special_tokens=False)`` and the tag strings are not counted.
 The metrics describe where content appears, not how a particular tokenizer spells the
 markup, so they are comparable between the SxS and the standard variant of the same data.
 Tokenising segments separately may differ by a token or so at segment boundaries from
-tokenising the whole stream; that is accepted.
-
-Parsing decisions (``parse_tagged``):
-
-- strict mode (for data we generate ourselves): anything but a clean sequence of complete
-  ``<think>…</think>`` / ``<speak>…</speak>`` pairs with nothing between them raises
-  ``ValueError`` naming the offset and what was found.
-- tolerant mode (for text a *model* produced): an unclosed last tag runs to the end of the text
-  (a truncated generation); an opening tag while another is open closes the open one; a
-  closing tag with no open tag turns the untagged text just before it into that kind (covers
-  models whose chat template already injected ``<think>``); a stray closing tag of the wrong
-  kind is dropped; any other untagged text counts as **speak** -- text outside the think tags is
-  what the user sees. Whitespace-only pieces are dropped.
+tokenising the whole stream; that is accepted. (SxS §4.3 notes that tagging adds a small
+overhead in total tokens; here the tags are left out of every count.)
 
 What is not guaranteed: the filler test is a heuristic (a phrase stoplist plus a list of
-generic words); metrics that need a speak token are ``None`` for a sequence with none.
+generic words); metrics that need a speak token are ``None`` for a sequence with none (e.g. a
+generation truncated while thinking).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
-THINK = "think"
-SPEAK = "speak"
-KINDS = (THINK, SPEAK)
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-SPEAK_OPEN, SPEAK_CLOSE = "<speak>", "</speak>"
-RESERVED_TAGS = (THINK_OPEN, THINK_CLOSE, SPEAK_OPEN, SPEAK_CLOSE)
-
-_TAG_RE = re.compile(r"<(/?)(think|speak)>")
+from pipelines.formats import KINDS, THINK, parse_tagged
 
 # Generic acknowledgements that disclose nothing about the task. Matched case-insensitively as
 # whole phrases; what is left after removing them is checked against GENERIC_WORDS.
@@ -65,9 +60,7 @@ FILLER_PHRASES: tuple[str, ...] = (
     "step by step", "no problem", "absolutely", "yes", "right",
 )
 GENERIC_WORDS: frozenset[str] = frozenset(
-    "a an the and or so now first then this that it its is to of about on for with we i me "
-    "us let let's lets will i'll need carefully problem question task solve solving work "
-    "through think see look at here go start begin answer's".split()
+    ["a", "an", "the", "and", "or", "so", "now", "first", "then", "this", "that", "it", "its", "is", "to", "of", "about", "on", "for", "with", "we", "i", "me", "us", "let", "let's", "lets", "will", "i'll", "need", "carefully", "problem", "question", "task", "solve", "solving", "work", "through", "think", "see", "look", "at", "here", "go", "start", "begin", "answer's"]
 )
 
 
@@ -100,92 +93,6 @@ class WhitespaceTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [len(word) for word in text.split()]
-
-
-# ---------------------------------------------------------------------------------------------
-# The format
-
-
-def render_tagged(segments: Iterable[tuple[str, str]]) -> str:
-    """Write ``(kind, content)`` segments as one tagged stream (content verbatim, no separators)."""
-    parts: list[str] = []
-    for kind, content in segments:
-        if kind not in KINDS:
-            raise ValueError(f"segment kind must be 'think' or 'speak', got {kind!r}")
-        parts.append(f"<{kind}>{content}</{kind}>")
-    return "".join(parts)
-
-
-def parse_tagged(text: str, *, strict: bool = True) -> list[tuple[str, str]]:
-    """Split a tagged stream into ``(kind, content)`` segments, in order.
-
-    ``strict=True`` is for data we built (raises ``ValueError`` on anything malformed; contents
-    come back verbatim, empty ones included). ``strict=False`` is for model output and never
-    raises; its rules are in the module docstring.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"parse_tagged needs a str, got {type(text).__name__}")
-    return _parse_strict(text) if strict else _parse_tolerant(text)
-
-
-def _parse_strict(text: str) -> list[tuple[str, str]]:
-    segments: list[tuple[str, str]] = []
-    pos = 0
-    open_kind: str | None = None
-    open_at = 0
-    for match in _TAG_RE.finditer(text):
-        closing, kind = match.group(1) == "/", match.group(2)
-        if open_kind is None:
-            if closing:
-                raise ValueError(f"closing tag </{kind}> at offset {match.start()} has no opening tag")
-            if text[pos:match.start()]:
-                raise ValueError(
-                    f"text outside any tag at offset {pos}: {text[pos:match.start()][:40]!r}; "
-                    "every character must be inside <think>…</think> or <speak>…</speak>"
-                )
-            open_kind, open_at = kind, match.end()
-        else:
-            if not closing or kind != open_kind:
-                raise ValueError(
-                    f"found {match.group(0)} at offset {match.start()} while <{open_kind}> "
-                    f"(opened at offset {open_at - len(open_kind) - 2}) is still open; tags "
-                    "cannot nest and must be closed in order"
-                )
-            segments.append((open_kind, text[open_at:match.start()]))
-            open_kind, pos = None, match.end()
-    if open_kind is not None:
-        raise ValueError(f"<{open_kind}> opened at offset {open_at - len(open_kind) - 2} is never closed")
-    if text[pos:]:
-        raise ValueError(f"text after the last closing tag at offset {pos}: {text[pos:][:40]!r}")
-    return segments
-
-
-def _parse_tolerant(text: str) -> list[tuple[str, str]]:
-    segments: list[tuple[str, str]] = []
-
-    def add(kind: str, content: str) -> None:
-        if content.strip():
-            segments.append((kind, content))
-
-    pos = 0
-    open_kind: str | None = None
-    for match in _TAG_RE.finditer(text):
-        closing, kind = match.group(1) == "/", match.group(2)
-        chunk = text[pos:match.start()]
-        if open_kind is None:
-            # Untagged text: speak, unless a closing tag right after it says what it was.
-            add(kind if closing else SPEAK, chunk)
-            open_kind = None if closing else kind
-        elif closing and kind != open_kind:
-            add(open_kind, chunk)  # stray closing tag of the other kind: dropped, stay open
-            pos = match.end()
-            continue
-        else:
-            add(open_kind, chunk)
-            open_kind = None if closing else kind
-        pos = match.end()
-    add(open_kind or SPEAK, text[pos:])
-    return segments
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,3 +201,25 @@ def summarize_latency(metrics: Iterable[LatencyMetrics]) -> dict[str, float | in
         out[f"mean_{name}"] = sum(values) / len(values) if values else None
     out["n_without_speak"] = sum(1 for m in items if m.ari is None)
     return out
+
+
+def summarize_variants(samples: Iterable[Mapping[str, Sequence[tuple[str, str]]]],
+                       tokenizer: Tokenizer) -> dict[str, dict[str, float | int | None]]:
+    """Dataset-level latency of several renderings of the same samples, one summary per name.
+
+    Each item maps a variant name to that sample's ``(kind, content)`` segments (e.g.
+    ``pipelines.sxs.variant_segments``: ``{"sxs": …, "standard": …}``); the result maps
+    ``"latency_<name>"`` to :func:`summarize_latency` of that variant over all samples.
+    Every sample must have the same variant names.
+    """
+    per_variant: dict[str, list[LatencyMetrics]] = {}
+    names: tuple[str, ...] | None = None
+    for index, variants in enumerate(samples):
+        if names is None:
+            names = tuple(variants)
+        elif tuple(variants) != names:
+            raise ValueError(f"sample {index} has variants {sorted(variants)}, the first sample "
+                             f"has {sorted(names)}; give every sample the same variants")
+        for name, segments in variants.items():
+            per_variant.setdefault(name, []).append(latency_metrics(segments, tokenizer))
+    return {f"latency_{name}": summarize_latency(items) for name, items in per_variant.items()}

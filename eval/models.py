@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from warehouse import Lineage, Warehouse
 
@@ -57,7 +58,7 @@ class ModelSpec:
             raise ValueError(f"local model {self.model_id!r} needs the path of its folder")
 
     def to_row(self) -> dict[str, Any]:
-        return dict(asdict(self), added_at=dt.datetime.now(dt.timezone.utc))
+        return dict(asdict(self), added_at=dt.datetime.now(dt.UTC))
 
     @contextmanager
     def serve(self) -> Iterator[tuple[str, str, str | None]]:

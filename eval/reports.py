@@ -4,8 +4,11 @@ Pure functions over rows read from the warehouse: ``pairwise_rows`` runs the pai
 and the paired t-test for every pair of models evaluated on the same problems of a benchmark
 (single-turn samples; per-problem score = mean correctness over its samples); the ``plot_*``
 functions draw PNG files with matplotlib's non-interactive backend: the leaderboard with 95%
-CIs, accuracy vs content latency (Pareto view for interleaved outputs), budget curves, and the
-thinking-budget sweep. A plot function returns None when there is nothing to draw.
+CIs, accuracy vs content latency (Pareto view for interleaved outputs), budget curves (rows of
+the ``budget_curve`` view: Budgeted Success@B and Acc@B with their bootstrap CIs), the
+thinking-budget sweep, and the token cost-effectiveness curve (DeepTool Eq. 12, rows of the
+``eff_curve`` view; y in accuracy gained per 1,000 tokens, accuracy as a fraction). A plot
+function returns None when there is nothing to draw.
 
 Not guaranteed: corrections for multiple comparisons (see ``eval.compare``).
 """
@@ -13,9 +16,10 @@ Not guaranteed: corrections for multiple comparisons (see ``eval.compare``).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from eval.compare import paired_bootstrap, paired_t_test
 
@@ -117,8 +121,14 @@ def plot_budget_curves(curve: Sequence[Mapping[str, Any]], path: Path) -> Path |
     for (model, bench), pts in sorted(lines.items()):
         pts = sorted(pts, key=lambda r: r["budget"])
         xs = [p["budget"] for p in pts]
-        ax.plot(xs, [p["budgeted_success"] for p in pts], marker="o", label=f"{model} {bench}: success@B")
-        ax.plot(xs, [p["accuracy"] for p in pts], marker="x", linestyle="--", label=f"{model} {bench}: accuracy@B")
+        for key, marker, style, name in (("budgeted_success", "o", "-", "BS@B"),
+                                         ("accuracy", "x", "--", "Acc@B")):
+            ys = [p[key] for p in pts]
+            line = ax.plot(xs, ys, marker=marker, linestyle=style, label=f"{model} {bench}: {name}")
+            low, high = f"{key}_ci_low", f"{key}_ci_high"
+            if all(p.get(low) is not None and p.get(high) is not None for p in pts):
+                ax.fill_between(xs, [p[low] for p in pts], [p[high] for p in pts],
+                                color=line[0].get_color(), alpha=0.15)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("requested token budget B")
     ax.set_ylabel("share of problems")
@@ -142,12 +152,47 @@ def plot_thinking_sweep(curves: Mapping[str, Sequence[Any]], path: Path) -> Path
         ax.errorbar(xs, [p.accuracy for p in pts],
                     yerr=[[p.accuracy - p.ci_low for p in pts], [p.ci_high - p.accuracy for p in pts]],
                     marker="o", capsize=3, label=label)
-    ax.set_xscale("log", base=2)
+    if any(p.cap <= 0 for pts in curves.values() for p in pts):
+        ax.set_xscale("symlog", base=2, linthresh=1)  # cap 0: the no-thinking run
+    else:
+        ax.set_xscale("log", base=2)
     ax.set_xlabel("thinking-token cap per step")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     ax.set_title("thinking-budget sweep")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_eff_curve(rows: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """DeepTool Fig. 5 view: Eff (Eq. 12) vs mean tokens per problem, one line per model and
+    benchmark, caps annotated, the no-thinking baseline as a star at Eff = 0."""
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    lines: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        lines[(r["model"], r["benchmark"])].append(r)
+    for (model, bench), pts in sorted(lines.items()):
+        pts = sorted(pts, key=lambda r: r["thinking_cap"])
+        xs, ys = [p["mean_tokens"] for p in pts], [p["eff"] for p in pts]
+        err = [[max(0.0, p["eff"] - p["eff_ci_low"]) for p in pts],
+               [max(0.0, p["eff_ci_high"] - p["eff"]) for p in pts]]
+        bar = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"{model} {bench}")
+        for p in pts:
+            ax.annotate(str(p["thinking_cap"]), (p["mean_tokens"], p["eff"]), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+        ax.scatter([pts[0]["baseline_mean_tokens"]], [0.0], marker="*", s=140,
+                   color=bar[0].get_color(), zorder=3)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("mean tokens per problem (labels: thinking cap; star: no-thinking baseline)")
+    ax.set_ylabel("Eff: accuracy gained per 1k tokens (fraction)")
+    ax.legend(fontsize=7)
+    ax.set_title("token cost-effectiveness (DeepTool Eq. 12)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -3,7 +3,7 @@
 Generation goes through ``pipelines.llm.LLMClient`` (concurrent, cached, retried) in one of the
 modes of ``eval.modes``; sample i of a problem uses seed ``seed + i`` so runs are reproducible
 and each sample is its own cache entry. Math and multiple-choice answers are graded in a
-process pool (``eval.graders.GradingPool``; math-verify's timeouts need each worker's main
+process pool (``eval.grading_pool.GradingPool``; math-verify's timeouts need each worker's main
 thread); code is run against the benchmark's tests in the sandbox (``eval.code_grader``).
 Scores: avg@k, unbiased pass@k (k = 1, 2, 4, … ≤ n, and n), maj@k, each with a bootstrap 95%
 CI over problems; per budget and per thinking cap when the mode has them.
@@ -17,12 +17,26 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from eval import metrics
 from eval.benchmarks import Benchmark
-from eval.modes import ModeConfig, Job, interleaved_fields, max_tokens_for, messages_for, plan_jobs
+from eval.modes import (
+    Job,
+    ModeConfig,
+    budget_generation_limit,
+    budget_limit_warning,
+    budget_tokens_used,
+    capped_chat,
+    max_tokens_for,
+    messages_for,
+    output_fields,
+    plan_jobs,
+    prompt_token_bound,
+    wants_tokenizer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +46,7 @@ class EvalConfig:
     k: int = 1
     temperature: float = 0.0
     top_p: float = 1.0
-    max_tokens: int = 512
+    max_tokens: int = 512  # per answer (per turn in tool mode); budgeted mode uses budget_limit
     seed: int = 0
     limit: int | None = None
     mode: ModeConfig = field(default_factory=ModeConfig)
@@ -78,20 +92,61 @@ def _load_tokenizer(path: str | None) -> Any:
     return AutoTokenizer.from_pretrained(path or str(convert()))
 
 
+def served_context_window(client: Any) -> int | None:
+    """The context length the server reports for the client's model (vLLM lists
+    ``max_model_len`` in ``GET /models``); None when the server does not say or cannot be asked."""
+    from pipelines.llm_endpoint import EndpointUnreachable, get_models
+
+    base_url, model = getattr(client, "base_url", None), getattr(client, "model", None)
+    if not base_url or not model:
+        return None
+    try:
+        # the client keeps its key private; the probe needs it for servers that check keys
+        status, body = get_models(base_url, getattr(client, "_api_key", "") or "")
+        if status != 200:
+            return None
+        for item in json.loads(body).get("data", []):
+            if isinstance(item, dict) and item.get("id") == model:
+                value = item.get("max_model_len")
+                return int(value) if isinstance(value, int) and value > 0 else None
+    except (EndpointUnreachable, ValueError, AttributeError):
+        return None
+    return None
+
+
+async def budgeted_limit(client: Any, bench: Benchmark, jobs: list[Job], mode: ModeConfig) -> int:
+    """The one decoding limit of a budgeted run (``eval.modes.budget_generation_limit``),
+    bounded by the model's context minus the run's largest prompt; logs a warning when it is
+    below the largest budget."""
+    import asyncio
+
+    context = await asyncio.to_thread(served_context_window, client)
+    prompt = max(prompt_token_bound(messages_for(bench, job, mode)) for job in jobs)
+    limit = budget_generation_limit(mode, context, prompt if context is not None else 0)
+    warning = budget_limit_warning(mode, limit)
+    if warning:
+        log.warning(warning)
+    return limit
+
+
 async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: EvalConfig,
                    *, model_label: str, sandbox: Any | None = None) -> list[dict[str, Any]]:
-    """One row per job (problem x sample x budget x cap) with the raw output; not graded yet."""
+    """One row per job (problem x sample x budget x cap) with the raw output; not graded yet.
+
+    Budgeted rows carry ``generation_limit`` (the same for every budget) and ``tokens_used``
+    (completion tokens without the stopping EOS, ``eval.modes.budget_tokens_used``)."""
     from pipelines.llm import SamplingParams
 
     mode = cfg.mode
     jobs = plan_jobs(problems, cfg.k, mode)
-    tokenizer = _load_tokenizer(mode.tokenizer_path) if mode.mode == "interleaved" else None
+    limit = await budgeted_limit(client, bench, jobs, mode) if mode.mode == "budgeted" else None
+    tokenizer = _load_tokenizer(mode.tokenizer_path) if wants_tokenizer(mode) else None
     if mode.mode == "tool" and sandbox is None:
         raise ValueError("tool mode needs a sandbox (pipelines.sandbox.SandboxPool)")
 
     async def one(job: Job) -> dict[str, Any]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_tokens=max_tokens_for(job, mode, cfg.max_tokens),
+                                max_tokens=max_tokens_for(job, mode, cfg.max_tokens, limit),
                                 seed=cfg.seed + job.index, n=1)
         messages = messages_for(bench, job, mode)
         row = {
@@ -113,7 +168,11 @@ async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: Eva
                 await asyncio.to_thread(session.close)
             row.update(out, context_policy=mode.context_policy)
             return row
-        result = (await client.chat(messages, params, tag=tag, sample_index=variant))[0]
+        if job.cap is None:
+            result = (await client.chat(messages, params, tag=tag, sample_index=variant))[0]
+        else:  # the cap limits the thinking, not the answer (eval.modes.capped_chat)
+            result = await capped_chat(client, messages, params, job.cap, tag=tag,
+                                       sample_index=variant)
         row.update({
             "output": result.text or "",
             "prompt_tokens": int(result.prompt_tokens or 0),
@@ -122,8 +181,11 @@ async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: Eva
             "finish_reason": result.finish_reason,
             "gen_error": result.error,
         })
-        if mode.mode == "interleaved":
-            row.update(interleaved_fields(row["output"], tokenizer))
+        row.update(output_fields(mode.mode, row["output"], tokenizer))
+        if job.budget is not None:
+            row["generation_limit"] = params.max_tokens
+            row["tokens_used"] = budget_tokens_used(row["completion_tokens"], row["finish_reason"],
+                                                    mode.usage_counts_eos)
         return row
 
     return await client.map(one, jobs, desc=f"generate {bench.name} ({mode.mode})")
@@ -133,7 +195,7 @@ async def solve_tool(client, session, job, params, mode, tag, variant) -> dict[s
     from eval.modes import solve_with_tools
 
     return await solve_with_tools(client, session, job.problem["problem"], params=params, mode=mode,
-                                  tag=tag, sample_index=variant)
+                                  tag=tag, sample_index=variant, cap=job.cap)
 
 
 def code_problem(problem: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,6 +215,7 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
           problems: Mapping[str, Mapping[str, Any]] | None = None,
           sandbox: Any | None = None) -> list[dict[str, Any]]:
     """Fill extracted / extraction_method / correct / grade_error in place (and return rows).
+    ``correct`` stays None for a failed generation (``gen_error`` set): it is not an answer.
 
     The graded text is ``graded_text`` when the mode produced one (speak projection, tool
     answer), else the raw output; the benchmark's normaliser is applied first."""
@@ -172,7 +235,7 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
         for row, res in zip(rows, results):
             row["extracted"] = None
             row["extraction_method"] = "code_block"
-            row["correct"] = bool(res.passed) and row.get("gen_error") is None
+            row["correct"] = None if row.get("gen_error") is not None else bool(res.passed)
             row["grade_error"] = None if res.passed else res.reason
         return rows
     from eval.graders import grade as grade_one
@@ -185,7 +248,7 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
     for row, res in zip(rows, results):
         row["extracted"] = res.extracted
         row["extraction_method"] = res.method
-        row["correct"] = bool(res.correct) and row.get("gen_error") is None
+        row["correct"] = None if row.get("gen_error") is not None else bool(res.correct)
         row["grade_error"] = res.error
     return rows
 
@@ -195,7 +258,13 @@ def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
     """Aggregate graded rows into eval_scores rows: avg@n, pass@k, maj@n with bootstrap CIs.
 
     Rows of budgeted or capped runs are scored per budget / cap (metric names get a suffix,
-    e.g. ``avg@k|budget=1000``)."""
+    e.g. ``avg@k|budget=1000``). Failed generations (``gen_error`` set: no response) are not
+    wrong answers: they are left out of every score and counted in each row's ``failed``;
+    a problem whose samples all failed drops out of ``n_problems``, and a group in which every
+    sample failed yields no score rows. With failures, problems have unequal sample counts:
+    avg@k averages each problem's answered samples, pass@k uses each problem's own n (k up to
+    the smallest), maj@k votes among the answered samples; ``k`` of avg@k / maj@k is the
+    number of samples asked per problem."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
         suffix = "".join(f"|{name}={r[name]}" for name in ("budget", "thinking_cap")
@@ -208,29 +277,37 @@ def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
 
 
 def _score_group(rows, suffix, model_label, benchmark, n_boot, seed) -> list[dict[str, Any]]:
+    asked: dict[str, int] = {}
     by_problem: dict[str, list[dict]] = {}
+    failed = 0
     for r in rows:
+        asked[r["problem_id"]] = asked.get(r["problem_id"], 0) + 1
+        if r.get("gen_error") is not None:
+            failed += 1
+            continue
         by_problem.setdefault(r["problem_id"], []).append(r)
     if not by_problem:
         return []
-    n = min(len(v) for v in by_problem.values())
+    k_asked = max(asked.values())
     ids = sorted(by_problem)
-    ordered = [sorted(by_problem[p], key=lambda s: s["sample_index"])[:n] for p in ids]
+    ordered = [sorted(by_problem[p], key=lambda s: s["sample_index"]) for p in ids]
     correct = [[bool(s["correct"]) for s in samples] for samples in ordered]
     answers = [[s.get("extracted") for s in samples] for samples in ordered]
+    n_min = min(len(c) for c in correct)
     out: list[dict[str, Any]] = []
 
     def add(metric: str, k: int, per_problem: list[float]) -> None:
         mean, lo, hi = metrics.bootstrap_ci(per_problem, n_boot=n_boot, seed=seed)
         out.append({"model": model_label, "benchmark": benchmark, "metric": metric + suffix, "k": k,
                     "value": float(mean), "ci_low": float(lo), "ci_high": float(hi),
-                    "n_problems": len(ids), "n_samples": len(ids) * n})
+                    "n_problems": len(ids), "n_samples": sum(len(c) for c in correct),
+                    "failed": failed})
 
-    add("avg@k", n, [sum(c) / n for c in correct])
-    for k in sorted({k for k in (1, 2, 4, 8, 16, 32, 64, n) if k <= n}):
-        add("pass@k", k, [metrics.pass_at_k(n, sum(c), k) for c in correct])
-    if n > 1:
-        add("maj@k", n, [float(_majority_correct(a, c)) for a, c in zip(answers, correct)])
+    add("avg@k", k_asked, [sum(c) / len(c) for c in correct])
+    for k in sorted({k for k in (1, 2, 4, 8, 16, 32, 64, n_min) if k <= n_min}):
+        add("pass@k", k, [metrics.pass_at_k(len(c), sum(c), k) for c in correct])
+    if k_asked > 1:
+        add("maj@k", k_asked, [float(_majority_correct(a, c)) for a, c in zip(answers, correct)])
     return out
 
 
@@ -264,8 +341,18 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
         samples=rows, scores=scores, generation_s=t1 - t0, grading_s=t2 - t1,
         completion_tokens=sum(int(r.get("completion_tokens") or 0) for r in rows),
         errors=sum(1 for r in rows if r.get("gen_error")),
-        extra={"config": asdict(cfg)},
+        extra={"config": asdict(cfg), **_budget_extra(rows, cfg.mode)},
     )
+
+
+def _budget_extra(rows: list[dict[str, Any]], mode: ModeConfig) -> dict[str, Any]:
+    """The budgeted run's one generation limit and its warning, for the asset's metadata."""
+    limits = {r["generation_limit"] for r in rows if r.get("generation_limit") is not None}
+    if not limits:
+        return {}
+    limit = max(limits)
+    return {"budget_generation_limit": limit,
+            "budget_limit_warning": budget_limit_warning(mode, limit)}
 
 
 def config_json(cfg: EvalConfig) -> str:

@@ -8,6 +8,12 @@ action*_t) is step t without its observation. Rows (:meth:`StepInstance.to_row`)
 prompt as chat messages (``pipelines.tir.context_messages``) and the columns the action-centric
 process reward reads: ``reference_action``, ``reference_kind``, ``is_last_step``.
 
+Which steps become instances is the caller's choice (``assets.mosaic.step_instances`` applies
+the training mask of ``pipelines.mosaic_records.expert_trajectories``): by default, as in the
+paper, a MOSAIC step whose code was corrupted on purpose (Φ_gen, eq. 3) is a target like any
+other, because τ* is the synthesized trajectory itself; the trajectories are chosen by ρ and run
+there (the paper decomposes ρ = 0.2 data for RL, §3.1).
+
 Guarantees: T valid steps give exactly T instances, instance t holds exactly steps 1..t-1 as its
 history, and the last instance is the only one whose target is an answer. An invalid trajectory
 is refused with the validator's problems (:func:`decompose`) or reported per trajectory

@@ -4,10 +4,16 @@ From a problem x and a reference trace y* (its worked solution), :func:`synthesi
 builds a trajectory H = [s_1..s_T] in the TIR schema (``pipelines.tir``). For t = 1..T_max:
 
 1. the **manager** (``pipelines.mosaic_agents``) sees x, y*, the history and the steps left and
-   returns a navigation card {guide, stage, mode}; the loop enforces Final at the last step and
-   Correction after a failed observation, and withholds a gold answer the guide gives away;
-2. the **actor** sees x, the history and the card (never y*) and writes a thought plus code, or
-   at stage Final the answer; a reply in the wrong form gets one repair round;
+   returns a navigation card {verdict, reason, guide, stage, mode} (eq. 1, Listing 1); the loop
+   enforces Listing 1's rules (``enforce_card``): Correction after a failed observation or a
+   verdict of execution error or logical deviation from y*, Correction means Intermediate, Final
+   at the last step (Final wins there); each step records why it is in Correction
+   (``correction_reason``); a gold answer the guide gives away is withheld;
+2. the **actor** sees x, the history and the card (never y*) and is asked for a thought plus
+   code, or at stage Final the answer (eq. 2, Listing 2); a reply in the wrong form gets one
+   repair round. An answer is accepted at any step and ends the trajectory (Algorithm 1: "if
+   â_t = ans then ... break"); one given while the card asked for code is recorded as an
+   *early answer* (``StepRecord.early_answer``, counted per trajectory and in the summary);
 3. the code runs in one sandbox **session** per trajectory (variables persist across steps);
 4. with probability ρ a code step is **perturbed** (``pipelines.mosaic_inject``): a generation
    anomaly (the code is mutated, then really run) or an environment failure (not run; a
@@ -21,7 +27,13 @@ grader, turns, perturbed steps, recovered = correct despite a perturbation) and 
 reason when synthesis broke: ``manager_invalid_json`` (bad JSON after the repair round),
 ``actor_invalid_format``, ``max_steps`` (T_max reached without an answer), ``endpoint_error``,
 ``sandbox_error``. :func:`summarize_records` gives the figures the assets and the benchmark
-report, MOSAIC and baseline side by side.
+report, MOSAIC and baseline side by side (average turns over all attempts and over completed
+trajectories only).
+
+Departures from Algorithm 1, on purpose: at the last step (t = T_max) the actor may only answer
+(Algorithm 1 would append a code step and stop without an answer; such a trajectory is useless
+for SFT, so code there gets the repair round and then ``max_steps``); a reply that is neither
+code nor an answer gets one repair round instead of ending synthesis.
 
 Guarantees: every record whose ``status`` is ``complete`` holds a trajectory that passes
 ``tir.validate_steps``; a failed record keeps its valid prefix of steps; injection is
@@ -41,11 +53,13 @@ from typing import Any, Protocol
 
 from pipelines.mosaic_agents import (
     STAGE_FINAL,
+    STAGE_INTERMEDIATE,
     Actor,
     ActorView,
     AgentResult,
     Manager,
     ManagerView,
+    correction_reason,
     enforce_card,
     parse_actor_reply,
     redact_answer,
@@ -79,6 +93,7 @@ from pipelines.mosaic_records import (  # re-exported: one import for callers
     TrajectoryRecord,
     expert_trajectories,
     label_records,
+    select_rows,
     side_by_side,
     summarize_records,
     training_mask,
@@ -92,7 +107,7 @@ __all__ = [
     "FAIL_MANAGER_JSON", "FAIL_MAX_STEPS", "FAIL_SANDBOX", "METHOD_BASELINE", "METHOD_MOSAIC",
     "SIDE_BY_SIDE", "CodeSession", "MosaicConfig", "ProblemInput", "SessionFactory", "StepRecord",
     "TrackedSession", "TrajectoryRecord", "expert_trajectories", "label_records",
-    "session_factory", "side_by_side", "summarize_records", "synthesize_baseline",
+    "select_rows", "session_factory", "side_by_side", "summarize_records", "synthesize_baseline",
     "synthesize_many", "synthesize_mosaic", "training_mask", "validate_trajectory_rows",
 ]
 
@@ -166,22 +181,24 @@ def _observation(result: ExecResult, config: MosaicConfig) -> str:
     return neutralize_tags(render_observation(result, max_chars=config.observation_chars))
 
 
-async def _act(actor: Actor, view: ActorView) -> tuple[AgentResult, Any, int]:
+async def _act(actor: Actor, view: ActorView, *, accept_answer: bool | None = None
+               ) -> tuple[AgentResult, Any, int]:
     """Ask the actor; one repair round for a reply in the wrong form. Returns the last agent
-    result, the parsed reply (or None) and the number of attempts."""
+    result, the parsed reply (or None) and the number of attempts. ``view.allow_*`` say what
+    the actor is asked for; ``accept_answer`` (default ``view.allow_answer``) whether an answer
+    it gives anyway is taken."""
+    accept = view.allow_answer if accept_answer is None else accept_answer
     result = await actor.act(view)
     if result.error is not None:
         return result, None, 1
-    reply = parse_actor_reply(result.value, allow_code=view.allow_code,
-                              allow_answer=view.allow_answer)
+    reply = parse_actor_reply(result.value, allow_code=view.allow_code, allow_answer=accept)
     if reply.step is not None:
         return result, reply, 1
     retry = replace(view, previous_reply=result.value, feedback=reply.error)
     result = await actor.act(retry)
     if result.error is not None:
         return result, None, 2
-    reply = parse_actor_reply(result.value, allow_code=view.allow_code,
-                              allow_answer=view.allow_answer)
+    reply = parse_actor_reply(result.value, allow_code=view.allow_code, allow_answer=accept)
     return result, reply, 2
 
 
@@ -261,12 +278,14 @@ async def _mosaic_loop(record: TrajectoryRecord, problem: ProblemInput, manager:
         guide, redacted = redact_answer(card.guide, problem.answer, problem.problem)
         card = replace(card, guide=guide)
         last = t == config.max_steps
-        # The card decides: Intermediate asks for code only; Final asks for the answer, and
-        # before the last step a code reply is still accepted (the actor wanted one more check).
+        # The card decides what is asked: Intermediate asks for code; Final asks for the answer,
+        # and before the last step a code reply is still accepted (the actor wanted one more
+        # check). An answer is accepted at any step (Algorithm 1 ends on an answer).
         allow_code = not last
         allow_answer = card.stage == STAGE_FINAL
         acted, reply, attempts = await _act(actor, ActorView(problem.problem, history, card,
-                                                             allow_code, allow_answer))
+                                                             allow_code, allow_answer),
+                                            accept_answer=True)
         if acted.error is not None:
             record.fail(FAIL_ENDPOINT, f"actor at step {t}: {acted.error}")
             return
@@ -275,8 +294,10 @@ async def _mosaic_loop(record: TrajectoryRecord, problem: ProblemInput, manager:
             record.fail(reason, f"actor at step {t}: {reply.error if reply else 'no reply'}")
             return
         step_record = StepRecord(reply.step, card, tuple(overrides), redacted,
-                                 actor_attempts=attempts, actor_repairs=reply.repairs)
+                                 actor_attempts=attempts, actor_repairs=reply.repairs,
+                                 correction_reason=correction_reason(card, last_failed))
         if reply.step.kind == KIND_ANSWER:
+            step_record.early_answer = card.stage == STAGE_INTERMEDIATE
             record.steps.append(step_record)
             return
         try:

@@ -10,9 +10,19 @@
 - :func:`parse_actor_reply` turns an actor's text into a ``pipelines.tir.Step``: strictly when
   it already follows the schema, otherwise leniently (an unclosed last tag, a fenced code block,
   a bare ``\\boxed{}``), always returning the canonical step and whether repair was needed.
-- :func:`enforce_card` applies the rules the loop never leaves to the model: Final when one
-  step is left, Correction after a failed observation; :func:`redact_answer` removes a gold
-  answer that the manager's guide gives away.
+- :func:`enforce_card` applies the rules of DeepTool §2.1 (Listing 1, "Analysis Logic") that
+  the loop never leaves to the model: Correction after a failed observation (rule 1, checked
+  by the loop itself) or when the manager's verdict is an execution error or a logical
+  deviation from the reference (rule 2); Correction means stage Intermediate, since the actor
+  must fix the error before answering (rule 3, "Correction -> Intermediate"), except on the very
+  last step, where Final wins (Listing 1's urgency rule; Algorithm 1 stops at T_max).
+  :func:`redact_answer` removes a gold answer that the manager's guide gives away.
+
+Departures from the paper, on purpose: the card carries two more fields than Listing 1's
+``{navigational_guide, solution_stage, reasoning_mode}``: ``verdict`` (``on_track``,
+``execution_error`` or ``logical_deviation``: which analysis rule fired) and ``reason`` (one
+sentence: what went wrong), so every Correction is recorded with why it happened; the field
+names are shorter (``guide``, ``stage``, ``mode``).
 
 Prompt files are read at every call, so they can be edited between runs. Not guaranteed: that
 the models follow their instructions (small ones do not); every reply is checked, and what
@@ -58,9 +68,24 @@ STAGES = (STAGE_INTERMEDIATE, STAGE_FINAL)
 MODE_PROGRESS = "Progress"
 MODE_CORRECTION = "Correction"
 MODES = (MODE_PROGRESS, MODE_CORRECTION)
+VERDICT_ON_TRACK = "on_track"
+VERDICT_EXECUTION_ERROR = "execution_error"
+VERDICT_LOGICAL_DEVIATION = "logical_deviation"
+VERDICTS = (VERDICT_ON_TRACK, VERDICT_EXECUTION_ERROR, VERDICT_LOGICAL_DEVIATION)
+# Why a card is in Correction mode (recorded per step): the loop saw the interpreter fail, the
+# manager judged an error or a deviation, or the manager chose Correction without naming one.
+CORRECTION_OBSERVED_ERROR = "observed_error"
+CORRECTION_UNSPECIFIED = "unspecified"
+
+FORCED_FINAL = "forced_final"
+FORCED_CORRECTION = "forced_correction"  # a failed observation, whatever the manager said
+VERDICT_CORRECTION = "verdict_correction"  # the manager's own verdict named a problem
+CORRECTION_INTERMEDIATE = "correction_intermediate"  # Correction asks for code, not the answer
 
 MAX_GUIDE_CHARS = 300  # guided decoding closes the string here; small models ramble
-MANAGER_MAX_TOKENS = 400  # room for a full-length guide even at one character per token
+MAX_REASON_CHARS = 200
+# room for a full-length reason and guide even at one character per token, plus the JSON
+MANAGER_MAX_TOKENS = 640
 REDACTED = "[result withheld]"
 NO_HISTORY = "(no steps yet)"
 CODE_INSTRUCTION = ("Now write this step: <think>...</think> followed by <code>...</code>. "
@@ -127,52 +152,97 @@ def render_history(steps: Sequence[Step]) -> str:
 
 @dataclass(frozen=True)
 class NavigationCard:
+    """The manager's intent I_t (DeepTool eq. 1). ``verdict``/``reason``: the manager's check of
+    the last step against the interpreter output and the reference (see the module docstring)."""
+
     guide: str
     stage: str
     mode: str
+    verdict: str = VERDICT_ON_TRACK
+    reason: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {"guide": self.guide, "stage": self.stage, "mode": self.mode}
+        return {"guide": self.guide, "stage": self.stage, "mode": self.mode,
+                "verdict": self.verdict, "reason": self.reason}
 
 
 def card_schema() -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {
+        "properties": {  # the check first, so a model decodes its verdict before the mode
+            "verdict": {"type": "string", "enum": list(VERDICTS)},
+            "reason": {"type": "string", "maxLength": MAX_REASON_CHARS},
             "guide": {"type": "string", "minLength": 1, "maxLength": MAX_GUIDE_CHARS},
             "stage": {"type": "string", "enum": list(STAGES)},
             "mode": {"type": "string", "enum": list(MODES)},
         },
-        "required": ["guide", "stage", "mode"],
+        "required": ["verdict", "reason", "guide", "stage", "mode"],
         "additionalProperties": False,
     }
 
 
 def parse_card(value: Any) -> NavigationCard:
-    """A card from a decoded JSON value; ValueError (TypeError for a non-object) naming the bad field."""
+    """A card from a decoded JSON value; ValueError (TypeError for a non-object) naming the bad
+    field. ``reason`` may be missing or empty (then it is "")."""
     if not isinstance(value, dict):
         raise TypeError(f"a navigation card is a JSON object, got {type(value).__name__}")
     guide, stage, mode = value.get("guide"), value.get("stage"), value.get("mode")
+    verdict, reason = value.get("verdict"), value.get("reason", "")
     if not isinstance(guide, str) or not guide.strip():
         raise ValueError('"guide" must be a non-empty string')
     if stage not in STAGES:
         raise ValueError(f'"stage" must be one of {list(STAGES)}, got {stage!r}')
     if mode not in MODES:
         raise ValueError(f'"mode" must be one of {list(MODES)}, got {mode!r}')
-    return NavigationCard(guide.strip()[:MAX_GUIDE_CHARS], stage, mode)
+    if verdict not in VERDICTS:
+        raise ValueError(f'"verdict" must be one of {list(VERDICTS)} (your check of the last '
+                         f'step), got {verdict!r}')
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str):
+        raise TypeError(f'"reason" must be a string (what went wrong, or ""), got {reason!r}')
+    return NavigationCard(guide.strip()[:MAX_GUIDE_CHARS], stage, mode, verdict,
+                          reason.strip()[:MAX_REASON_CHARS])
 
 
 def enforce_card(card: NavigationCard, steps_left: int, last_failed: bool) -> tuple[NavigationCard, list[str]]:
-    """The card with the loop's rules applied, and which rules changed it: with one step left
-    the stage is Final; after a failed observation the mode is Correction."""
+    """The card with DeepTool's Listing 1 rules applied, and which rules changed it, in order:
+
+    1. after a failed observation the mode is Correction (``forced_correction``);
+    2. a verdict that names a problem (execution error, logical deviation) means Correction
+       (``verdict_correction``);
+    3. with one step left the stage is Final (``forced_final``): the last step must answer;
+       otherwise Correction means Intermediate (``correction_intermediate``): the actor fixes
+       the error before it answers.
+    """
     overrides: list[str] = []
-    if steps_left <= 1 and card.stage != STAGE_FINAL:
-        card = replace(card, stage=STAGE_FINAL)
-        overrides.append("forced_final")
     if last_failed and card.mode != MODE_CORRECTION:
         card = replace(card, mode=MODE_CORRECTION)
-        overrides.append("forced_correction")
+        overrides.append(FORCED_CORRECTION)
+    if card.verdict != VERDICT_ON_TRACK and card.mode != MODE_CORRECTION:
+        card = replace(card, mode=MODE_CORRECTION)
+        overrides.append(VERDICT_CORRECTION)
+    if steps_left <= 1:
+        if card.stage != STAGE_FINAL:
+            card = replace(card, stage=STAGE_FINAL)
+            overrides.append(FORCED_FINAL)
+    elif card.mode == MODE_CORRECTION and card.stage != STAGE_INTERMEDIATE:
+        card = replace(card, stage=STAGE_INTERMEDIATE)
+        overrides.append(CORRECTION_INTERMEDIATE)
     return card, overrides
+
+
+def correction_reason(card: NavigationCard, last_failed: bool) -> str | None:
+    """Why a (enforced) card is in Correction mode, None when it is not: ``observed_error``
+    when the loop saw the last interpreter output fail, else the manager's verdict
+    (``execution_error`` / ``logical_deviation``), else ``unspecified``."""
+    if card.mode != MODE_CORRECTION:
+        return None
+    if last_failed:
+        return CORRECTION_OBSERVED_ERROR
+    if card.verdict != VERDICT_ON_TRACK:
+        return card.verdict
+    return CORRECTION_UNSPECIFIED
 
 
 def redact_answer(guide: str, gold: str, problem: str) -> tuple[str, bool]:
@@ -392,7 +462,8 @@ class LLMManager:
         elif view.last_failed:
             status = "The last interpreter output shows a failure: use Correction mode."
         else:
-            status = "The last step ran without an error."
+            status = ("The last step ran without an error; check that its logic still follows "
+                      "the reference solution.")
         if view.steps_left <= 1:
             status += " Only this step is left: the stage must be Final."
         values = {"problem": view.problem.strip(), "reference": view.reference.strip() or "(none)",

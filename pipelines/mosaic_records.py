@@ -6,7 +6,23 @@ A :class:`TrajectoryRecord` is one synthesis attempt (MOSAIC or baseline): its s
 failure reason, and after :func:`label_records` its correctness by the shared grader.
 :meth:`TrajectoryRecord.to_row` is the warehouse row of ``mosaic_trajectories`` and
 ``mosaic_baseline_trajectories``; :func:`expert_trajectories` turns such rows back into expert
-trajectories with a training mask that keeps deliberately mutated steps out of the targets.
+trajectories with a training mask, selected by ρ and by the run that wrote them
+(:func:`select_rows`), so the paper's setup — ρ = 0.1 trajectories for SFT, ρ = 0.2 for RL
+(DeepTool §3.1, App. A.1) — can be built from one table side by side.
+
+Injected steps as training targets: DeepTool §2.2 fine-tunes on the synthesized trajectories as
+they are, so a step whose code was deliberately corrupted (Φ_gen, eq. 3) is a training target
+like any other; that is the default here (``train_on_injected=True``). ``train_on_injected=False``
+keeps such steps in the context only (never imitated), which was weft's earlier behaviour and
+stays available. Environment failures (Φ_env, eq. 4) leave the actor's code intact, so their
+steps are targets either way.
+
+Figures (:func:`summarize_records`, DeepTool §3.6 Table 2 reports accuracy and "Avg. Turns" of
+MOSAIC vs the baseline): ``avg_turns`` is over every attempt (a failed one counts its valid
+prefix), ``avg_turns_complete`` over completed trajectories only, the figure comparable to turns
+counted on finished trajectories (the paper does not say which it uses; we report both);
+``early_answers`` counts trajectories the actor ended with an answer while the card asked for
+code (accepted, Algorithm 1).
 
 Not guaranteed: that ``correct`` means more than the grader's verdict on the final answer.
 """
@@ -20,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.mosaic_agents import NavigationCard
+from pipelines.mosaic_agents import VERDICT_LOGICAL_DEVIATION, NavigationCard
 from pipelines.mosaic_inject import (
     ENVIRONMENT,
     ENVIRONMENT_KINDS,
@@ -134,6 +150,8 @@ class StepRecord:
     error_name: str | None = None
     actor_attempts: int = 1
     actor_repairs: tuple[str, ...] = ()
+    correction_reason: str | None = None  # why the card is in Correction (None: Progress)
+    early_answer: bool = False  # an answer while the card asked for code (Intermediate)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -146,6 +164,8 @@ class StepRecord:
             "error_name": self.error_name,
             "actor_attempts": self.actor_attempts,
             "actor_repairs": list(self.actor_repairs),
+            "correction_reason": self.correction_reason,
+            "early_answer": self.early_answer,
         }
 
 
@@ -198,6 +218,20 @@ class TrajectoryRecord:
         return sum(1 for r in self.steps if r.error_observed)
 
     @property
+    def early_answer(self) -> bool:
+        """The trajectory ended on an answer the card had not asked for yet."""
+        return bool(self.steps) and self.steps[-1].early_answer
+
+    @property
+    def correction_steps(self) -> int:
+        return sum(1 for r in self.steps if r.correction_reason is not None)
+
+    @property
+    def deviation_corrections(self) -> int:
+        """Correction steps the manager called for on a logical deviation from y*."""
+        return sum(1 for r in self.steps if r.correction_reason == VERDICT_LOGICAL_DEVIATION)
+
+    @property
     def recovered(self) -> bool:
         return bool(self.correct) and self.perturbed_steps > 0
 
@@ -239,6 +273,8 @@ class TrajectoryRecord:
             "perturbed_generation": kinds.get(GENERATION, 0),
             "perturbed_environment": kinds.get(ENVIRONMENT, 0),
             "error_steps": self.error_steps, "recovered": self.recovered,
+            "early_answer": self.early_answer, "correction_steps": self.correction_steps,
+            "deviation_corrections": self.deviation_corrections,
             "seconds": round(self.seconds, 3), "rho": float(self.config.rho),
             "max_steps": self.config.max_steps, "seed": self.config.seed,
             "text": text,
@@ -270,9 +306,10 @@ def label_records(records: Sequence[TrajectoryRecord], grade_pairs: GradePairs) 
 
 
 def summarize_records(records: Sequence[TrajectoryRecord]) -> dict[str, Any]:
-    """Accuracy over all attempts (failed ones count as wrong), average turns, realized
-    perturbation rate (perturbed / code steps), recovery rate (correct among trajectories with a
-    perturbation), failure counts and seconds per trajectory."""
+    """Accuracy over all attempts (failed ones count as wrong), average turns over all attempts
+    and over completed trajectories, realized perturbation rate (perturbed / code steps),
+    recovery rate (correct among trajectories with a perturbation), early answers, Correction
+    steps (and those for a logical deviation), failure counts and seconds per trajectory."""
     n = len(records)
 
     def mean(values: Sequence[float]) -> float | None:
@@ -281,13 +318,18 @@ def summarize_records(records: Sequence[TrajectoryRecord]) -> dict[str, Any]:
     code_steps = sum(r.code_steps for r in records)
     perturbed = sum(r.perturbed_steps for r in records)
     hit = [r for r in records if r.perturbed_steps > 0]
+    complete = [r for r in records if r.status == COMPLETE]
     return {
         "trajectories": n,
-        "complete": sum(1 for r in records if r.status == COMPLETE),
+        "complete": len(complete),
         "valid": sum(1 for r in records if r.valid),
         "correct": sum(1 for r in records if r.correct),
         "accuracy": mean([1.0 if r.correct else 0.0 for r in records]),
         "avg_turns": mean([r.num_turns for r in records]),
+        "avg_turns_complete": mean([r.num_turns for r in complete]),
+        "early_answers": sum(1 for r in records if r.early_answer),
+        "correction_steps": sum(r.correction_steps for r in records),
+        "deviation_corrections": sum(r.deviation_corrections for r in records),
         "code_steps": code_steps,
         "error_steps": sum(r.error_steps for r in records),
         "perturbed_steps": perturbed,
@@ -300,8 +342,9 @@ def summarize_records(records: Sequence[TrajectoryRecord]) -> dict[str, Any]:
     }
 
 
-SIDE_BY_SIDE = ("trajectories", "accuracy", "avg_turns", "perturbation_rate", "recovery_rate",
-                "complete", "valid", "error_steps", "seconds_per_trajectory")
+SIDE_BY_SIDE = ("trajectories", "accuracy", "avg_turns", "avg_turns_complete",
+                "perturbation_rate", "recovery_rate", "complete", "valid", "error_steps",
+                "early_answers", "seconds_per_trajectory")
 
 
 def side_by_side(mosaic: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -318,24 +361,53 @@ def side_by_side(mosaic: Mapping[str, Any], baseline: Mapping[str, Any]) -> list
 # Warehouse rows: expert data and validation
 
 
-def training_mask(steps_json: str) -> list[bool]:
-    """Per step, whether it may be a training target: False for a step whose code was mutated
-    on purpose (a generation anomaly must stay in the context, never be imitated)."""
+def training_mask(steps_json: str, *, train_on_injected: bool = True) -> list[bool]:
+    """Per step, whether it is a training target. With ``train_on_injected`` (the paper's
+    behaviour, the default) every step is; without it a step whose code was mutated on purpose
+    (a generation anomaly) is False: it stays in the context but is never imitated."""
     steps = json.loads(steps_json)
+    if train_on_injected:
+        return [True] * len(steps)
     return [(s.get("perturbation") or {}).get("mode") != GENERATION for s in steps]
 
 
-def expert_trajectories(rows: Sequence[Mapping[str, Any]], *, only_correct: bool = True
-                        ) -> list[tuple[Trajectory, list[bool]]]:
+def select_rows(rows: Sequence[Mapping[str, Any]], *, rho: float | None = None,
+                run_ids: Sequence[str] = ()) -> list[Mapping[str, Any]]:
+    """The rows synthesized with injection rate ``rho`` (None: any) by one of ``run_ids``
+    (empty: any run). ρ is compared to 1e-9, so 0.1 selects rows written with ``rho=0.1``.
+    Raises ValueError for a ρ outside [0, 1]."""
+    if rho is not None and not 0.0 <= float(rho) <= 1.0:
+        raise ValueError(f"rho must be in [0, 1] (0.1 and 0.2 are the paper's settings) or "
+                         f"None for every ρ, got {rho!r}")
+    wanted = set(run_ids)
+    return [row for row in rows
+            if (rho is None or (row.get("rho") is not None
+                                and abs(float(row["rho"]) - float(rho)) < 1e-9))
+            and (not wanted or row.get("run_id") in wanted)]
+
+
+def expert_trajectories(rows: Sequence[Mapping[str, Any]], *, only_correct: bool = True,
+                        train_on_injected: bool = True, rho: float | None = None,
+                        run_ids: Sequence[str] = ()) -> list[tuple[Trajectory, list[bool]]]:
     """(trajectory, training mask) for every valid row of a trajectories table (correct ones
-    only by default): the expert data for SFT and step-wise decomposition."""
-    out = []
-    for row in rows:
+    only by default) synthesized with ``rho`` by ``run_ids`` (:func:`select_rows`): the expert
+    data for SFT and step-wise decomposition. A trajectory id seen twice (the same synthesis
+    stored twice) is used once: the row created last."""
+    chosen: dict[str, Mapping[str, Any]] = {}
+    for row in select_rows(rows, rho=rho, run_ids=run_ids):
         if not row.get("valid") or (only_correct and not row.get("correct")):
             continue
-        trajectory = Trajectory.from_row(dict(row))
-        out.append((trajectory, training_mask(row["steps_json"])))
-    return out
+        key = str(row["trajectory_id"])
+        seen = chosen.get(key)
+        if seen is None or _created(row) >= _created(seen):
+            chosen[key] = row
+    return [(Trajectory.from_row(dict(row)),
+             training_mask(row["steps_json"], train_on_injected=train_on_injected))
+            for row in chosen.values()]
+
+
+def _created(row: Mapping[str, Any]) -> str:
+    return str(row.get("created_at") or "")
 
 
 def validate_trajectory_rows(rows: Sequence[Mapping[str, Any]]) -> list[str]:

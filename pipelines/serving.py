@@ -30,10 +30,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from pipelines.settings import logs_dir, weft_home
 
@@ -226,7 +226,7 @@ class LocalModelServer:
             *self.extra_args,
         ]
 
-    def start(self) -> "LocalModelServer":
+    def start(self) -> LocalModelServer:
         """Start the server, or reuse one already serving this model on the port."""
         with _start_lock(self.port):
             if self.is_ready():
@@ -252,7 +252,7 @@ class LocalModelServer:
             env[BIND_ENV] = choose_cpu_bind(sorted(os.sched_getaffinity(0)), running_cpu_binds())
         self.cpu_bind = env[BIND_ENV]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        logf = open(self.log_path, "ab")
+        logf = open(self.log_path, "ab")  # noqa: SIM115 — handed to the child, closed below
         log.info("starting vLLM for %s on %s (CPU bind %s; log: %s)", self.model_path,
                  self.base_url, self.cpu_bind, self.log_path)
         self.process = subprocess.Popen(
@@ -309,7 +309,7 @@ class LocalModelServer:
             except (OSError, ValueError):
                 pass
 
-    def __enter__(self) -> "LocalModelServer":
+    def __enter__(self) -> LocalModelServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -33,19 +33,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
-from eval.latency import (
+from pipelines.formats import (
     RESERVED_TAGS,
     SPEAK,
+    SXS_SYSTEM_PROMPT,
     THINK,
-    LatencyMetrics,
-    Tokenizer,
-    latency_metrics,
     parse_tagged,
     render_tagged,
-    summarize_latency,
 )
 from pipelines.sxs_judge import BLOCK_SEP, CoverageJudge, evidence, parse_coverage, prefilter_skips
 
@@ -57,14 +55,6 @@ NOT_NEEDED = "not_needed"  # sequential mode: never called, full coverage alread
 PREFILTERED = "prefiltered"  # pre-filter decided "nothing new" without calling the judge
 TERMINAL = "terminal"      # last prefix: set to K_A by the safeguard, not judged
 STATUSES = (OK, FAILED, CANCELLED, NOT_NEEDED, PREFILTERED, TERMINAL)
-
-SFT_SYSTEM_PROMPT = (
-    "Solve the user's problem using two channels. Write private working inside "
-    "<think>...</think> and everything meant for the user inside <speak>...</speak>. You may "
-    "switch between them as often as you like: once your thinking has settled part of the "
-    "answer, you may say that part in a <speak> block and then go on thinking. Only say what "
-    "your thinking so far supports, and make sure the whole answer has been said by the end."
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +424,7 @@ def validate_alignment(alignment: Alignment) -> list[str]:
 
 
 def sft_row(problem: str, segments: Sequence[Segment], *, style: Literal["chat", "text"] = "chat",
-            system_prompt: str = SFT_SYSTEM_PROMPT) -> dict[str, Any]:
+            system_prompt: str = SXS_SYSTEM_PROMPT) -> dict[str, Any]:
     """A TRL prompt-completion row whose completion is the tagged stream.
 
     ``chat``: prompt = [system, user] messages, completion = [assistant message] (TRL's
@@ -452,7 +442,7 @@ def sft_row(problem: str, segments: Sequence[Segment], *, style: Literal["chat",
 
 
 def sft_rows(problem: str, alignment: Alignment, *, style: Literal["chat", "text"] = "chat",
-             system_prompt: str = SFT_SYSTEM_PROMPT) -> dict[str, dict[str, Any]]:
+             system_prompt: str = SXS_SYSTEM_PROMPT) -> dict[str, dict[str, Any]]:
     """Both variants of one sample: ``{"sxs": row, "standard": row}`` (same prompt)."""
     reasoning = [b for s in alignment.segments if s.kind == THINK for b in s.blocks]
     answer = [b for s in alignment.segments if s.kind == SPEAK for b in s.blocks]
@@ -463,14 +453,18 @@ def sft_rows(problem: str, alignment: Alignment, *, style: Literal["chat", "text
     }
 
 
-def segment_latency(segments: Sequence[Segment], tokenizer: Tokenizer) -> LatencyMetrics:
-    return latency_metrics([(s.kind, s.text) for s in segments], tokenizer)
+def variant_segments(alignment: Alignment) -> dict[str, list[tuple[str, str]]]:
+    """The ``(kind, content)`` segments of both SFT variants of one sample, ``sxs`` and
+    ``standard`` (what ``eval.latency.summarize_variants`` measures)."""
+    reasoning = [b for s in alignment.segments if s.kind == THINK for b in s.blocks]
+    answer = [b for s in alignment.segments if s.kind == SPEAK for b in s.blocks]
+    return {variant: [(s.kind, s.text) for s in segments] for variant, segments in
+            (("sxs", alignment.segments), ("standard", standard_segments(reasoning, answer)))}
 
 
-def summarize_alignments(alignments: Sequence[Alignment],
-                         tokenizer: Tokenizer | None = None) -> dict[str, Any]:
-    """Dataset-level figures; latency means for the SxS and the standard variant when a
-    tokenizer is given (keys ``latency_sxs`` and ``latency_standard``)."""
+def summarize_alignments(alignments: Sequence[Alignment]) -> dict[str, Any]:
+    """Dataset-level alignment figures (content latency is measured in ``eval.latency``:
+    ``summarize_variants(map(variant_segments, alignments), tokenizer)``)."""
     n = len(alignments)
 
     def mean(values: Sequence[float]) -> float | None:
@@ -492,11 +486,4 @@ def summarize_alignments(alignments: Sequence[Alignment],
         "share_calls_saved": saved / (made + saved) if made + saved else None,
         "mean_rounds": mean([a.rounds for a in alignments]),
     }
-    if tokenizer is not None:
-        out["latency_sxs"] = summarize_latency(segment_latency(a.segments, tokenizer) for a in alignments)
-        out["latency_standard"] = summarize_latency(
-            segment_latency(standard_segments(
-                [b for s in a.segments if s.kind == THINK for b in s.blocks],
-                [b for s in a.segments if s.kind == SPEAK for b in s.blocks]), tokenizer)
-            for a in alignments)
     return out

@@ -20,9 +20,10 @@ validated and every failure is reported as ``None`` rather than raised.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # imported lazily at run time, so the pure parts need no LLM client
     from pipelines.llm import LLMClient, SamplingParams
@@ -66,8 +67,8 @@ def load_judge_prompt(path: str | Path | None = None) -> JudgePrompt:
     if not path.is_file():
         raise FileNotFoundError(f"SxS judge prompt not found at {path}; restore "
                                 "pipelines/prompts/sxs_judge.md or pass prompt_path=")
-    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.S)
-    parts = re.split(r"^# (system|user)[ \t]*$", text, flags=re.M)
+    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    parts = re.split(r"^# (system|user)[ \t]*$", text, flags=re.MULTILINE)
     sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
     if set(sections) != {"system", "user"} or not all(sections.values()):
         raise ValueError(f"{path}: needs exactly one non-empty '# system' and one '# user' section "
@@ -79,7 +80,7 @@ def _fill(template: str, values: dict[str, str]) -> str:
     def sub(match: re.Match[str]) -> str:
         if match.group(1) not in values:
             raise ValueError(f"unknown placeholder {match.group(0)} in the judge prompt; known: "
-                             + ", ".join("{{%s}}" % k for k in sorted(values)))
+                             + ", ".join("{{" + k + "}}" for k in sorted(values)))
         return values[match.group(1)]
     return _PLACEHOLDER_RE.sub(sub, template)  # one pass: inserted text is never re-scanned
 
@@ -127,7 +128,7 @@ def parse_coverage(value: Any, k_a: int) -> int:
 class LLMJudge:
     """``CoverageJudge`` over ``pipelines.llm.LLMClient.chat_json``; the prompt file is read per call."""
 
-    def __init__(self, client: "LLMClient", *, params: "SamplingParams | None" = None,
+    def __init__(self, client: LLMClient, *, params: SamplingParams | None = None,
                  prompt_path: str | Path | None = None, tag: str = JUDGE_TAG) -> None:
         if params is None:
             from pipelines.llm import SamplingParams
@@ -161,7 +162,7 @@ def evidence(text: str) -> frozenset[str]:
         frac = frac.rstrip("0")
         found.add((whole.lstrip("0") or "0") + (f".{frac}" if frac else ""))
     for name, patterns in KEY_SYMBOLS.items():
-        if any(re.search(p, text, flags=re.I) for p in patterns):
+        if any(re.search(p, text, flags=re.IGNORECASE) for p in patterns):
             found.add(name)
     return frozenset(found)
 

@@ -30,14 +30,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from training.rewards import ANSWER_FORMATS, budget_instruction
+from pipelines.formats import BOXED_SYSTEM_PROMPT, budget_instruction
+from pipelines.formats import system_prompt as _format_system_prompt
 
 LINEAGE_COLUMNS = ("run_id", "asset", "partition", "config_hash", "created_at")
-
-BOXED_SYSTEM_PROMPT = (
-    "Solve the problem. Work through it step by step, then write the final answer inside "
-    "\\boxed{}."
-)
 
 
 class DatasetError(ValueError):
@@ -106,7 +102,7 @@ def builtin_arith_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
 
 def builtin_sxs_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     """Think/speak SFT rows built with ``pipelines.sxs.sft_row`` (the real dataset's format)."""
-    from eval.latency import SPEAK, THINK
+    from pipelines.formats import SPEAK, THINK
     from pipelines.sxs import Segment, sft_row
 
     rows = []
@@ -313,17 +309,7 @@ def load_dataset(spec: str, *, fallback: str = "", limit: int | None = None,
 
 def system_prompt(answer_format: str) -> str:
     """The system message GRPO prompts start with, matching the SFT data of the same format."""
-    if answer_format == "boxed":
-        return BOXED_SYSTEM_PROMPT
-    if answer_format == "sxs":
-        from pipelines.sxs import SFT_SYSTEM_PROMPT
-
-        return SFT_SYSTEM_PROMPT
-    if answer_format == "tir":
-        from pipelines.tir import TIR_SYSTEM_PROMPT
-
-        return TIR_SYSTEM_PROMPT
-    raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    return _format_system_prompt(answer_format)  # one home: pipelines.formats
 
 
 def boxed_prompt(problem: str) -> list[dict[str, str]]:
@@ -412,9 +398,11 @@ def grpo_examples(rows: Sequence[Mapping[str, Any]], answer_format: str = "boxed
 
 
 def add_budgets(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int],
-                seed: int = 0) -> list[dict[str, Any]]:
+                seed: int = 0, style: str = "urgency") -> list[dict[str, Any]]:
     """Give every row one budget (cycling through ``budgets`` in a seeded order, so each budget
-    gets an equal share) and append its urgency instruction to the last user message."""
+    gets an equal share) and append its instruction (``pipelines.formats.budget_instruction``:
+    the paper's urgency words by default, ``style="numeric"`` states the budget) to the last
+    user message."""
     if not budgets or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in budgets):
         raise DatasetError(f"budgets must be positive integers, got {list(budgets)}")
     order = list(budgets)
@@ -422,7 +410,7 @@ def add_budgets(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int],
     out = []
     for index, row in enumerate(rows):
         budget = order[index % len(order)]
-        instruction = budget_instruction(budget, budgets)
+        instruction = budget_instruction(budget, budgets, style)
         prompt = row["prompt"]
         if isinstance(prompt, str):
             prompt = f"{prompt}\n\n{instruction}"

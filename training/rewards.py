@@ -8,23 +8,49 @@ Configurable rewards are made by ``get_<name>_reward(...)`` factories; :data:`RE
 names used in recipes to those factories.
 
 - Outcome (:func:`get_outcome_reward`): 1 when the final answer matches the gold answer by
-  ``eval.graders.grade_math`` (the grader evaluation uses), else 0. Where the answer is looked for
-  depends on the format: the whole text (``boxed``), the speak projection of a think/speak stream
-  (``sxs``, tolerant parse from ``eval.latency``), or the last ``<answer>`` block (``tir``).
+  ``eval.graders.grade_math`` (the grader evaluation uses), else 0. The answer is read from the
+  format's answer region, ``pipelines.formats.answer_region`` (the call evaluation makes too):
+  the whole text (``boxed``), the speak projection of a think/speak stream (``sxs``, SxS
+  Eq. 11-12), or the last ``<answer>`` block (``tir``).
   math-verify bounds its work with ``signal.alarm``, which only works on a process's main
   thread; TRL calls reward functions on the trainer's main thread, so timeouts are active there.
   Called from another thread, ``grade_math`` disables them (a pathological answer could then run
   long) and this module logs a warning once.
-- Degenerate groups (:func:`degenerate_groups`): groups whose rewards are all equal. The trainer
-  in ``training/grpo_trainer.py`` drops them before the backward pass; the functions here are pure.
-- Correctness-preserving granularity shaping (:func:`shape_group`, :func:`solve_granularity_qp`):
-  the exact solution of a small convex QP per group (see :func:`solve_granularity_qp`).
+- Degenerate groups (:func:`degenerate_groups`, SxS §3.2 "GRPO update and group filtering",
+  App. C.3): groups whose rollouts are all correct or all wrong by the verifier, whatever the
+  combined reward says (shaping or a length penalty can make an all-correct group's rewards
+  differ, and a mixed group's combined rewards can tie). Correctness is read from ONE verifier
+  reward's per-completion output (:data:`VERIFIER_REWARDS`, chosen by
+  :func:`correctness_reward_index`: the only verifier in the recipe, or the one the recipe
+  names); a recipe that asks for the filter without a verifier is rejected. The trainer in
+  ``training/grpo_trainer.py`` drops the flagged groups before the backward pass; the functions
+  here are pure.
+- Correctness-preserving granularity shaping (SxS §3.2 Eq. 13-17, App. C.1-C.2):
+  :func:`structure_scores` (Eq. 14 with C.1's rule for wrong rollouts: they take the largest
+  longest-think length observed in the group, then are z-scored with the correct rollouts' mean
+  and std, so S_wrong = -S_min with S_min > 0), then :func:`solve_granularity_qp` (the exact
+  solution of the convex QP of Eq. 15-17 per group). The shaped reward IS the final reward R of
+  Eq. 15 (not outcome + shaping): the paper feeds R to GRPO's Eq. 18-19. Adding a non-negative
+  multiple of the outcome on top keeps the margins (correct: >= mean + eps, wrong: <= mean -
+  eps), since the outcome is itself higher for correct rollouts.
+  Deliberate choices where the paper is silent or undefined:
+  (a) a rollout with no non-empty think block has no Eq. 13 maximum; its l is its whole
+  completion length, and when correct it is also scored at the group's worst case (as a wrong
+  rollout), so answering without reasoning, or with all reasoning spoken, never beats
+  interleaving; (b) when the correct rollouts' lengths have zero spread (one correct rollout,
+  or equal lengths) the z-score is undefined: every correct rollout scores 0 and every wrong
+  one -1 (S_min = 1); (c) a degenerate group (all correct or all wrong, where
+  Eq. 16-17 cannot both hold) keeps plain 1/0 rewards and is left to the filter (App. C.3);
+  (d) epsilon must be > 0 (Eq. 17: a fixed margin eps > 0; C.2 uses 0.5, our default).
+  Not guaranteed: a strong ranking signal among correct rollouts when a wrong rollout's length
+  is far above theirs: its z-score then dominates the group's reward spread, as in the paper.
 - Action-centric process reward: the TRL wrapper around ``pipelines.tir.action_process_reward``
   (one implementation, shared with MOSAIC).
 - Budget-aware reward: correct AND the completion is within the prompt's token budget; the
-  budget instructions are in :data:`URGENCY_LEVELS` (our own wording).
-- Format rewards for the three schemas, and a group length penalty (shorter is better within a
-  group; wrong answers never gain from being short).
+  budget instructions are ``pipelines.formats.budget_instruction`` (Engagement App. F).
+- Format rewards for the three schemas (``pipelines.formats.follows_format``; an SxS stream
+  may end in a trailing think block, SxS Algorithm 1 lines 28-30), and a group length penalty
+  (shorter is better within a group; wrong answers never gain from being short).
 
 Group-level rewards (shaping, length penalty) need each group's G completions side by side in
 one call: TRL passes a process's whole generation batch with the G completions of a prompt
@@ -38,33 +64,26 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eval.latency import SPEAK, THINK, parse_tagged
+from pipelines.formats import (  # ANSWER_FORMATS: training.config reads it from here
+    ANSWER_FORMATS,  # noqa: F401
+    FORMAT_CHECKS,
+    THINK,
+    answer_region,
+    check_format,
+    parse_tagged,
+)
 
 log = logging.getLogger(__name__)
 
 RewardFunc = Callable[..., list]
 
-ANSWER_FORMATS = ("boxed", "sxs", "tir")
 DEFAULT_GOLD_KEY = "answer"
 DEFAULT_EPSILON = 0.5
-DEFAULT_BUDGETS = (1000, 2000, 4000, 8000)
-
-# From most to least urgent; a budget's rank among the configured budgets picks its level.
-URGENCY_LEVELS = (
-    "Answer immediately: give the result with almost no working, in at most {budget} tokens.",
-    "Be quick: keep your working short and finish within {budget} tokens.",
-    "Take the time you need to check your steps, but stay within {budget} tokens.",
-    "No rush: take plenty of time to think it through carefully; you have up to {budget} tokens.",
-)
-
-_ANSWER_BLOCK_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _warned_thread = False
 
 
@@ -90,31 +109,9 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"completion must be a str or a list of messages, got {type(completion).__name__}")
 
 
-def answer_region(text: str, answer_format: str) -> str | None:
-    """The part of a completion the final answer is read from (None: there is none).
-
-    ``boxed``: the whole text. ``sxs``: the speak projection (tolerant parse: untagged text is
-    speak, an unclosed tag runs to the end). ``tir``: the content of the last complete
-    ``<answer>`` block, wrapped in ``\\boxed{}`` when it has no box of its own.
-    """
-    if answer_format == "boxed":
-        return text
-    if answer_format == "sxs":
-        speak = "\n\n".join(c for kind, c in parse_tagged(text, strict=False) if kind == SPEAK)
-        return speak or None
-    if answer_format == "tir":
-        blocks = _ANSWER_BLOCK_RE.findall(text)
-        if not blocks:
-            return None
-        inner = blocks[-1].strip()
-        if not inner:
-            return None
-        return inner if _BOXED_RE.search(inner) else f"\\boxed{{{inner}}}"
-    raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
-
-
 def is_correct(text: str, gold: str, answer_format: str = "boxed", timeout_s: int = 5) -> bool:
-    """True when the answer in ``text`` matches ``gold`` by ``eval.graders.grade_math``."""
+    """True when the answer region of ``text`` (``pipelines.formats.answer_region``, as in
+    evaluation) matches ``gold`` by ``eval.graders.grade_math`` (the grader evaluation uses)."""
     from eval.graders import grade_math
 
     global _warned_thread
@@ -154,8 +151,7 @@ def get_outcome_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOL
                        timeout_s: int = 5) -> RewardFunc:
     """1.0 when the completion's final answer equals the gold answer, 0.0 otherwise; None for a
     row whose gold answer is missing or empty (it cannot be scored)."""
-    if answer_format not in ANSWER_FORMATS:
-        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    check_format(answer_format)
 
     def outcome(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         golds = _column(kwargs, gold_key, len(completions), "outcome")
@@ -179,45 +175,12 @@ def get_outcome_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOL
 # Format rewards
 
 
-def has_sxs_format(text: str) -> bool:
-    """A clean think/speak stream (strict parse) with at least one of each, ending in speak."""
-    try:
-        segments = parse_tagged(text.strip(), strict=True)
-    except ValueError:
-        return False
-    kinds = [k for k, c in segments if c.strip()]
-    return THINK in kinds and SPEAK in kinds and kinds[-1] == SPEAK
-
-
-def has_tir_format(text: str) -> bool:
-    """One step of the TIR schema: ``<think>`` then ``<code>`` or ``<answer>`` (strict parse)."""
-    from pipelines.tir import TIRFormatError, parse_output
-
-    try:
-        step = parse_output(text.strip())
-    except TIRFormatError:
-        return False
-    return bool(step.action.strip())
-
-
-def has_boxed_format(text: str) -> bool:
-    from pipelines.text import last_boxed
-
-    return bool(last_boxed(text))
-
-
-_FORMAT_CHECKS: dict[str, Callable[[str], bool]] = {
-    "boxed": has_boxed_format,
-    "sxs": has_sxs_format,
-    "tir": has_tir_format,
-}
-
-
 def get_format_reward(schema: str = "sxs") -> RewardFunc:
-    """1.0 when the completion follows ``schema`` (``boxed``, ``sxs`` or ``tir``), else 0.0."""
-    if schema not in _FORMAT_CHECKS:
-        raise ValueError(f"schema must be one of {sorted(_FORMAT_CHECKS)}, got {schema!r}")
-    check = _FORMAT_CHECKS[schema]
+    """1.0 when the completion follows ``schema`` (``boxed``, ``sxs`` or ``tir``; the checks of
+    ``pipelines.formats``), else 0.0."""
+    if schema not in FORMAT_CHECKS:
+        raise ValueError(f"schema must be one of {sorted(FORMAT_CHECKS)}, got {schema!r}")
+    check = FORMAT_CHECKS[schema]
 
     def format_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
         return [float(check(completion_text(c))) for c in completions]
@@ -252,67 +215,130 @@ def check_groups(prompts: Sequence[Any] | None, group_size: int) -> list[slice]:
     return slices
 
 
-def degenerate_groups(rewards: Sequence[float | None], group_size: int,
-                      tol: float = 1e-9) -> list[bool]:
-    """One flag per group: True when every reward in the group is equal (within ``tol``), so
-    the group carries no learning signal. None/NaN rewards are ignored; a group with fewer than
-    two scorable rewards is degenerate too."""
+# Rewards whose per-completion output is a verifier's verdict: 1.0 correct, 0.0 wrong, None (NaN
+# in TRL) unscorable. ``budget``'s verdict is "correct and within budget", the success that
+# budget-aware RL verifies.
+VERIFIER_REWARDS = ("outcome", "budget")
+
+
+def verdicts(values: Sequence[float | None],
+             source: str = "the verifier reward") -> list[bool | None]:
+    """Correctness flags from a verifier reward's outputs: 1 -> True, 0 -> False, None/NaN ->
+    None (unscorable). Any other value raises: it is not a verdict."""
+    out: list[bool | None] = []
+    for i, v in enumerate(values):
+        if v is None or math.isnan(float(v)):
+            out.append(None)
+        elif float(v) in (0.0, 1.0):
+            out.append(float(v) == 1.0)
+        else:
+            raise ValueError(f"{source} returned {v!r} for completion {i}; correctness needs a "
+                             "1/0 verdict. Point correctness_reward at an outcome-style reward.")
+    return out
+
+
+def degenerate_groups(correct: Sequence[bool | None], group_size: int) -> list[bool]:
+    """One flag per group: True when the group's scorable rollouts are all correct or all wrong
+    (SxS §3.2, App. C.3), so it has no correctness signal to learn from. ``correct`` holds one
+    verifier verdict per rollout (None: unscorable, ignored); a group with fewer than two
+    scorable rollouts is degenerate too. The other rewards play no part."""
     flags = []
-    for s in group_slices(len(rewards), group_size):
-        values = [float(r) for r in rewards[s] if r is not None and not math.isnan(float(r))]
-        flags.append(len(values) < 2 or max(values) - min(values) <= tol)
+    for s in group_slices(len(correct), group_size):
+        known = {bool(c) for c in correct[s] if c is not None}
+        scorable = sum(1 for c in correct[s] if c is not None)
+        flags.append(scorable < 2 or len(known) < 2)
     return flags
 
 
-def keep_rows(rewards: Sequence[float | None], group_size: int) -> list[bool]:
+def keep_rows(correct: Sequence[bool | None], group_size: int) -> list[bool]:
     """Per-row keep flags: False for every row of a degenerate group."""
-    return [not flag for flag in degenerate_groups(rewards, group_size) for _ in range(group_size)]
+    return [not flag for flag in degenerate_groups(correct, group_size) for _ in range(group_size)]
+
+
+def correctness_reward_index(specs: Sequence[RewardSpec], requested: str | None = None) -> int:
+    """Index in ``specs`` of the reward whose outputs say which rollouts are correct: the one
+    named ``requested`` (a registered name from :data:`VERIFIER_REWARDS`), else the recipe's only
+    verifier reward. Raises ValueError saying what to change when none or several qualify."""
+    names = [s.name for s in specs]
+    if requested is not None:
+        if requested not in VERIFIER_REWARDS:
+            raise ValueError(f"correctness_reward must name a verifier reward "
+                             f"{list(VERIFIER_REWARDS)}, got {requested!r}: only their outputs "
+                             "are 1/0 correctness verdicts")
+        hits = [i for i, n in enumerate(names) if n == requested]
+        if len(hits) != 1:
+            raise ValueError(f"correctness_reward {requested!r} must appear exactly once in "
+                             f"rewards, found {len(hits)} in {names}")
+        return hits[0]
+    hits = [i for i, n in enumerate(names) if n in VERIFIER_REWARDS]
+    if not hits:
+        raise ValueError(
+            f"no reward in {names} tells correct from wrong rollouts, which the degenerate-group "
+            "filter needs; add a verifier with weight 0 (it grades without changing the total), "
+            "e.g. {name: outcome, answer_format: sxs, weight: 0.0}, or turn the filter off")
+    if len(hits) > 1:
+        raise ValueError(f"several rewards can define correctness ({[names[i] for i in hits]}); "
+                         "set correctness_reward to the one the filter should use")
+    return hits[0]
 
 
 # ---------------------------------------------------------------------------------------------
 # Correctness-preserving granularity shaping
 
 
-def longest_think_length(text: str, tokenizer: Any | None = None) -> int:
-    """Length of the longest think block (tolerant parse), in tokens of ``tokenizer`` (anything
-    with ``encode(text, add_special_tokens=False)``) or in whitespace words without one."""
-    best = 0
-    for kind, content in parse_tagged(text, strict=False):
-        if kind != THINK:
-            continue
-        n = (len(tokenizer.encode(content, add_special_tokens=False)) if tokenizer is not None
-             else len(content.split()))
-        best = max(best, n)
-    return best
+def text_length(text: str, tokenizer: Any | None = None) -> int:
+    """Length of ``text`` in tokens of ``tokenizer`` (anything with ``encode(text,
+    add_special_tokens=False)``), or in whitespace words without one."""
+    return (len(tokenizer.encode(text, add_special_tokens=False)) if tokenizer is not None
+            else len(text.split()))
 
 
-WRONG_SCORES = ("neg_s_min", "s_min")
+def longest_think_length(text: str, tokenizer: Any | None = None) -> int | None:
+    """l_i of Eq. 13: the length of the longest think block (tolerant parse; see
+    :func:`text_length` for the unit). None when the text has no non-empty think block: the
+    maximum over no blocks is undefined (see :func:`granularity_length`)."""
+    blocks = [text_length(c, tokenizer) for kind, c in parse_tagged(text, strict=False)
+              if kind == THINK and c.strip()]
+    return max(blocks) if blocks else None
+
+
+def granularity_length(text: str, tokenizer: Any | None = None) -> tuple[int, bool]:
+    """(l, interleaved): the longest think block, or the whole completion's length when there is
+    no think block (everything the model wrote is then one visible block), and whether a think
+    block exists. :func:`structure_scores` puts rollouts without one at the worst case."""
+    longest = longest_think_length(text, tokenizer)
+    return (longest, True) if longest is not None else (text_length(text, tokenizer), False)
 
 
 def structure_scores(correct: Sequence[bool], lengths: Sequence[float],
-                     wrong_score: str = "neg_s_min") -> list[float]:
-    """S_i = -(l_i - mu)/sigma for correct rollouts (mu, sigma: mean and population std of the
-    correct ones' lengths; S_i = 0 when sigma is 0). Wrong rollouts get -S_min (``neg_s_min``,
-    as the issue specifies; S_min is the smallest correct score) or S_min (``s_min``).
+                     interleaved: Sequence[bool] | None = None) -> list[float]:
+    """Target scores S_i of one group (SxS Eq. 14, App. C.1 Eq. 20-21).
 
-    With ``neg_s_min`` the wrong targets sit above the correct ones' mean, and the QP often
-    pins every correct rollout to the same bound (no granularity signal left in small groups);
-    ``s_min`` keeps the correct ones apart. Needs at least one correct rollout.
+    Each rollout's effective length is its own l_i when it is correct and interleaved (has a
+    think block; ``interleaved`` defaults to all True); otherwise (wrong, or correct without a
+    think block) it is the worst case, the largest l in the group (C.1). mu and sigma are the
+    mean and population std of the correct rollouts' effective lengths, and S_i = -(l_eff_i -
+    mu)/sigma for every rollout: shorter longest-think scores higher, and a worst-case rollout
+    scores -S_min with S_min = (l_max - mu)/sigma > 0, at or below every correct score. With
+    sigma = 0 (undefined z-score) every correct rollout scores 0 and every wrong one -1.
+    Needs at least one correct rollout.
     """
     if len(correct) != len(lengths):
         raise ValueError(f"{len(correct)} correctness flags for {len(lengths)} lengths")
-    if wrong_score not in WRONG_SCORES:
-        raise ValueError(f"wrong_score must be one of {WRONG_SCORES}, got {wrong_score!r}")
-    ok = [float(l) for c, l in zip(correct, lengths) if c]
-    if not ok:
+    flags = [True] * len(correct) if interleaved is None else list(interleaved)
+    if len(flags) != len(correct):
+        raise ValueError(f"{len(flags)} interleaved flags for {len(correct)} rollouts")
+    if not any(correct):
         raise ValueError("structure scores need at least one correct rollout")
+    worst = max(float(l) for l in lengths)
+    at_worst = [not (c and f) for c, f in zip(correct, flags)]
+    eff = [worst if w else float(l) for l, w in zip(lengths, at_worst)]
+    ok = [e for e, c in zip(eff, correct) if c]
     mu = sum(ok) / len(ok)
     sigma = math.sqrt(sum((x - mu) ** 2 for x in ok) / len(ok))
-    scores = [(-(float(l) - mu) / sigma if sigma > 0 else 0.0) if c else 0.0
-              for c, l in zip(correct, lengths)]
-    s_min = min(s for s, c in zip(scores, correct) if c)
-    wrong = -s_min if wrong_score == "neg_s_min" else s_min
-    return [s if c else wrong for s, c in zip(scores, correct)]
+    if sigma > 0:
+        return [-(e - mu) / sigma for e in eff]
+    return [0.0 if c else -1.0 for c in correct]
 
 
 def solve_granularity_qp(scores: Sequence[float], correct: Sequence[bool],
@@ -361,24 +387,29 @@ def solve_granularity_qp(scores: Sequence[float], correct: Sequence[bool],
 
 
 def shape_group(correct: Sequence[bool], lengths: Sequence[float],
-                epsilon: float = DEFAULT_EPSILON, wrong_score: str = "neg_s_min") -> list[float]:
-    """Shaped rewards of one group; a degenerate group (all correct or all wrong) keeps its
-    plain 1/0 outcome rewards, so the degenerate-group filter can drop it."""
+                epsilon: float = DEFAULT_EPSILON,
+                interleaved: Sequence[bool] | None = None) -> list[float]:
+    """Shaped rewards R of one group (Eq. 14-17: :func:`structure_scores`, then the QP); a
+    degenerate group (all correct or all wrong) keeps its plain 1/0 outcome rewards, so the
+    degenerate-group filter can drop it (App. C.3)."""
     if all(correct) or not any(correct):
         return [1.0 if c else 0.0 for c in correct]
-    return solve_granularity_qp(structure_scores(correct, lengths, wrong_score), correct, epsilon)
+    return solve_granularity_qp(structure_scores(correct, lengths, interleaved), correct, epsilon)
 
 
 def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILON,
                            gold_key: str = DEFAULT_GOLD_KEY, tokenizer: Any | None = None,
-                           timeout_s: int = 5, wrong_score: str = "neg_s_min") -> RewardFunc:
-    """SxS outcome reward with correctness-preserving granularity shaping: within each group,
-    correct rollouts whose longest think block is shorter get more, every correct rollout stays
-    at least ``epsilon`` above the group mean and every wrong one at least ``epsilon`` below."""
+                           timeout_s: int = 5) -> RewardFunc:
+    """SxS outcome reward with correctness-preserving granularity shaping (the final reward R of
+    Eq. 15-17): within each group, correct rollouts whose longest think block is shorter get
+    more, every correct rollout stays at least ``epsilon`` above the group mean and every wrong
+    one at least ``epsilon`` below. Rollouts without a think block are scored at the worst case
+    (:func:`structure_scores`)."""
     if num_generations < 2:
         raise ValueError(f"num_generations must be >= 2, got {num_generations}")
-    if wrong_score not in WRONG_SCORES:
-        raise ValueError(f"wrong_score must be one of {WRONG_SCORES}, got {wrong_score!r}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
+        raise ValueError(f"epsilon must be a number > 0 (Eq. 17's margin; the paper uses 0.5), "
+                         f"got {epsilon!r}")
 
     def granularity(prompts: Sequence[Any], completions: Sequence[Any],
                     **kwargs: Any) -> list[float]:
@@ -386,10 +417,12 @@ def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILO
         texts = [completion_text(c) for c in completions]
         correct = [gold is not None and str(gold).strip() != ""
                    and is_correct(t, str(gold), "sxs", timeout_s) for t, gold in zip(texts, golds)]
-        lengths = [longest_think_length(t, tokenizer) for t in texts]
+        measured = [granularity_length(t, tokenizer) for t in texts]
+        lengths = [m[0] for m in measured]
+        interleaved = [m[1] for m in measured]
         out: list[float] = []
         for s in check_groups(prompts, num_generations):
-            out.extend(shape_group(correct[s], lengths[s], epsilon, wrong_score))
+            out.extend(shape_group(correct[s], lengths[s], epsilon, interleaved[s]))
         return out
 
     return _named(granularity, "granularity_sxs", (gold_key,))
@@ -420,37 +453,59 @@ def get_action_process_reward(action_key: str = "reference_action",
 # Budget-aware reward
 
 
-def budget_instruction(budget: int, budgets: Sequence[int] = DEFAULT_BUDGETS) -> str:
-    """The urgency instruction for ``budget``: its rank among ``budgets`` picks the wording."""
-    ordered = sorted({int(b) for b in budgets})
-    if int(budget) not in ordered:
-        raise ValueError(f"budget {budget} is not one of the configured budgets {ordered}")
-    if len(ordered) == 1:
-        level = len(URGENCY_LEVELS) - 1
-    else:
-        level = round(ordered.index(int(budget)) * (len(URGENCY_LEVELS) - 1) / (len(ordered) - 1))
-    return URGENCY_LEVELS[level].format(budget=int(budget))
+def end_token_ids(tokenizer: Any | None = None, extra: Sequence[int] = ()) -> frozenset[int]:
+    """Ids that end a completion: ``extra`` plus the tokenizer's EOS and pad ids (TRL stops on
+    the tokenizer's EOS and the generation config's, which for Qwen-style chat models is the
+    pad token ``<|endoftext|>``)."""
+    ids = {int(i) for i in extra}
+    for name in ("eos_token_id", "pad_token_id"):
+        value = getattr(tokenizer, name, None) if tokenizer is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            ids.add(value)
+    return frozenset(ids)
 
 
-def _token_counts(completions: Sequence[Any],
-                  completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
-    """Tokens per completion from TRL's ``completion_ids``; whitespace words without them."""
+def _token_counts(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None,
+                  end_ids: frozenset[int] = frozenset()) -> list[int]:
+    """Tokens per completion from TRL's ``completion_ids``, not counting trailing ``end_ids``
+    (TRL keeps the EOS that stopped a completion; it is not part of the solution); whitespace
+    words without ids."""
     if completion_ids is not None:
-        return [len(ids) for ids in completion_ids]
+        counts = []
+        for ids in completion_ids:
+            n = len(ids)
+            while n and int(ids[n - 1]) in end_ids:
+                n -= 1
+            counts.append(n)
+        return counts
     return [len(completion_text(c).split()) for c in completions]
 
 
+_warned_no_end_ids = threading.Event()
+
+
 def get_budget_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD_KEY,
-                      budget_key: str = "budget", timeout_s: int = 5) -> RewardFunc:
+                      budget_key: str = "budget", timeout_s: int = 5,
+                      eos_token_ids: Sequence[int] = (),
+                      tokenizer: Any | None = None) -> RewardFunc:
     """1.0 only when the answer is correct AND the completion used at most its budget in tokens
-    (``completion_ids`` from TRL; whitespace words when called without them)."""
+    (Engagement Process §5.3 / App. F: "the generated solution length does not exceed the
+    requested budget"). Tokens come from TRL's ``completion_ids`` without the end-of-sequence
+    token that stopped the completion (ids from ``tokenizer``, injected by ``build_rewards``,
+    plus ``eos_token_ids``); whitespace words when called without ids."""
     outcome = get_outcome_reward(answer_format, gold_key, timeout_s)
+    end_ids = end_token_ids(tokenizer, eos_token_ids)
 
     def budget(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None,
                **kwargs: Any) -> list[float | None]:
         budgets = _column(kwargs, budget_key, len(completions), "budget")
         correct = outcome(completions, **kwargs)
-        used = _token_counts(completions, completion_ids)
+        if completion_ids is not None and not end_ids and not _warned_no_end_ids.is_set():
+            _warned_no_end_ids.set()
+            log.warning("budget reward: no end-of-sequence ids known, so a stopping EOS counts "
+                        "against the budget; pass tokenizer (build_rewards does) or "
+                        "eos_token_ids")
+        used = _token_counts(completions, completion_ids, end_ids)
         return [None if c is None else float(c == 1.0 and n <= int(b))
                 for c, n, b in zip(correct, used, budgets)]
 

@@ -55,8 +55,8 @@ def _scripted(gold: dict[str, str]):
         system, last = messages[0]["content"], messages[-1]["content"]
         if "navigation card" in system:
             step = int(re.search(r"This is step (\d+)", last).group(1))
-            return json.dumps({"guide": "compute the total", "mode": "Progress",
-                               "stage": "Final" if step >= 2 else "Intermediate"})
+            return json.dumps({"verdict": "on_track", "reason": "", "guide": "compute the total",
+                               "mode": "Progress", "stage": "Final" if step >= 2 else "Intermediate"})
         text = json.dumps(messages)
         final = "final step" in last or ("one step per reply" in system and len(messages) >= 4)
         if final:
@@ -82,7 +82,7 @@ def test_mosaic_chain_materializes_with_checks(weft_home, shared_data):
         result = _materialize(res, ["mosaic_trajectories"], partition="gsm8k",
                               config={"mosaic_trajectories": synth})
         assert result.success and _checks(result) == {"check_mosaic_trajectories_valid": True}
-        rows = wh.read("mosaic_trajectories", partition="gsm8k").to_pylist()
+        rows = wh.read("mosaic_trajectories", partition="gsm8k/rho=1").to_pylist()
         assert len(rows) == 4 and all(r["status"] == "complete" and r["valid"] for r in rows)
         order = sorted(p["problem"].strip() for p in problems)  # the responder's right/wrong rule
         expected_correct = {r["trajectory_id"]: order.index(r["problem"].strip()) % 2 == 0 for r in rows}
@@ -101,9 +101,12 @@ def test_mosaic_chain_materializes_with_checks(weft_home, shared_data):
         table = _metadata(result, "mosaic_baseline_trajectories")["mosaic_vs_baseline"].value
         assert f"| accuracy | {accuracy:.4f} | {accuracy:.4f} |" in table
         assert "perturbation_rate | 1.0000 | 0.0000" in table
-        summary = wh.sql("SELECT method, accuracy, perturbation_rate, recovery_rate, failed_max_steps "
+        summary = wh.sql("SELECT method, accuracy, perturbation_rate, recovery_rate, failed_max_steps, "
+                         "avg_turns, avg_turns_complete, early_answers, rho "
                          "FROM mosaic_summary ORDER BY method").to_pylist()
         assert [s["method"] for s in summary] == ["baseline", "mosaic"]
+        assert [s["rho"] for s in summary] == [0.0, 1.0] and summary[1]["early_answers"] == 0
+        assert summary[1]["avg_turns_complete"] == pytest.approx(sum(r["num_turns"] for r in rows) / 4)
         assert summary[0]["recovery_rate"] is None and summary[1]["recovery_rate"] == pytest.approx(accuracy)
         calls = wh.sql("SELECT count(*) AS n FROM llm_calls").to_pylist()[0]["n"]
         assert calls >= 4 * 2 + 4 * 2  # manager + actor per MOSAIC step, two baseline turns
@@ -123,22 +126,66 @@ def test_mosaic_chain_materializes_with_checks(weft_home, shared_data):
         assert _checks(result) == {"check_tir_trajectories_valid": True,
                                    "check_tir_sft_dataset_well_formed": True,
                                    "check_step_instances_reference_rewards": True}
-        # 2 correct MOSAIC trajectories (4 steps each, generation-mutated steps masked) + 3 + 3 real
+        # 2 correct MOSAIC trajectories (every step a target, generation-mutated ones included:
+        # the paper's default) + 3 + 3 real
         mosaic_rows = [r for r in rows if r["correct"]]
-        masked = sum(1 for r in mosaic_rows for s in json.loads(r["steps_json"])
-                     if (s["perturbation"] or {}).get("mode") == "generation")
+        mutated = sum(1 for r in mosaic_rows for s in json.loads(r["steps_json"])
+                      if (s["perturbation"] or {}).get("mode") == "generation")
+        assert mutated > 0
         real = wh.sql("SELECT trajectory_id, num_steps, source FROM tir_trajectories").to_pylist()
         chosen = [t for src in ("mathcoder", "tora")
                   for t in sorted((r for r in real if r["source"] == src), key=lambda r: r["trajectory_id"])[:3]]
-        expected = sum(r["num_turns"] for r in mosaic_rows) - masked + sum(t["num_steps"] for t in chosen)
+        expected = sum(r["num_turns"] for r in mosaic_rows) + sum(t["num_steps"] for t in chosen)
         sft = wh.read("tir_sft_dataset").to_pylist()
         counts = {r: sum(1 for x in sft if x["rendering"] == r) for r in ("state_preserved", "state_discarded")}
         assert counts == {"state_preserved": expected, "state_discarded": expected}
-        assert _metadata(result, "tir_sft_dataset")["masked_mutated_steps"].value == masked
+        assert _metadata(result, "tir_sft_dataset")["masked_mutated_steps"].value == 0
         instances = wh.read("step_instances").to_pylist()
         assert len(instances) == expected
         assert {r["origin"] for r in instances} == {"mosaic", "real"}
         assert sum(r["is_last_step"] for r in instances) == len(mosaic_rows) + 6
+
+
+def test_rho_runs_live_side_by_side_and_feed_sft_and_step_instances_separately(weft_home, shared_data):
+    """The paper's setup (DeepTool §3.1): ρ = 0.1 trajectories for SFT, ρ = 0.2 for RL."""
+    from pipelines.llm_fake import FakeLLMServer
+
+    with FakeLLMServer(models=("scripted",)) as server:
+        res = _resources(server.base_url, "scripted")
+        cfg = {"gsm8k_train_problems": {"limit": 4}}
+        assert _materialize(res, ["gsm8k_train_problems", "problems"], config=cfg).success
+        wh = Warehouse()
+        problems = wh.sql("SELECT problem, answer FROM problems WHERE split = 'train'").to_pylist()
+        server.responder = _scripted({p["problem"].strip(): p["answer"] for p in problems})
+        runs = {}
+        for rho in (0.1, 0.2):
+            synth = {"limit": 4, "max_steps": 3, "rho": rho, "seed": 1, "concurrency": 2}
+            result = _materialize(res, ["mosaic_trajectories"], partition="gsm8k",
+                                  config={"mosaic_trajectories": synth})
+            assert result.success
+            runs[rho] = result.run_id
+
+    rows = wh.read("mosaic_trajectories").to_pylist()
+    assert sorted(wh.partitions("mosaic_trajectories")) == ["gsm8k/rho=0.1", "gsm8k/rho=0.2"]
+    assert len(rows) == 8
+    correct = {rho: {r["trajectory_id"] for r in rows if r["run_id"] == run and r["correct"]}
+               for rho, run in runs.items()}
+    assert len(correct[0.1]) == len(correct[0.2]) == 2 and not correct[0.1] & correct[0.2]
+    assert {r["rho"] for r in rows if r["run_id"] == runs[0.2]} == {0.2}
+
+    config = {"tir_sft_dataset": {"include_real": False, "mosaic_rho": 0.1},
+              "step_instances": {"include_real": False, "mosaic_rho": 0.2}}
+    assert _materialize(res, ["tir_sft_dataset", "step_instances"], config=config).success
+    assert {r["trajectory_id"] for r in wh.read("tir_sft_dataset").to_pylist()} == correct[0.1]
+    assert {r["trajectory_id"] for r in wh.read("step_instances").to_pylist()} == correct[0.2]
+
+    config = {"step_instances": {"include_real": False, "mosaic_run_ids": [runs[0.1]]}}
+    assert _materialize(res, ["step_instances"], config=config).success
+    assert {r["trajectory_id"] for r in wh.read("step_instances").to_pylist()} == correct[0.1]
+    config = {"step_instances": {"include_real": False, "mosaic_rho": 0.3}}
+    result = _materialize(res, ["step_instances"], config=config, raise_on_error=False)
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "mosaic_rho=0.3" in str(failure.event_specific_data.error)
 
 
 def test_synthesis_without_problems_fails_with_what_to_do(weft_home):

@@ -28,7 +28,6 @@ from eval.graders import (
     LENIENT_POLICY,
     ExtractionPolicy,
     GradeResult,
-    GradingPool,
     extract_answer,
     extract_choice,
     grade,
@@ -38,6 +37,7 @@ from eval.graders import (
     register_grader,
     to_latex,
 )
+from eval.grading_pool import GradingPool
 from pipelines.text import last_boxed
 
 N_ROWS = 25  # real rows per benchmark in the table tests

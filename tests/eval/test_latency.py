@@ -1,4 +1,5 @@
-"""Tests for eval/latency.py: the tagged format parser and the content-latency metrics.
+"""Tests for eval/latency.py: the content-latency metrics (the tagged format's parser is tested
+in tests/pipelines/test_formats.py).
 
 Hand-built sequences with a whitespace tokenizer (one token per word) have hand-computed
 values; one test uses the real SmolLM2 tokenizer when the converted model folder exists.
@@ -9,17 +10,15 @@ from __future__ import annotations
 import pytest
 
 from eval.latency import (
-    SPEAK,
-    THINK,
     LatencyMetrics,
     WhitespaceTokenizer,
     is_filler,
     latency_metrics,
     latency_metrics_from_text,
-    parse_tagged,
-    render_tagged,
     summarize_latency,
+    summarize_variants,
 )
+from pipelines.formats import SPEAK, THINK, render_tagged
 from pipelines.settings import models_dir
 
 WS = WhitespaceTokenizer()
@@ -97,6 +96,27 @@ def test_summarize_latency_means_and_none_handling():
     assert isinstance(a, LatencyMetrics) and a.to_row()["ari"] == 3
 
 
+def test_summarize_variants_hand_computed():
+    samples = [
+        {"sxs": [(THINK, "a b"), (SPEAK, "x"), (THINK, "c"), (SPEAK, "y")],   # abo (3+5)/2, airw 1.5
+         "standard": [(THINK, "a b c"), (SPEAK, "x y")]},                     # abo 4, airw 3
+        {"sxs": [(THINK, "a"), (SPEAK, "x")],                                 # abo 2, airw 1
+         "standard": [(THINK, "a"), (SPEAK, "x")]},                           # abo 2, airw 1
+    ]
+    out = summarize_variants(samples, WS)
+    assert set(out) == {"latency_sxs", "latency_standard"}
+    assert out["latency_sxs"]["mean_abo"] == pytest.approx((4 + 2) / 2)
+    assert out["latency_sxs"]["mean_airw"] == pytest.approx((1.5 + 1) / 2)
+    assert out["latency_standard"]["mean_abo"] == pytest.approx((4 + 2) / 2)
+    assert out["latency_standard"]["mean_airw"] == pytest.approx((3 + 1) / 2)
+    assert out["latency_standard"]["n"] == 2
+
+
+def test_summarize_variants_rejects_samples_with_different_variants():
+    with pytest.raises(ValueError, match="same variants"):
+        summarize_variants([{"sxs": [(SPEAK, "x")]}, {"standard": [(SPEAK, "x")]}], WS)
+
+
 @pytest.mark.parametrize("text,expected", [
     ("Sure.", True),
     ("Okay, let me think about this problem.", True),
@@ -111,59 +131,11 @@ def test_is_filler_table(text, expected):
     assert is_filler(text) is expected
 
 
-# ------------------------------------------------------------------ the format
-
-def test_strict_parse_round_trips_rendered_segments():
-    segments = [(THINK, "a\n\nb"), (SPEAK, " x "), (THINK, "")]
-    assert parse_tagged(render_tagged(segments)) == segments
-
-
-@pytest.mark.parametrize("text,fragment", [
-    ("<think>a", "never closed"),
-    ("<think>a<speak>b</speak></think>", "still open"),
-    ("hello<think>a</think>", "outside any tag"),
-    ("<think>a</think>tail", "after the last closing tag"),
-    ("</speak>", "no opening tag"),
-    ("<think>a</speak>", "still open"),
-])
-def test_strict_parse_rejects_malformed_streams(text, fragment):
-    with pytest.raises(ValueError, match=fragment):
-        parse_tagged(text, strict=True)
-
-
-def test_render_rejects_unknown_kind():
-    with pytest.raises(ValueError):
-        render_tagged([("shout", "x")])
-
-
-@pytest.mark.parametrize("text,expected", [
-    # unclosed last tag: runs to the end (truncated generation)
-    ("<think>a</think><speak>b", [(THINK, "a"), (SPEAK, "b")]),
-    # untagged text counts as speak
-    ("<think>a</think>the answer", [(THINK, "a"), (SPEAK, "the answer")]),
-    ("no tags at all", [(SPEAK, "no tags at all")]),
-    # a closing tag with no opening tag: the text before it was that kind
-    ("reasoning here</think>answer", [(THINK, "reasoning here"), (SPEAK, "answer")]),
-    # an opening tag closes the open one
-    ("<think>a<speak>b</speak>", [(THINK, "a"), (SPEAK, "b")]),
-    # a stray closing tag of the other kind is dropped
-    ("<think>a</speak>b</think>", [(THINK, "a"), (THINK, "b")]),
-    # whitespace-only pieces are dropped
-    ("<think>a</think>\n\n<speak>b</speak>\n", [(THINK, "a"), (SPEAK, "b")]),
-    ("", []),
-])
-def test_tolerant_parse_decisions(text, expected):
-    assert parse_tagged(text, strict=False) == expected
-
+# ------------------------------------------------------------------ model text
 
 def test_metrics_from_model_text_use_tolerant_parse():
     m = latency_metrics_from_text("x y</think>The answer is 3", WS)
     assert (m.reasoning_tokens, m.response_tokens, m.abo, m.airw) == (2, 4, 3, 2)
-
-
-def test_parse_rejects_non_string():
-    with pytest.raises(TypeError):
-        parse_tagged(None)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ real tokenizer

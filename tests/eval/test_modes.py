@@ -72,12 +72,13 @@ def test_budgeted_mode_asks_each_budget_and_scores_per_budget(tmp_path):
         return f"\\boxed{{{_answer(body)}}}"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        cfg = EvalConfig(max_tokens=4096, mode=ModeConfig(mode="budgeted", budgets=(100, 400), budget_overrun=1.5))
+        cfg = EvalConfig(max_tokens=4096, mode=ModeConfig(mode="budgeted", budgets=(100, 400)))
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
     assert sorted(r["budget"] for r in result.samples) == [100, 100, 400, 400]
-    assert sorted(m for _, m in seen) == [150, 150, 600, 600]
-    texts = {b: [t for t, m in seen if m == int(b * 1.5)][0] for b in (100, 400)}
-    assert texts[100] != texts[400]  # different urgency instructions
+    # every budget is decoded with the same limit: 4 x the largest budget (eval.modes)
+    assert [m for _, m in seen] == [1600] * 4
+    texts = {t for t, _ in seen if "6 times 7" in t}
+    assert len(texts) == 2  # different urgency instructions per budget
     metrics = {r["metric"] for r in result.scores}
     assert {"avg@k|budget=100", "avg@k|budget=400"} <= metrics
 
@@ -161,6 +162,88 @@ def test_thinking_caps_sweep_caps_each_generation(tmp_path):
     assert sorted(caps) == [32, 32, 128, 128]
     assert {r["thinking_cap"] for r in result.samples} == {32, 128}
     assert {"avg@k|thinking_cap=32", "avg@k|thinking_cap=128"} <= {s["metric"] for s in result.scores}
+
+
+def test_single_mode_measures_latency_of_reason_then_answer(tmp_path, embedded_model_dir):
+    """SxS Table 1 has single-mode rows too: <think>r</think>a is one think and one speak block,
+    so AIRW (initial wait included) = reasoning tokens = ABO - 1, counted with the tokenizer."""
+    from transformers import AutoTokenizer
+
+    reasoning, said = "Six sevens are forty-two.", "The result is \\boxed{42}."
+
+    def responder(body, index):
+        return f"<think>{reasoning}</think>{said}" if "6 times 7" in str(body) else said
+
+    with FakeLLMServer(models=("scripted",), responder=responder) as server:
+        cfg = EvalConfig(mode=ModeConfig(mode="single", tokenizer_path=str(embedded_model_dir)))
+        result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(embedded_model_dir))
+    r_len = len(tok.encode(reasoning, add_special_tokens=False))
+    s_len = len(tok.encode(said, add_special_tokens=False))
+    rows = {r["problem_id"]: r for r in result.samples}
+    assert rows["p1"]["correct"] is True
+    assert rows["p1"]["airw"] == r_len == rows["p1"]["reasoning_tokens"]
+    assert rows["p1"]["abo"] == r_len + 1
+    assert rows["p1"]["ari"] == pytest.approx(r_len + (s_len + 1) / 2)
+    # no think tags: everything is visible from the first token
+    assert (rows["p2"]["airw"], rows["p2"]["abo"]) == (0, 1)
+
+
+def test_output_fields_hand_computed_with_whitespace_tokens():
+    from eval.latency import WhitespaceTokenizer
+    from eval.modes import output_fields
+
+    out = output_fields("single", "<think>r1 r2 r3</think>The answer is 5", WhitespaceTokenizer())
+    assert (out["airw"], out["abo"], out["ari"]) == (3, 4, (4 + 5 + 6 + 7) / 4)
+    assert out["graded_text"] == "<think>r1 r2 r3</think>The answer is 5"
+    assert "ari" not in output_fields("single", "x", None)  # no tokenizer, no latency
+    assert "ari" not in output_fields("budgeted", "x", WhitespaceTokenizer())
+
+
+def test_budgeted_prompts_use_the_papers_urgency_words_by_default():
+    from eval.modes import Job, messages_for
+
+    bench = get("gsm8k")
+    job = Job(PROBLEMS[0], 0, budget=1000)
+    text = messages_for(bench, job, ModeConfig(mode="budgeted"))[-1]["content"]
+    assert text.endswith("\n\nNow time is urgent, please give me an answer immediately.")
+    numeric = messages_for(bench, job, ModeConfig(mode="budgeted", budget_prompt="numeric"))
+    assert "1000 tokens" in numeric[-1]["content"]
+    with pytest.raises(ValueError, match="budget_prompt must be one of"):
+        ModeConfig(budget_prompt="shout")
+
+
+class _ScriptedClient:
+    """Answers each chat call with the next scripted reply (tool mode without a server)."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    async def chat(self, messages, params, **kwargs):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(text=self.replies.pop(0), prompt_tokens=1, completion_tokens=1,
+                                latency_s=0.0, finish_reason="stop", error=None)]
+
+
+@pytest.mark.parametrize("reply, correct", [
+    ("<think>Done.</think><answer>42</answer>", True),  # no box: read as the tir reward reads it
+    ("<think>Done.</think><answer>\\boxed{42}</answer>", True),
+    ("The answer is \\boxed{42}", False),  # off-schema: no answer block, as in the reward
+])
+def test_tool_mode_grades_the_answer_block_like_the_tir_reward(reply, correct):
+    from eval.modes import solve_with_tools
+    from eval.runner import grade
+    from pipelines.llm import SamplingParams
+    from training.rewards import get_outcome_reward
+
+    out = asyncio.run(solve_with_tools(_ScriptedClient([reply]), None, "q",
+                                       params=SamplingParams(max_tokens=64),
+                                       mode=ModeConfig(mode="tool"), tag="t", sample_index=0))
+    row = {"problem_id": "p", "gold": "42", "gen_error": None, **out}
+    grade([row], get("math500"))
+    assert row["correct"] is correct
+    assert (get_outcome_reward("tir")(completions=[reply], answer=["42"]) == [1.0]) is correct
 
 
 @pytest.mark.server

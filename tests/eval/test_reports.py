@@ -1,8 +1,14 @@
 import dagster as dg
 import pytest
 
-from eval.reports import (pairwise_rows, per_problem_scores, plot_budget_curves, plot_latency_pareto,
-                          plot_leaderboard, plot_thinking_sweep)
+from eval.reports import (
+    pairwise_rows,
+    per_problem_scores,
+    plot_budget_curves,
+    plot_latency_pareto,
+    plot_leaderboard,
+    plot_thinking_sweep,
+)
 
 
 def _samples():
@@ -72,3 +78,53 @@ def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
     assert (weft_home / "reports" / "latest" / "leaderboard.png").stat().st_size > 1000
     mat = result.asset_materializations_for_node("eval_reports")[0]
     assert mat.metadata["plot_leaderboard"].value.startswith("![leaderboard](data:image/png;base64,")
+
+
+def test_plot_eff_curve(tmp_path):
+    from eval.reports import plot_eff_curve
+
+    rows = [{"model": "a", "benchmark": "g", "thinking_cap": c, "mean_tokens": t, "eff": e,
+             "eff_ci_low": e - 0.5, "eff_ci_high": e + 0.5, "baseline_mean_tokens": 40.0}
+            for c, t, e in ((32, 100.0, 1.0), (64, 200.0, 2.0))]
+    assert plot_eff_curve(rows, tmp_path / "eff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_eff_curve([], tmp_path / "none.png") is None
+
+
+def test_eval_reports_writes_budget_and_eff_curves(weft_home):
+    from assets import evaluation, reports
+    from assets.resources import WarehouseResource
+    from eval.runner import score
+    from warehouse import Warehouse
+
+    wh = Warehouse()
+    plain = [r for r in _samples() if r["model"] == "a" and r.get("budget") is None]
+    # budget 100 -- p0: (correct, 80 tokens), (correct, 150); p1: (wrong, 20)
+    #   -> BS@100 = (1/2 + 0)/2 = 1/4, Acc@100 = 1/2, Tok@100 = (115 + 20)/2 = 67.5
+    budgeted = [{"model": "a", "benchmark": "gsm8k", "problem_id": p, "sample_index": i,
+                 "budget": 100, "correct": c, "completion_tokens": t + 1, "tokens_used": t,
+                 "generation_limit": 400}
+                for p, i, c, t in (("p0", 0, True, 80), ("p0", 1, True, 150), ("p1", 0, False, 20))]
+    # no-thinking baseline (cap 0): p0 right, p1 wrong -> 1/2; cap 32: both right with 100 and
+    # 300 tokens -> Eff = (1 - 1/2) / 200 * 1000 = 2.5
+    capped = [{"model": "a", "benchmark": "gsm8k", "problem_id": p, "sample_index": 0,
+               "thinking_cap": cap, "correct": c, "completion_tokens": t}
+              for cap, p, c, t in ((0, "p0", True, 10), (0, "p1", False, 10),
+                                   (32, "p0", True, 100), (32, "p1", True, 300))]
+    wh.write("eval_samples", plain + budgeted + capped, partition="gsm8k@a")
+    wh.write("eval_scores", score(plain, model_label="a", benchmark="gsm8k"), partition="gsm8k@a")
+    result = dg.materialize([evaluation.eval_scores, reports.eval_reports],
+                            selection=["eval_reports"],
+                            resources={"warehouse": WarehouseResource()},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (curve,) = wh.sql("SELECT * FROM budget_curve").to_pylist()
+    assert (curve["budget"], curve["budgeted_success"], curve["accuracy"], curve["mean_tokens"],
+            curve["generation_limit"]) == (100, 0.25, 0.5, 67.5, 400)
+    (eff,) = wh.sql("SELECT thinking_cap, eff FROM eff_curve").to_pylist()
+    assert eff["thinking_cap"] == 32 and eff["eff"] == pytest.approx(2.5)
+    latest = weft_home / "reports" / "latest"
+    assert (latest / "budget_curves.png").stat().st_size > 1000
+    assert (latest / "eff_curve.png").stat().st_size > 1000
+    meta = result.asset_materializations_for_node("eval_reports")[0].metadata
+    assert meta["plot_eff_curve"].value.startswith("![eff_curve](data:image/png;base64,")
+    assert "per 1,000 tokens" in meta["eff_units"].value

@@ -42,6 +42,9 @@ from pipelines.mosaic_agents import (
     REDACTED,
     STAGE_FINAL,
     STAGE_INTERMEDIATE,
+    VERDICT_EXECUTION_ERROR,
+    VERDICT_LOGICAL_DEVIATION,
+    VERDICT_ON_TRACK,
     ActorView,
     AgentResult,
     LLMActor,
@@ -264,6 +267,160 @@ def test_actor_endpoint_error_and_sandbox_failures_are_labelled():
 
     record = _run(synthesize_mosaic(PROBLEM, ScriptedManager(), ScriptedActor(), broken_factory, MosaicConfig()))
     assert record.failure_reason == FAIL_SANDBOX and "bwrap" in record.failure_detail
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepTool §2.1 control: Correction, deviation verdicts, early answers, expert data, figures
+
+
+def test_correction_after_an_error_asks_for_code_even_when_the_manager_says_final():
+    failing = ExecResult(error=ExecError("NameError", "name 'q' is not defined"), exit_code=None)
+    stages = {1: STAGE_INTERMEDIATE, 2: STAGE_FINAL, 3: STAGE_FINAL}
+    manager = ScriptedManager(lambda v: NavigationCard(f"part {v.step}", stages[v.step], MODE_PROGRESS))
+    actor = ScriptedActor()
+    record, _ = _mosaic(manager, actor, FakeSession({"v1 =": failing}), max_steps=4)
+    fix = record.steps[1]
+    assert (fix.card.stage, fix.card.mode) == (STAGE_INTERMEDIATE, MODE_CORRECTION)
+    assert fix.card_overrides == ("forced_correction", "correction_intermediate")
+    assert fix.correction_reason == "observed_error" and fix.step.kind == KIND_CODE
+    assert (actor.views[1].allow_code, actor.views[1].allow_answer) == (True, False)
+    assert "Do not give the final answer yet" in LLMActor(client=None).messages(actor.views[1])[-1]["content"]
+    assert [s.step.kind for s in record.steps] == [KIND_CODE, KIND_CODE, KIND_ANSWER]
+    assert record.steps[2].correction_reason is None and not record.early_answer
+
+
+def test_a_deviation_verdict_leads_to_correction_with_a_recorded_reason():
+    def cards(view):
+        if view.step == 2:  # the manager judges a deviation but (inconsistently) says Progress
+            return NavigationCard("set up 3 + 4, not 3 + 5", STAGE_FINAL, MODE_PROGRESS,
+                                  VERDICT_LOGICAL_DEVIATION, "added 5 apples instead of 4")
+        return NavigationCard(f"part {view.step}", STAGE_FINAL if view.step == 3 else STAGE_INTERMEDIATE,
+                              MODE_PROGRESS)
+
+    record, _ = _mosaic(ScriptedManager(cards), ScriptedActor(), max_steps=5)
+    step = record.steps[1]
+    assert (step.card.mode, step.card.stage) == (MODE_CORRECTION, STAGE_INTERMEDIATE)
+    assert step.card_overrides == ("verdict_correction", "correction_intermediate")
+    assert step.correction_reason == VERDICT_LOGICAL_DEVIATION and not step.error_observed
+    saved = json.loads(record.to_row()["steps_json"])[1]
+    assert saved["correction_reason"] == "logical_deviation"
+    assert saved["card"]["reason"] == "added 5 apples instead of 4"
+    row = record.to_row()
+    assert (row["correction_steps"], row["deviation_corrections"]) == (1, 1)
+    assert summarize_records([record])["deviation_corrections"] == 1
+
+
+def test_a_deviation_verdict_from_the_llm_manager_over_the_fake_server(tmp_path):
+    from pipelines.llm import LLMClient
+    from pipelines.llm_fake import FakeLLMServer
+
+    def responder(body, index):
+        system, last = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "navigation card" in system:
+            step = int(last.split("This is step ")[1].split()[0])
+            card = {"verdict": "on_track", "reason": "", "guide": "add the apples",
+                    "stage": "Final" if step == 3 else "Intermediate", "mode": "Progress"}
+            if step == 2:
+                card.update(verdict="logical_deviation", reason="it added 5 apples, the problem says 4")
+            return json.dumps(card)
+        if "final step" in last:
+            return "<think>\ndone\n</think>\n<answer>\n\\boxed{7}\n</answer>"
+        return "<think>\nadd\n</think>\n<code>\nprint(3 + 5)\n</code>"
+
+    with FakeLLMServer(responder=responder) as server:
+        client = LLMClient(server.base_url, "fake-model", use_cache=False, json_mode="prompt")
+        record = _run(synthesize_mosaic(PROBLEM, LLMManager(client), LLMActor(client), FakeSession,
+                                        MosaicConfig(rho=0.0, max_steps=4)))
+        sent = server.requests
+    assert record.status == COMPLETE, record.failure_detail
+    step = record.steps[1]
+    assert step.card.mode == MODE_CORRECTION and step.correction_reason == VERDICT_LOGICAL_DEVIATION
+    assert step.card.reason == "it added 5 apples, the problem says 4"
+    manager_prompt = next(r for r in sent if "navigation card" in r["messages"][0]["content"])
+    system = manager_prompt["messages"][0]["content"]
+    assert "logical_deviation" in system and "reference" in system
+    actor_prompts = [r for r in sent if "navigation card" not in r["messages"][0]["content"]]
+    assert "(Correction)" in actor_prompts[1]["messages"][-1]["content"]
+
+
+def test_an_answer_before_the_final_stage_ends_the_trajectory_and_is_counted_as_early():
+    actor = ScriptedActor(script={2: ANSWER_REPLY})
+    record, session = _mosaic(ScriptedManager(), actor, max_steps=6)  # always Intermediate
+    assert record.status == COMPLETE and record.failure_reason is None and record.valid
+    assert record.num_turns == 2 and len(actor.views) == 2  # no repair round, no more steps
+    assert actor.views[1].allow_answer is False  # it was asked for code
+    assert record.steps[1].early_answer and record.early_answer and record.final_answer == "\\boxed{7}"
+    assert session.cells == ["v1 = 1\nprint(v1)"]
+    assert record.to_row()["early_answer"] is True
+    normal, _ = _mosaic(ScriptedManager(), ScriptedActor(), max_steps=3)  # answers when told to
+    assert normal.status == COMPLETE and not normal.early_answer
+    summary = summarize_records([record, normal])
+    assert summary["early_answers"] == 1 and summary["complete"] == 2
+
+
+def test_injected_generation_steps_are_sft_targets_by_default_and_masking_stays_available():
+    from pipelines.mosaic import expert_trajectories
+    from pipelines.tir import STATE_PRESERVED, sft_rows
+
+    record, _ = _mosaic(ScriptedManager(), ScriptedActor(), max_steps=3, rho=1.0,
+                        generation_share=1.0, generation_kinds=(DROPPED_BRACKET,))
+    mutated = [s.step.action for s in record.steps[:2]]
+    assert mutated == ["v1 = 1\nprint(v1", "v2 = 2\nprint(v2"]  # both code steps corrupted
+    row = dict(record.to_row(), correct=True)
+    [(trajectory, mask)] = expert_trajectories([row])
+    assert mask == [True, True, True]
+    completions = [r["completion"][0]["content"] for r in
+                   sft_rows(trajectory.problem, trajectory.steps, STATE_PRESERVED, train_on=mask)]
+    assert len(completions) == 3
+    assert all(f"<code>\n{code}\n</code>" in completions[i] for i, code in enumerate(mutated))
+    [(_, masked)] = expert_trajectories([row], train_on_injected=False)
+    assert masked == [False, False, True]
+    kept = sft_rows(trajectory.problem, trajectory.steps, STATE_PRESERVED, train_on=masked)
+    assert [r["step_index"] for r in kept] == [3]
+
+
+def test_expert_rows_are_selected_by_rho_and_run():
+    from pipelines.mosaic import expert_trajectories, select_rows
+
+    def row(rho, run, tid, created="2026-11-23 10:00"):
+        record, _ = _mosaic(ScriptedManager(), ScriptedActor(), max_steps=2)
+        return dict(record.to_row(), rho=rho, run_id=run, trajectory_id=tid, correct=True,
+                    created_at=created)
+
+    rows = [row(0.1, "a", "t1"), row(0.2, "b", "t2"), row(0.1, "c", "t3"), row(0.2 + 1e-12, "d", "t4")]
+    assert [r["run_id"] for r in select_rows(rows, rho=0.1)] == ["a", "c"]
+    assert [r["run_id"] for r in select_rows(rows, rho=0.2)] == ["b", "d"]
+    assert [r["run_id"] for r in select_rows(rows, rho=0.1, run_ids=["c"])] == ["c"]
+    assert [r["run_id"] for r in select_rows(rows, run_ids=["b", "d"])] == ["b", "d"]
+    assert len(select_rows(rows)) == 4
+    with pytest.raises(ValueError, match="rho"):
+        select_rows(rows, rho=2.0)
+    assert [t.trajectory_id for t, _ in expert_trajectories(rows, rho=0.2)] == ["t2", "t4"]
+    twice = [row(0.1, "a", "t1", "2026-11-23 10:00"), row(0.1, "e", "t1", "2026-11-23 11:00")]
+    assert len(expert_trajectories(twice)) == 1
+
+
+def test_avg_turns_is_reported_over_all_attempts_and_over_completed_ones():
+    from pipelines.mosaic import StepRecord
+
+    cfg = MosaicConfig(max_steps=4)
+    code = Step("t", KIND_CODE, "x = 1", "1")
+    answer = Step("t", KIND_ANSWER, "\\boxed{7}")
+
+    def record(n_code, finished, reason=None):
+        r = TrajectoryRecord("mosaic", PROBLEM, cfg)
+        r.steps = [StepRecord(code) for _ in range(n_code)] + ([StepRecord(answer)] if finished else [])
+        return r.fail(reason, "x") if reason else r
+
+    records = [record(1, True), record(2, True), record(4, False, FAIL_MAX_STEPS),
+               record(0, False, FAIL_ACTOR_FORMAT)]
+    assert [r.num_turns for r in records] == [2, 3, 4, 0]
+    summary = summarize_records(records)
+    assert summary["avg_turns"] == pytest.approx((2 + 3 + 4 + 0) / 4)
+    assert summary["avg_turns_complete"] == pytest.approx((2 + 3) / 2)
+    assert summarize_records(records[2:])["avg_turns_complete"] is None
+    both = {r["metric"]: r for r in side_by_side(summary, summary)}
+    assert both["avg_turns_complete"]["mosaic"] == pytest.approx(2.5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,17 +655,42 @@ def test_problem_input_and_config_validation():
 
 
 def test_cards_parse_and_enforce():
-    assert parse_card({"guide": " g ", "stage": "Final", "mode": "Progress"}) == NavigationCard("g", "Final", "Progress")
-    for bad in ({"guide": "", "stage": "Final", "mode": "Progress"},
-                {"guide": "g", "stage": "final", "mode": "Progress"},
-                {"guide": "g", "stage": "Final", "mode": "Fix"}, ["g"]):
+    ok = {"verdict": "on_track", "reason": "", "guide": " g ", "stage": "Final", "mode": "Progress"}
+    assert parse_card(ok) == NavigationCard("g", "Final", "Progress")
+    assert parse_card({**ok, "verdict": "logical_deviation", "reason": " wrong sum "}) == NavigationCard(
+        "g", "Final", "Progress", VERDICT_LOGICAL_DEVIATION, "wrong sum")
+    assert parse_card({k: v for k, v in ok.items() if k != "reason"}).reason == ""
+    for bad in ({**ok, "guide": ""}, {**ok, "stage": "final"}, {**ok, "mode": "Fix"},
+                {**ok, "verdict": "fine"}, {k: v for k, v in ok.items() if k != "verdict"},
+                {**ok, "reason": 3}, ["g"]):
         with pytest.raises((ValueError, TypeError)):
             parse_card(bad)
     card = NavigationCard("g", STAGE_INTERMEDIATE, MODE_PROGRESS)
     assert enforce_card(card, 3, False) == (card, [])
     forced, why = enforce_card(card, 1, True)
-    assert (forced.stage, forced.mode, why) == (STAGE_FINAL, MODE_CORRECTION, ["forced_final", "forced_correction"])
-    assert set(card_schema()["required"]) == {"guide", "stage", "mode"}
+    assert (forced.stage, forced.mode, why) == (STAGE_FINAL, MODE_CORRECTION, ["forced_correction", "forced_final"])
+    assert set(card_schema()["required"]) == {"verdict", "reason", "guide", "stage", "mode"}
+
+
+# Listing 1 ("Analysis Logic"), transcribed: an execution error (seen by the loop or judged by
+# the manager) or a logical deviation means Correction; "Correction -> Intermediate"; the last
+# step (one step left) is Final, and there Final wins over Correction.
+@pytest.mark.parametrize("stage, mode, verdict, steps_left, last_failed, expected", [
+    (STAGE_FINAL, MODE_CORRECTION, VERDICT_ON_TRACK, 3, False, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
+    (STAGE_FINAL, MODE_PROGRESS, VERDICT_ON_TRACK, 3, True, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
+    (STAGE_FINAL, MODE_PROGRESS, VERDICT_LOGICAL_DEVIATION, 2, False, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
+    (STAGE_INTERMEDIATE, MODE_PROGRESS, VERDICT_EXECUTION_ERROR, 4, False, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
+    (STAGE_FINAL, MODE_CORRECTION, VERDICT_LOGICAL_DEVIATION, 1, False, (STAGE_FINAL, MODE_CORRECTION)),
+    (STAGE_INTERMEDIATE, MODE_PROGRESS, VERDICT_ON_TRACK, 1, True, (STAGE_FINAL, MODE_CORRECTION)),
+    (STAGE_FINAL, MODE_PROGRESS, VERDICT_ON_TRACK, 2, False, (STAGE_FINAL, MODE_PROGRESS)),
+    (STAGE_INTERMEDIATE, MODE_PROGRESS, VERDICT_ON_TRACK, 5, False, (STAGE_INTERMEDIATE, MODE_PROGRESS)),
+])
+def test_enforce_card_follows_listing_1(stage, mode, verdict, steps_left, last_failed, expected):
+    # on_track is the default verdict: built without it, those cases test the stage rules alone
+    extra = () if verdict == VERDICT_ON_TRACK else (verdict,)
+    card = NavigationCard("g", stage, mode, *extra)
+    card, _ = enforce_card(card, steps_left, last_failed)
+    assert (card.stage, card.mode) == expected
 
 
 @pytest.mark.parametrize("text, kwargs, kind, action, strict", [
@@ -564,7 +746,8 @@ def _responder(body, index):
     if "navigation card" in system:
         step = int(body["messages"][-1]["content"].split("This is step ")[1].split()[0])
         stage = "Final" if step >= 2 else "Intermediate"
-        return json.dumps({"guide": "add the apples", "stage": stage, "mode": "Progress"})
+        return json.dumps({"verdict": "on_track", "reason": "", "guide": "add the apples",
+                           "stage": stage, "mode": "Progress"})
     if "Answer now" in json.dumps(body["messages"]) or "final step" in body["messages"][-1]["content"]:
         return "<think>\ndone\n</think>\n<answer>\n\\boxed{7}\n</answer>"
     return "<think>\nadd\n</think>\n<code>\nprint(3 + 4)"  # stop sequence cut </code>

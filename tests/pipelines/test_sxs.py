@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import itertools
 import json
 import random
 import re
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
-from eval.latency import SPEAK, THINK, WhitespaceTokenizer, parse_tagged
+from eval.latency import WhitespaceTokenizer, summarize_variants
+from pipelines.formats import SPEAK, SXS_SYSTEM_PROMPT, THINK, parse_tagged
 from pipelines.settings import data_dir
 from pipelines.sxs import (
     BLOCK_SEP,
@@ -30,7 +33,6 @@ from pipelines.sxs import (
     NOT_NEEDED,
     OK,
     PREFILTERED,
-    SFT_SYSTEM_PROMPT,
     TERMINAL,
     AlignConfig,
     Segment,
@@ -50,6 +52,7 @@ from pipelines.sxs import (
     to_tagged,
     validate_alignment,
     validate_tagged,
+    variant_segments,
 )
 from pipelines.sxs_judge import (
     JUDGE_PROMPT_PATH,
@@ -400,7 +403,7 @@ def test_round_trip_property_on_random_blocks_and_monotone_coverage():
         assert projection(tagged, SPEAK) == join_blocks(a)
         assert segment(projection(tagged, THINK)) == r and segment(projection(tagged, SPEAK)) == a
         kinds = [k for k, _ in parse_tagged(tagged)]
-        assert all(x != y for x, y in zip(kinds, kinds[1:]))  # merged: kinds alternate
+        assert all(x != y for x, y in itertools.pairwise(kinds))  # merged: kinds alternate
         assert kinds.count(SPEAK) == len(set(levels) - {0})  # one speak per increase
         std = to_tagged(standard_segments(r, a))
         assert validate_tagged(std, r, a) == []
@@ -454,7 +457,7 @@ def test_sft_rows_chat_and_text_formats():
     rows = sft_rows("What is 2+2?", al)
     sxs, std = rows["sxs"], rows["standard"]
     assert sxs["prompt"] == std["prompt"] == [
-        {"role": "system", "content": SFT_SYSTEM_PROMPT}, {"role": "user", "content": "What is 2+2?"}]
+        {"role": "system", "content": SXS_SYSTEM_PROMPT}, {"role": "user", "content": "What is 2+2?"}]
     assert sxs["completion"] == [{"role": "assistant", "content": al.tagged}]
     assert std["completion"][0]["content"] == f"<think>{join_blocks(r)}</think><speak>{join_blocks(a)}</speak>"
     text = sft_row("Q?", al.segments, style="text")
@@ -474,7 +477,8 @@ def test_summarize_alignments_figures():
     judge, _ = scripted_judge({1: 1, 2: 2})
     al1 = run(align_blocks("P", ["r1 r1", "r2", "r3"], ["a1", "a2"], judge))   # think|speak|think|speak|think
     al2 = run(align_blocks("P", ["r1", "r2"], ["a1"], DirectJudge({})))        # collapsed
-    out = summarize_alignments([al1, al2], ws)
+    out = {**summarize_alignments([al1, al2]),
+           **summarize_variants(map(variant_segments, [al1, al2]), ws)}
     assert out["samples"] == 2 and out["share_collapsed"] == 0.5
     assert out["mean_reasoning_blocks"] == 2.5 and out["mean_visible_segments"] == 1.5
     assert out["calls_made"] == 3 and out["calls_saved"] == 0

@@ -125,9 +125,9 @@ def test_sft_examples_formats_and_errors():
 
 def test_grpo_examples_and_budgets():
     rows = D.grpo_examples(D.load_rows("builtin:arith?n=8"), "sxs")
-    from pipelines.sxs import SFT_SYSTEM_PROMPT
+    from pipelines.formats import SXS_SYSTEM_PROMPT
 
-    assert rows[0]["prompt"][0] == {"role": "system", "content": SFT_SYSTEM_PROMPT}
+    assert rows[0]["prompt"][0] == {"role": "system", "content": SXS_SYSTEM_PROMPT}
     assert rows[0]["prompt"][1]["content"].startswith("What is")
     assert "answer" in rows[0] and "solution" in rows[0]
     kept = D.grpo_examples([{"prompt": "p", "answer": "1", "x": 2}], keep=["answer"])
@@ -136,10 +136,14 @@ def test_grpo_examples_and_budgets():
         D.grpo_examples([{"question": "q"}])
     budgeted = D.add_budgets(rows, [100, 200], seed=0)
     assert sorted(r["budget"] for r in budgeted) == [100] * 4 + [200] * 4
+    # default: the Engagement paper's wordless urgency instructions (App. F), most urgent first
+    words = {100: "Now time is urgent, please give me an answer immediately.",
+             200: "Now there is a lot of time for you to think, please think carefully and give "
+                  "me an answer."}
     for row in budgeted:
-        assert str(row["budget"]) in row["prompt"][-1]["content"]
+        assert row["prompt"][-1]["content"].endswith("\n\n" + words[row["budget"]])
     assert rows[0]["prompt"][-1]["content"].startswith("What is")  # input rows untouched
-    assert "50" in D.add_budgets([{"prompt": "plain"}], [50])[0]["prompt"]
+    assert "50" in D.add_budgets([{"prompt": "plain"}], [50], style="numeric")[0]["prompt"]
     with pytest.raises(D.DatasetError, match="positive integers"):
         D.add_budgets(rows, [0])
     with pytest.raises(D.DatasetError, match="no user message"):

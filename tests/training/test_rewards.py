@@ -13,7 +13,7 @@ CHAT = lambda text: [{"role": "assistant", "content": text}]
 
 
 # ---------------------------------------------------------------------------------------------
-# completion text and answer regions
+# completion text (answer regions: tests/pipelines/test_formats.py)
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -30,26 +30,6 @@ def test_completion_text_rejects_garbage():
         R.completion_text(42)
     with pytest.raises(TypeError, match="messages"):
         R.completion_text(["not a message"])
-
-
-@pytest.mark.parametrize("text, fmt, expected", [
-    ("x \\boxed{4}", "boxed", "x \\boxed{4}"),
-    ("<think>a</think><speak>b</speak><think>c</think><speak>d</speak>", "sxs", "b\n\nd"),
-    ("untagged answer", "sxs", "untagged answer"),
-    ("<think>only thinking</think>", "sxs", None),
-    ("<think>t</think><answer>\\boxed{7}</answer>", "tir", "\\boxed{7}"),
-    ("<think>t</think><answer>\n7\n</answer>", "tir", "\\boxed{7}"),
-    ("<answer>1</answer> then <answer>2</answer>", "tir", "\\boxed{2}"),
-    ("<think>t</think><code>print(1)</code>", "tir", None),
-    ("<answer>   </answer>", "tir", None),
-])
-def test_answer_region(text, fmt, expected):
-    assert R.answer_region(text, fmt) == expected
-
-
-def test_answer_region_rejects_unknown_format():
-    with pytest.raises(ValueError, match="answer_format"):
-        R.answer_region("x", "xml")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,7 +77,10 @@ def test_outcome_reward_rejects_unknown_format():
 @pytest.mark.parametrize("schema, text, expected", [
     ("sxs", "<think>a</think><speak>b</speak>", 1.0),
     ("sxs", "  <think>a</think><speak>b</speak><think>c</think><speak>d</speak>\n", 1.0),
-    ("sxs", "<think>a</think><speak>b</speak><think>c</think>", 0.0),  # must end visibly
+    # SxS Algorithm 1 lines 28-30: an optional trailing think block after the last speak
+    ("sxs", "<think>a</think><speak>b</speak><think>c</think>", 1.0),
+    ("sxs", "<think>a</think>\n<speak>b</speak>\n\n<think>c</think>\n", 1.0),  # whitespace
+    ("sxs", "<think>a</think>", 0.0),  # nothing said
     ("sxs", "<speak>b</speak>", 0.0),  # no thinking
     ("sxs", "<think>a</think>stray<speak>b</speak>", 0.0),
     ("sxs", "<think>a<speak>b</speak>", 0.0),
@@ -123,22 +106,25 @@ def test_format_reward_rejects_unknown_schema():
 # groups
 
 
-@pytest.mark.parametrize("rewards, g, expected", [
-    ([1, 1, 0, 0], 2, [True, True]),
-    ([1, 0, 1, 1], 2, [False, True]),
-    ([0.5, 0.5, 0.5, 0.25], 4, [False]),
-    ([None, 1.0, 0.0, 1.0], 2, [True, False]),  # one scorable reward: no signal
-    ([float("nan"), float("nan"), 0.0, 0.0], 2, [True, True]),
-    ([0.3, 0.3 + 1e-12], 2, [True]),
+T, F = True, False
+
+
+@pytest.mark.parametrize("correct, g, expected", [
+    ([T, T, F, F], 2, [True, True]),  # all correct, all wrong
+    ([T, F, T, T], 2, [False, True]),
+    ([T, T, T, F], 4, [False]),  # one wrong among four is signal
+    ([None, T, F, T], 2, [True, False]),  # one scorable rollout: no signal
+    ([None, None, F, F], 2, [True, True]),
+    ([None, T, F, None], 4, [False]),  # unscorable rows ignored, the rest is mixed
 ])
-def test_degenerate_groups(rewards, g, expected):
-    assert R.degenerate_groups(rewards, g) == expected
+def test_degenerate_groups_by_correctness(correct, g, expected):
+    assert R.degenerate_groups(correct, g) == expected
 
 
 def test_keep_rows_and_group_errors():
-    assert R.keep_rows([1, 0, 1, 1], 2) == [True, True, False, False]
+    assert R.keep_rows([T, F, T, T], 2) == [True, True, False, False]
     with pytest.raises(ValueError, match="multiple of num_generations"):
-        R.degenerate_groups([1, 0, 1], 2)
+        R.degenerate_groups([T, F, T], 2)
     assert R.check_groups(["a", "a", "b", "b"], 2) == [slice(0, 2), slice(2, 4)]
     with pytest.raises(ValueError, match="do not share one prompt"):
         R.check_groups(["a", "b", "b", "b"], 2)
@@ -149,13 +135,22 @@ def test_keep_rows_and_group_errors():
 
 
 def test_structure_scores_table():
+    # App. C.1: a wrong rollout takes the group's largest length, z-scored with the correct
+    # rollouts' mean 20 and population std sqrt(200/3).
+    sigma = math.sqrt(200 / 3)
     s = R.structure_scores([True, True, True, False], [10, 20, 30, 99])
-    z = 10 / math.sqrt(200 / 3)
-    assert s == pytest.approx([z, 0.0, -z, z])  # wrong: -S_min
-    assert R.structure_scores([True, False], [5, 1]) == [0.0, -0.0]
-    assert R.structure_scores([True, True, False], [1, 3, 9], "s_min") == [1.0, -1.0, -1.0]
-    with pytest.raises(ValueError, match="wrong_score"):
-        R.structure_scores([True], [1], "zero")
+    assert s == pytest.approx([10 / sigma, 0.0, -10 / sigma, -79 / sigma])
+    # the wrong rollout's own l is short, but it still gets the group maximum (30)
+    assert R.structure_scores([True, True, False], [10, 30, 1]) == pytest.approx([1, -1, -1])
+    # sigma = 0: correct 0, wrong -1
+    assert R.structure_scores([True, False], [5, 1]) == [0.0, -1.0]
+    assert R.structure_scores([True, True, False], [4, 4, 9]) == [0.0, 0.0, -1.0]
+    # a correct rollout without a think block is put at the worst case: effective lengths
+    # 9, 3, 9, mean 7, population std sqrt((4 + 16 + 4) / 3) = sqrt(8)
+    assert R.structure_scores([True, True, True], [1, 3, 9], [False, True, True]) == \
+        pytest.approx([-2 / math.sqrt(8), 4 / math.sqrt(8), -2 / math.sqrt(8)])
+    with pytest.raises(ValueError, match="interleaved flags"):
+        R.structure_scores([True], [1], [True, False])
     with pytest.raises(ValueError, match="at least one correct"):
         R.structure_scores([False, False], [1, 2])
 
@@ -169,7 +164,10 @@ def test_longest_think_length():
             return list(text)
 
     assert R.longest_think_length(text, Chars()) == len("one two three")
-    assert R.longest_think_length("no tags") == 0
+    assert R.longest_think_length("no tags") is None
+    assert R.longest_think_length("<think> </think><speak>x</speak>") is None  # empty block
+    assert R.granularity_length("no tags at all") == (4, False)
+    assert R.granularity_length(text) == (3, True)
 
 
 def _objective(r, s):
@@ -257,18 +255,18 @@ def test_qp_needs_both_kinds():
 
 
 @pytest.mark.parametrize("seed", range(10))
-@pytest.mark.parametrize("wrong_score", R.WRONG_SCORES)
-def test_shaping_prefers_shorter_thinking_among_correct(seed, wrong_score):
+def test_shaping_prefers_shorter_thinking_among_correct(seed):
     rng = np.random.default_rng(100 + seed)
     g = 8
     correct = _random_group(rng, g)
     lengths = [int(x) for x in rng.integers(1, 200, size=g)]
-    shaped = R.shape_group(correct, lengths, 0.5, wrong_score)
+    shaped = R.shape_group(correct, lengths, 0.5)
     ok = [(l, r) for l, r, c in zip(lengths, shaped, correct) if c]
     for (l1, r1), (l2, r2) in itertools.combinations(ok, 2):
         if l1 < l2:
             assert r1 >= r2 - 1e-9
-    assert min(r for r, c in zip(shaped, correct) if c) > max(r for r, c in zip(shaped, correct) if not c)
+    assert (min(r for r, c in zip(shaped, correct) if c)
+            > max(r for r, c in zip(shaped, correct) if not c))
 
 
 def test_shape_group_leaves_degenerate_groups_plain():
@@ -276,16 +274,15 @@ def test_shape_group_leaves_degenerate_groups_plain():
     assert R.shape_group([False, False], [3, 9]) == [0.0, 0.0]
 
 
-def test_literal_wrong_score_can_erase_the_granularity_signal():
-    # Documented behaviour of the issue's -S_min rule: both correct rollouts end up equal.
-    literal = R.shape_group([True, True, False], [1, 6, 2])
-    assert literal[0] == pytest.approx(literal[1])
-    alternative = R.shape_group([True, True, False], [1, 6, 2], wrong_score="s_min")
-    assert alternative[0] > alternative[1]
+def test_worst_case_wrong_score_keeps_the_granularity_signal():
+    # The old "-S_min = minus the smallest correct score" rule put this wrong rollout ABOVE the
+    # correct mean and tied both correct rollouts; C.1's worst case keeps them apart.
+    shaped = R.shape_group([True, True, False], [1, 6, 2])
+    assert shaped[0] > shaped[1] > shaped[2]
 
 
 def test_granularity_reward_end_to_end():
-    fn = R.get_granularity_reward(num_generations=3, epsilon=0.5, wrong_score="s_min")
+    fn = R.get_granularity_reward(num_generations=3, epsilon=0.5)
     good_short = "<think>a</think><speak>\\boxed{4}</speak>"
     good_long = "<think>a b c d e f</think><speak>\\boxed{4}</speak>"
     bad = "<think>a b</think><speak>\\boxed{5}</speak>"
@@ -330,16 +327,6 @@ def test_action_process_reward_names_missing_column():
 
 # ---------------------------------------------------------------------------------------------
 # budgets and length
-
-
-def test_budget_instruction_levels():
-    texts = [R.budget_instruction(b) for b in R.DEFAULT_BUDGETS]
-    assert len(set(texts)) == 4
-    assert "immediately" in texts[0] and "plenty of time" in texts[-1]
-    assert all(str(b) in t for b, t in zip(R.DEFAULT_BUDGETS, texts))
-    assert "plenty" in R.budget_instruction(7, [7])
-    with pytest.raises(ValueError, match="not one of the configured budgets"):
-        R.budget_instruction(1500)
 
 
 @pytest.mark.parametrize("completion, ids, budget, expected", [

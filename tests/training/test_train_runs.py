@@ -64,12 +64,13 @@ def test_sft_interrupted_run_resumes_and_changes_parameters(weft_home, embedded_
     assert again.reused and again.path == result.path and again.global_step == 2
 
 
-def _constant_reward_grpo(model_dir: Path, drop: bool):
-    # The TIR format never appears in 8 tokens of an untrained model: every reward is 0, so
-    # every group is degenerate. The entropy bonus is the only thing that could move weights.
+def _all_wrong_grpo(model_dir: Path, drop: bool):
+    # A TIR <answer> block never appears in 8 tokens of an untrained model: the outcome verifier
+    # says every rollout is wrong, so every group is degenerate. The entropy bonus is the only
+    # thing that could move weights.
     return build_config("grpo", {
         "model_name_or_path": str(model_dir), "dataset": "builtin:arith", "dataset_limit": 8,
-        "rewards": [{"name": "format", "schema": "tir"}], "drop_degenerate_groups": drop,
+        "rewards": [{"name": "outcome", "answer_format": "tir"}], "drop_degenerate_groups": drop,
         "entropy_coef": 0.1, "num_generations": 2, "per_device_train_batch_size": 2,
         "max_completion_length": 8, "max_steps": 1, "learning_rate": 1e-4, "use_cpu": True,
         "bf16": False, "gradient_checkpointing": False, "torch_threads": 1, "logging_steps": 1,
@@ -77,8 +78,8 @@ def _constant_reward_grpo(model_dir: Path, drop: bool):
 
 
 def test_grpo_drops_degenerate_groups_before_backward(weft_home, embedded_model_dir):
-    kept = run_grpo(_constant_reward_grpo(embedded_model_dir, drop=False))
-    dropped = run_grpo(_constant_reward_grpo(embedded_model_dir, drop=True))
+    kept = run_grpo(_all_wrong_grpo(embedded_model_dir, drop=False))
+    dropped = run_grpo(_all_wrong_grpo(embedded_model_dir, drop=True))
     assert weights_differ(Path(kept.path), embedded_model_dir)  # entropy bonus on kept rows
     assert not weights_differ(Path(dropped.path), embedded_model_dir)  # nothing left to train on
     wh = Warehouse()

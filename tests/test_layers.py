@@ -1,0 +1,211 @@
+"""The layer rules of DESIGN.md §2, checked over every import in the code.
+
+Every ``.py`` file in pipelines/, training/, eval/, warehouse/ and assets/ is parsed with
+``ast``; every ``import`` statement counts, wherever it is (module level, inside a function,
+under ``if TYPE_CHECKING``), because a lazy import is still a dependency. Forbidden edges:
+
+- ``pipelines``, ``training``, ``eval``, ``warehouse`` never import ``dagster`` or ``assets``
+  (``dagster_pipes``, a separate dependency-free package, is allowed);
+- ``warehouse`` imports no stage (``pipelines``, ``training``, ``eval``);
+- ``pipelines`` imports neither ``training`` nor ``eval``;
+- ``eval`` imports no ``training``;
+- base modules (:data:`BASE_MODULES`) may be imported from any layer;
+- ``eval.graders`` never imports ``eval.grading_pool`` (the pool builds on the graders'
+  registry; the reverse edge made a cycle);
+- no cycle among module-level imports of the project's modules.
+
+The checker itself is tested on small synthetic sources, so a rule that silently matched
+nothing would fail here too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("pipelines", "training", "eval", "warehouse", "assets")
+# Modules every layer may import: settings and small text helpers, no stage logic.
+BASE_MODULES = ("pipelines.settings", "pipelines.text")
+# layer -> top-level packages it must not import
+FORBIDDEN = {
+    "pipelines": ("dagster", "assets", "training", "eval"),
+    "training": ("dagster", "assets"),
+    "eval": ("dagster", "assets", "training"),
+    "warehouse": ("dagster", "assets", "pipelines", "training", "eval"),
+    "assets": (),
+}
+# (importer, imported): forbidden module pairs, whatever the layers say.
+FORBIDDEN_PAIRS = (("eval.graders", "eval.grading_pool"),)
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(source: str, module: str, is_package: bool = False,
+               known: frozenset[str] = frozenset()) -> list[tuple[str, int, bool]]:
+    """``(imported module, line, at module level)`` for every import in ``source``.
+
+    Relative imports are resolved against ``module``; ``from pkg import name`` counts as an
+    import of ``pkg.name`` when that is one of the ``known`` modules, else of ``pkg``. An
+    import is "module level" when it runs on import of the module: not inside a function and
+    not under ``if TYPE_CHECKING``.
+    """
+    found: list[tuple[str, int, bool]] = []
+    package = module if is_package else module.rpartition(".")[0]
+
+    def visit(node: ast.AST, top: bool) -> None:
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno, top) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.append((candidate if candidate in known else base, node.lineno, top))
+        for child in ast.iter_child_nodes(node):
+            inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                  ast.Lambda))
+            if isinstance(node, ast.If) and _is_type_checking(node.test) and child in node.body:
+                inner = False
+            visit(child, inner)
+
+    visit(ast.parse(source), True)
+    return found
+
+
+def violations(importer: str, imported: str) -> list[str]:
+    """Why the edge importer -> imported breaks a rule (empty when it is allowed)."""
+    layer = importer.split(".")[0]
+    target_top = imported.split(".")[0]
+    out = []
+    if any(imported == b or imported.startswith(b + ".") for b in BASE_MODULES):
+        pass
+    elif target_top in FORBIDDEN.get(layer, ()):
+        out.append(f"{layer} must not import {target_top}")
+    for a, b in FORBIDDEN_PAIRS:
+        if importer == a and (imported == b or imported.startswith(b + ".")):
+            out.append(f"{a} must not import {b}")
+    return out
+
+
+def project_files() -> list[Path]:
+    return sorted(p for layer in LAYERS for p in (ROOT / layer).rglob("*.py"))
+
+
+def import_graph() -> dict[str, list[tuple[str, int, bool]]]:
+    files = project_files()
+    known = frozenset(module_name(p) for p in files)
+    return {module_name(p): imports_of(p.read_text(encoding="utf-8"), module_name(p),
+                                       p.name == "__init__.py", known)
+            for p in files}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph as a list of nodes (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = dfs(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state:
+            cycle = dfs(start)
+            if cycle:
+                return cycle
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The real code
+
+
+def test_every_layer_imports_only_what_the_design_allows():
+    graph = import_graph()
+    assert len(graph) > 50  # the walk really found the project
+    bad = [f"{importer}:{line} imports {imported}: {why}"
+           for importer, edges in graph.items() for imported, line, _ in edges
+           for why in violations(importer, imported)]
+    assert not bad, "forbidden imports:\n" + "\n".join(bad)
+
+
+def test_no_cycle_among_module_level_imports():
+    graph = import_graph()
+    edges = {m: {i for i, _, top in imports if top and i in graph and i != m}
+             for m, imports in graph.items()}
+    assert find_cycle(edges) is None, f"module-level import cycle: {find_cycle(edges)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker on synthetic sources (so that it can fail)
+
+
+def test_checker_sees_imports_inside_functions_relative_and_type_checking():
+    source = (
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "import pipelines.text\n"
+        "if TYPE_CHECKING:\n"
+        "    from training.config import GRPOConfig\n"
+        "def f():\n"
+        "    import dagster as dg\n"
+        "    from ..training import rewards\n"
+        "    from . import latency\n"
+    )
+    found = imports_of(source, "eval.modes", known=frozenset({"eval.latency", "training.rewards"}))
+    assert ("pipelines.text", 3, True) in found
+    assert ("training.config", 5, False) in found
+    assert ("dagster", 7, False) in found
+    assert ("training.rewards", 8, False) in found
+    assert ("eval.latency", 9, False) in found
+
+
+@pytest.mark.parametrize("importer, imported, broken", [
+    ("pipelines.sxs", "eval.latency", True),
+    ("eval.modes", "training.rewards", True),
+    ("warehouse.store", "pipelines.ingest", True),
+    ("warehouse.store", "pipelines.settings", False),  # a base module
+    ("training.rewards", "pipelines.text", False),
+    ("training.pipes", "dagster_pipes", False),
+    ("training.pipes", "dagster", True),
+    ("eval.runner", "assets.resources", True),
+    ("assets.sxs", "dagster", False),
+    ("assets.sxs", "eval.latency", False),
+    ("training.rewards", "eval.graders", False),
+    ("eval.graders", "eval.grading_pool", True),
+    ("eval.grading_pool", "eval.graders", False),
+])
+def test_rules_table(importer, imported, broken):
+    assert bool(violations(importer, imported)) is broken
+
+
+def test_cycle_finder():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    cycle = find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}})
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}
