@@ -41,6 +41,7 @@ defs = dg.Definitions(
     asset_checks=[
         ingest.check_problems_answers_and_ids,
         evaluation.check_eval_samples_all_graded,
+        evaluation.check_eval_samples_runs_agree,
         evaluation.check_eval_scores_within_unit_interval,
         sxs.check_sxs_alignments_consistent,
         sxs.check_sxs_sft_dataset_round_trip,

@@ -22,13 +22,38 @@ from pipelines.settings import data_dir, weft_home
 DEMO_BENCHMARKS = ("gsm8k", "math500")
 
 
+ENV_MAX_RUN_SECONDS = "WEFT_MAX_RUN_SECONDS"
+
+
+def run_monitoring_settings() -> dict:
+    """Dagster run monitoring (keys checked against dagster 1.13's instance schema), run by the
+    daemon that `dagster dev` starts: runs stuck starting or cancelling are failed after 3
+    minutes. The default run launcher cannot probe a run worker's health, so a killed run is
+    marked failed when it passes ``max_runtime_seconds`` (default 6 h; override with
+    WEFT_MAX_RUN_SECONDS, or per run with the tag ``dagster/max_runtime_seconds``)."""
+    max_runtime = int(os.environ.get(ENV_MAX_RUN_SECONDS) or 6 * 3600)
+    if max_runtime < 1:
+        raise ValueError(f"{ENV_MAX_RUN_SECONDS} must be a positive number of seconds, "
+                         f"got {max_runtime}")
+    return {"enabled": True, "start_timeout_seconds": 180, "cancel_timeout_seconds": 180,
+            "max_runtime_seconds": max_runtime, "poll_interval_seconds": 30}
+
+
 def ensure_dagster_home() -> Path:
-    """A persistent DAGSTER_HOME under WEFT_HOME (telemetry off, first-run modal dismissed)."""
+    """A persistent DAGSTER_HOME under WEFT_HOME (telemetry off, run monitoring on, first-run
+    modal dismissed). An existing dagster.yaml keeps its settings and gains the missing ones."""
+    import yaml
+
     home = Path(os.environ.get("DAGSTER_HOME") or weft_home() / "dagster")
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
-    if not cfg.exists():
-        cfg.write_text("telemetry:\n  enabled: false\n")
+    settings = (yaml.safe_load(cfg.read_text()) if cfg.exists() else None) or {}
+    if not isinstance(settings, dict):
+        raise TypeError(f"{cfg} is not a YAML mapping; fix or remove it (weft recreates it)")
+    if "telemetry" not in settings or "run_monitoring" not in settings:
+        settings.setdefault("telemetry", {"enabled": False})
+        settings.setdefault("run_monitoring", run_monitoring_settings())
+        cfg.write_text(yaml.safe_dump(settings, sort_keys=False))
     nux = home / ".nux" / "nux.yaml"
     nux.parent.mkdir(exist_ok=True)
     if not nux.exists():
@@ -79,6 +104,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         all_assets = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples,
                       evaluation.eval_scores, reports.eval_reports]
         checks = [ingest.check_problems_answers_and_ids, evaluation.check_eval_samples_all_graded,
+                  evaluation.check_eval_samples_runs_agree,
                   evaluation.check_eval_scores_within_unit_interval,
                   reports.check_eval_reports_pairwise_valid]
         quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -129,7 +155,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
     print(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
     print("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
-    print(f"[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
+    print("[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
     return 0
 
 

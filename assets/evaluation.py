@@ -8,18 +8,37 @@ folder (on demand, stopped afterwards) or calls its endpoint, samples k completi
 in the benchmark's generation mode, grades them with the benchmark's grader, and writes one row
 per sample (warehouse partition ``<benchmark>@<model>``, replaced on re-runs); every LLM call is
 logged to ``llm_calls``. ``eval_scores`` aggregates avg@k, pass@k and maj@k with bootstrap CIs.
+
+Reliability (issue 12): request deadlines, retries, the refused-connection window, the response
+byte cap and the whole-batch watchdog come from the ``llm`` resource (deadlines scale with
+``max_tokens``); progress (done/total, failures, tokens/s, ETA) goes to the Dagster run log at
+least every ``LLMResource.progress_every_s``. A failed generation is not a wrong answer:
+``correct`` stays NULL, scores leave it out and count it (``eval_scores.failed``), and the
+check ``check_eval_samples_failure_share`` fails when more than ``max_failure_share`` (default
+1 %) of a partition's samples failed. Writes go `llm_calls` (per run) → `eval_samples` →
+`runs`; a run that fails still writes its `llm_calls` and a `runs` row with status ``failed``
+and the reason, and ``check_eval_samples_runs_agree`` flags partitions whose rows come from
+a run without a successful `runs` row or without `llm_calls`.
 """
 
 import asyncio
-from typing import List, Optional
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run
+from assets.common import (
+    lineage,
+    md_table,
+    now,
+    record_run,
+    run_partition,
+    runs_disagreements,
+    write_llm_calls,
+)
 from assets.ingest import problems
-from assets.resources import GraderResource, WarehouseResource
+from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
-from eval.benchmarks import BENCHMARKS, get as get_benchmark
+from eval.benchmarks import BENCHMARKS
+from eval.benchmarks import get as get_benchmark
 from eval.runner import EvalConfig, evaluate, score
 
 benchmark_partitions = dg.StaticPartitionsDefinition(sorted(BENCHMARKS))
@@ -30,21 +49,29 @@ eval_partitions = dg.MultiPartitionsDefinition(
 
 
 class EvalSamplesConfig(dg.Config):
-    limit: Optional[int] = 20  # problems per benchmark (deterministic slice); None = all
-    k: Optional[int] = None  # samples per problem; None = the benchmark's default k
-    temperature: Optional[float] = None  # None: 0.0 for k=1, else 0.6
+    limit: int | None = 20  # problems per benchmark (deterministic slice); None = all
+    k: int | None = None  # samples per problem; None = the benchmark's default k
+    temperature: float | None = None  # None: 0.0 for k=1, else 0.6
     top_p: float = 0.95
     max_tokens: int = 512
     seed: int = 0
     max_concurrency: int = 8
     # generation mode (eval.modes): single | interleaved | budgeted | tool
     mode: str = "single"
-    budgets: List[int] = [1000, 2000, 4000, 8000]
-    budget_overrun: float = 1.5
-    thinking_caps: List[int] = []
+    budgets: list[int] = [1000, 2000, 4000, 8000]
+    # budgeted prompts: "urgency" (the Engagement paper's four instructions) or "numeric"
+    budget_prompt: str = "urgency"
+    # budgeted mode: one decoding limit for every budget; None = 4 x the largest budget,
+    # capped by the model's context (eval.modes.budget_generation_limit)
+    budget_limit: int | None = None
+    thinking_caps: list[int] = []
     context_policy: str = "state_preserved"
     max_turns: int = 6
-    tokenizer_path: str = ""  # interleaved latency metrics; "" = the model's own folder or the embedded one
+    # latency metrics (interleaved and single modes); "" = the model's own folder, else
+    # the embedded model's tokenizer (interleaved only: endpoints need a path for single mode)
+    tokenizer_path: str = ""
+    # check_eval_samples_failure_share fails when a larger share of samples got no response
+    max_failure_share: float = 0.01
 
 
 def table_partition(benchmark: str, model: str) -> str:
@@ -62,11 +89,42 @@ def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str =
     k = config.k or default_k
     temperature = config.temperature if config.temperature is not None else (0.0 if k == 1 else 0.6)
     mode = ModeConfig(mode=config.mode, budgets=tuple(config.budgets),
-                      budget_overrun=config.budget_overrun, thinking_caps=tuple(config.thinking_caps),
+                      budget_limit=config.budget_limit, thinking_caps=tuple(config.thinking_caps),
                       context_policy=config.context_policy, max_turns=config.max_turns,
-                      tokenizer_path=config.tokenizer_path or tokenizer_path or None)
+                      tokenizer_path=config.tokenizer_path or tokenizer_path or None,
+                      budget_prompt=config.budget_prompt)
     return EvalConfig(k=k, temperature=temperature, top_p=config.top_p if temperature > 0 else 1.0,
                       max_tokens=config.max_tokens, seed=config.seed, limit=config.limit, mode=mode)
+
+
+FAILURE_SHARE_CHECK = "check_eval_samples_failure_share"
+
+
+def failure_share_result(samples: list[dict], max_share: float) -> dg.AssetCheckResult:
+    """Pass when at most ``max_share`` of the samples failed to generate (``gen_error`` set)."""
+    failed = sum(1 for r in samples if r.get("gen_error") is not None)
+    share = failed / len(samples) if samples else 1.0
+    return dg.AssetCheckResult(
+        check_name=FAILURE_SHARE_CHECK, passed=bool(samples) and share <= max_share,
+        metadata={"samples": len(samples), "failed": failed, "failure_share": round(share, 4),
+                  "max_failure_share": max_share},
+        description=None if share <= max_share else
+        f"{failed} of {len(samples)} samples got no response ({share:.1%} > {max_share:.1%}); "
+        "their scores leave them out. Check the endpoint and re-materialize to retry them.")
+
+
+def _request_bounds(config: EvalSamplesConfig, cfg: EvalConfig,
+                    rows: list[dict]) -> tuple[int, int]:
+    """(largest max_tokens of one request, number of generation jobs) for timeouts/watchdog."""
+    from eval.modes import plan_jobs
+    from eval.runner import select_problems
+
+    jobs = len(plan_jobs(select_problems(rows, cfg.limit), cfg.k, cfg.mode))
+    max_tokens = cfg.max_tokens
+    if cfg.mode.mode == "budgeted":
+        limit = getattr(cfg.mode, "budget_limit", None)
+        max_tokens = max(max_tokens, limit or 4 * max(config.budgets or [max_tokens]))
+    return max_tokens, jobs
 
 
 @dg.asset(
@@ -75,10 +133,13 @@ def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str =
     group_name="evaluate",
     kinds={"python", "parquet"},
     description="One graded row per (problem, sample) for a benchmark and a registered model.",
+    check_specs=[dg.AssetCheckSpec(FAILURE_SHARE_CHECK, asset="eval_samples",
+                                   description="At most max_failure_share of the partition's "
+                                               "samples failed to generate.")],
 )
 def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                  warehouse: WarehouseResource, grader: GraderResource,
-                 sandbox: SandboxResource) -> dg.MaterializeResult:
+                 sandbox: SandboxResource, llm: LLMResource) -> dg.MaterializeResult:
     from eval.models import get_model
     from pipelines.llm import LLMClient
 
@@ -91,41 +152,65 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         raise dg.Failure(
             f"no problems for {bench.name}: materialize `{bench.source}_problems` and `problems` first"
         )
+    if not 0.0 <= config.max_failure_share <= 1.0:
+        raise dg.Failure(f"max_failure_share must be a share in [0, 1] (0.01 = 1%), "
+                         f"got {config.max_failure_share}")
     spec = get_model(model_id, wh)
     cfg = eval_config(config, bench.default_k, tokenizer_path=spec.path)
+    max_tokens, n_jobs = _request_bounds(config, cfg, rows)
+    settings = llm.client_settings(max_tokens, requests=n_jobs, progress=context.log.info,
+                                   max_concurrency=config.max_concurrency)
     context.log.info(f"evaluating {model_id} on {bench.name}: "
-                     f"{min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k}")
-
-    with spec.serve() as (base_url, served, api_key):
-        client = LLMClient(base_url, served, api_key=api_key, max_concurrency=config.max_concurrency,
-                           timeout_s=900.0)
-        client.check_reachable()
-
-        needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
-
-        async def run():
-            try:
-                with grader.pool() as pool:
-                    return await evaluate(client, bench, rows, cfg, model_label=model_id, pool=pool,
-                                          sandbox=sandbox.get_pool() if needs_sandbox else None,
-                                          checkpoint_id=spec.checkpoint_id or None)
-            finally:
-                await client.aclose()
-
-        result = asyncio.run(run())
+                     f"{min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k} "
+                     f"({n_jobs} generations; request timeout {settings['timeout_s']:.0f}s, "
+                     f"batch watchdog {settings['batch_timeout_s']:.0f}s)")
     lin = lineage(context, config.model_dump(), partition=table_partition(bench.name, model_id))
-    wh.write("eval_samples", result.samples, lineage=lin)
+    client = None
+    try:
+        with spec.serve() as (base_url, served, api_key):
+            client = LLMClient(base_url, served, api_key=api_key, **settings)
+            client.check_reachable()
+
+            needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
+
+            async def run():
+                try:
+                    with grader.pool() as pool:
+                        return await evaluate(client, bench, rows, cfg, model_label=model_id,
+                                              pool=pool,
+                                              sandbox=sandbox.get_pool() if needs_sandbox else None,
+                                              checkpoint_id=spec.checkpoint_id or None)
+                finally:
+                    await client.aclose()
+
+            result = asyncio.run(run())
+    except Exception as exc:
+        # keep the record of the calls that were made, and say why the run failed
+        written = write_llm_calls(wh, client.drain_records() if client is not None else [], lin)
+        reason = f"{type(exc).__name__}: {exc}"
+        record_run(wh, lin, started_at=started, rows_written=0, config=config.model_dump(),
+                   status="failed", error=reason)
+        context.log.error(f"eval_samples failed after {written} recorded LLM calls: {reason}")
+        raise
+    if result.extra.get("budget_limit_warning"):
+        context.log.warning(result.extra["budget_limit_warning"])
+    # llm_calls, then the data, then the runs row: the runs row commits the run
     calls = client.drain_records()
-    wh.write("llm_calls", calls, lineage=lin)
+    write_llm_calls(wh, calls, lin)
+    wh.write("eval_samples", result.samples, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config.model_dump())
+    answered = [r for r in result.samples if r.get("gen_error") is None]
     tok_s = result.completion_tokens / result.generation_s if result.generation_s else 0.0
     total_s = result.generation_s + result.grading_s
-    return dg.MaterializeResult(metadata={
+    return dg.MaterializeResult(check_results=[
+        failure_share_result(result.samples, config.max_failure_share)], metadata={
         "model": model_id,
         "samples": len(result.samples),
         "graded": sum(1 for r in result.samples if r["correct"] is not None),
-        "accuracy": sum(bool(r["correct"]) for r in result.samples) / max(1, len(result.samples)),
+        "accuracy": sum(bool(r["correct"]) for r in answered) / max(1, len(answered)),
         "generation_errors": result.errors,
+        "failure_share": round(result.errors / max(1, len(result.samples)), 4),
+        "llm_calls_partition": run_partition(lin),
         "generation_s": round(result.generation_s, 2),
         "grading_s": round(result.grading_s, 2),
         "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,
@@ -151,6 +236,10 @@ def eval_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
     if not samples:
         raise dg.Failure(f"no eval_samples for {bench} and model {model}: materialize eval_samples first")
     scores = score(samples, model_label=model, benchmark=bench)
+    if not scores:
+        raise dg.Failure(f"every one of the {len(samples)} eval_samples of {bench} / {model} "
+                         "failed to generate, so nothing can be scored: check the endpoint (the "
+                         "`gen_error` column says why) and re-materialize eval_samples")
     checkpoint = samples[0].get("checkpoint_id")
     for s in scores:
         s["checkpoint_id"] = checkpoint
@@ -158,20 +247,39 @@ def eval_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
     wh.write("eval_scores", scores, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(scores))
     meta = {"model": model, "n_problems": scores[0]["n_problems"] if scores else 0,
-            "scores": md_table(scores, ["metric", "k", "value", "ci_low", "ci_high"])}
+            "failed_samples": int(scores[0]["failed"]) if scores else 0,
+            "scores": md_table(scores, ["metric", "k", "value", "ci_low", "ci_high", "failed"])}
     for s in scores:
         meta[f"{s['metric'].replace('@k', '')}@{s['k']}"] = float(s["value"])
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset_check(asset=eval_samples, description="Every sample has been graded (correct is set).")
+@dg.asset_check(asset=eval_samples, description="Every sample with a response has been graded "
+                                                "(correct is set; failed generations stay NULL).")
 def check_eval_samples_all_graded(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     stats = warehouse.get().sql(
-        "SELECT count(*) AS samples, sum(CASE WHEN correct IS NULL THEN 1 ELSE 0 END) AS ungraded "
-        "FROM eval_samples").to_pylist()[0]
+        "SELECT count(*) AS samples, sum(CASE WHEN correct IS NULL AND gen_error IS NULL "
+        "THEN 1 ELSE 0 END) AS ungraded FROM eval_samples").to_pylist()[0]
     ungraded = int(stats["ungraded"] or 0)
     return dg.AssetCheckResult(passed=stats["samples"] > 0 and ungraded == 0,
                                metadata={"samples": int(stats["samples"]), "ungraded": ungraded})
+
+
+@dg.asset_check(asset=eval_samples, description="Each partition's samples come from one run that "
+                                                "has a successful `runs` row and `llm_calls`.")
+def check_eval_samples_runs_agree(warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    wh = warehouse.get()
+    data = wh.sql("SELECT DISTINCT partition, run_id FROM eval_samples").to_pylist()
+    runs = wh.sql("SELECT DISTINCT asset, partition, run_id, status FROM runs "
+                  "WHERE asset = 'eval_samples'").to_pylist()
+    calls = wh.sql("SELECT DISTINCT asset, partition, run_id FROM llm_calls "
+                   "WHERE asset = 'eval_samples'").to_pylist()
+    problems = runs_disagreements("eval_samples", data, runs, calls)
+    listing = "\n".join(f"- {p}" for p in problems[:50]) or "none"
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={"partitions": len({r["partition"] for r in data}), "disagreeing": len(problems),
+                  "problems": dg.MetadataValue.md(listing)})
 
 
 @dg.asset_check(asset=eval_scores, description="Every score and CI bound lies within [0, 1].")

@@ -12,7 +12,6 @@ and stamps a dataset version per source.
 import hashlib
 import json
 from collections import Counter
-from typing import Optional
 
 import dagster as dg
 
@@ -30,7 +29,7 @@ DEFAULT_SOURCES: tuple[str, ...] = (
 
 
 class IngestConfig(dg.Config):
-    limit: Optional[int] = None
+    limit: int | None = None
     prefer: str = "local"  # "local" (WEFT_DATA_DIR first) or "hf" (hub first)
 
 
@@ -64,6 +63,8 @@ def _source_asset(source: str) -> dg.AssetsDefinition:
             "rows": len(rows),
             "rejects": len(rejects),
             "duplicates_dropped": getattr(result, "duplicates", 0),
+            "id_conflicts": result.id_conflicts,
+            "control_chars_stripped": result.control_chars_stripped,
             "origin": str(result.origin),
             "dataset_version": version,
             "answer_types": dict(Counter(r["answer_type"] for r in rows)),

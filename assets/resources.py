@@ -5,17 +5,28 @@ use the same classes without Dagster. ``LLMResource`` with an empty ``base_url``
 embedded model (or ``local_model_path``) on a local vLLM server, started on first use or reused
 when one already serves it; a server it started is left running for the next step or run
 unless ``stop_started_server`` is set (``python -m pipelines.serving stop`` stops it).
+
+``LLMResource`` also holds the reliability settings every LLM stage uses: the per-request
+deadline (``timeout_s``; None scales it to the request's ``max_tokens`` with
+``pipelines.llm_types.default_timeout_s``), retries, how long refused connections are retried
+after the endpoint was up (``connect_retry_window_s``), the per-response byte cap, the
+whole-batch watchdog (``batch_timeout_s``; None: each wave of ``max_concurrency`` requests may
+take the full retry schedule of one request) and how often batch progress is logged.
 """
 
 
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
 
 from pipelines.serving import DEFAULT_PORT, LocalModelServer
 from warehouse import Warehouse
+
+BATCH_SLACK_S = 60.0
 
 
 class LLMResource(dg.ConfigurableResource):
@@ -25,13 +36,17 @@ class LLMResource(dg.ConfigurableResource):
     model: str = ""
     api_key: str = ""
     max_concurrency: int = 8
-    timeout_s: float = 600.0
+    timeout_s: float | None = None  # per request; None: scaled to max_tokens
     max_retries: int = 4
+    connect_retry_window_s: float = 30.0
+    max_response_bytes: int = 8 * 1024 * 1024
+    batch_timeout_s: float | None = None  # whole batch; None: derived from the batch size
+    progress_every_s: float = 20.0
     local_port: int = DEFAULT_PORT
     local_model_path: str = ""
     stop_started_server: bool = False
 
-    _server: Optional[LocalModelServer] = PrivateAttr(default=None)
+    _server: LocalModelServer | None = PrivateAttr(default=None)
 
     def endpoint(self) -> tuple[str, str]:
         """(base_url, model id), starting or reusing the local server when needed."""
@@ -45,14 +60,47 @@ class LLMResource(dg.ConfigurableResource):
             self._server = server
         return self._server.base_url, str(self._server.served_name)
 
-    def client(self):
+    def request_timeout_s(self, max_tokens: int = 512, n: int = 1) -> float:
+        """The per-request deadline: ``timeout_s`` when set, else scaled to ``max_tokens``."""
+        from pipelines.llm_types import default_timeout_s
+
+        return float(self.timeout_s) if self.timeout_s else default_timeout_s(max_tokens, n)
+
+    def batch_deadline_s(self, requests: int, max_tokens: int = 512,
+                         max_concurrency: int | None = None) -> float:
+        """The whole-batch watchdog: ``batch_timeout_s`` when set, else every wave of
+        ``max_concurrency`` requests may use one request's full schedule (all attempts timing
+        out plus the longest backoffs), plus ``BATCH_SLACK_S`` for start-up and queueing."""
+        if self.batch_timeout_s:
+            return float(self.batch_timeout_s)
+        waves = math.ceil(max(requests, 1) / (max_concurrency or self.max_concurrency))
+        one = (self.max_retries + 1) * self.request_timeout_s(max_tokens) + 30.0 * self.max_retries
+        return waves * one + BATCH_SLACK_S
+
+    def client_settings(self, max_tokens: int = 512, requests: int | None = None,
+                        progress: Callable[[str], None] | None = None,
+                        max_concurrency: int | None = None) -> dict[str, Any]:
+        """LLMClient keyword arguments for calls of up to ``max_tokens``; with ``requests``
+        (the batch size) the watchdog is armed, and ``progress`` receives progress lines."""
+        concurrency = max_concurrency or self.max_concurrency
+        return {
+            "max_concurrency": concurrency,
+            "timeout_s": self.request_timeout_s(max_tokens),
+            "max_retries": self.max_retries,
+            "connect_retry_window_s": self.connect_retry_window_s,
+            "max_response_bytes": self.max_response_bytes,
+            "batch_timeout_s": None if requests is None
+            else self.batch_deadline_s(requests, max_tokens, concurrency),
+            "progress": progress,
+            "log_every_s": self.progress_every_s,
+        }
+
+    def client(self, max_tokens: int = 512):
         from pipelines.llm import LLMClient
 
         base_url, model = self.endpoint()
-        return LLMClient(
-            base_url, model, api_key=self.api_key or None, max_concurrency=self.max_concurrency,
-            timeout_s=self.timeout_s, max_retries=self.max_retries,
-        )
+        return LLMClient(base_url, model, api_key=self.api_key or None,
+                         **self.client_settings(max_tokens))
 
     def model_label(self) -> str:
         """The model id results are recorded under, without starting anything."""
@@ -88,7 +136,7 @@ class GraderResource(dg.ConfigurableResource):
 
     @contextmanager
     def pool(self) -> Iterator[object]:
-        from eval.graders import GradingPool
+        from eval.grading_pool import GradingPool
 
         with GradingPool(processes=self.processes, per_item_timeout_s=self.per_item_timeout_s) as pool:
             yield pool

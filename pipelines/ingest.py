@@ -7,11 +7,23 @@ is described by one :class:`SourceSpec` in :data:`SOURCES`; reading raw records 
 ``pipelines.ingest_io`` and the per-format adapters in ``pipelines.ingest_adapters`` (one
 raw record -> one normalised row); traces are in ``pipelines.ingest_traces``.
 
-Guarantees: a malformed line, a non-UTF-8 line or a record an adapter cannot use becomes a
-:class:`Reject` with a specific reason, and the other records still load. Within one call,
+Guarantees: a malformed line, a non-UTF-8 line, a line nested too deeply to parse, a record
+over the :class:`RecordLimits` (a field longer than ``max_field_chars``, nesting deeper than
+``max_depth``) or a record an adapter cannot use becomes a :class:`Reject` with a specific
+reason, and the other records still load. Control characters (Unicode Cc: NUL, the other C0 and
+C1 controls, DEL; not tab or newline; CR/CRLF become newline) are removed from problem text
+before ids and dedup keys are computed; the removed characters and affected rows are counted
+over the kept rows (``control_chars_stripped``, ``control_char_rows``). Within one call,
 problems are deduplicated by normalised text (first kept; a later copy with a *different*
-answer becomes a reject). ``problem_id`` is stable across runs and machines. The hub loader
-never hangs offline: it checks that the endpoint answers within a few seconds first.
+answer becomes a reject). A record whose dataset id (``unique_id``, ``task_id`` or
+``original_id`` in the adapter's meta) was already used by an earlier record with *different*
+normalised text is rejected and counted (``id_conflicts``); the first record is kept.
+Keep-first (rather than rejecting both) is the rule the text dedup already follows, and it means
+appending rows to a file never changes which earlier rows are kept, so a source's dataset
+version only moves when its earlier content does; the reason names the kept row's line and
+problem id so a person can compare the two. ``problem_id`` is stable across runs and machines.
+The hub loader never hangs offline: it checks that the endpoint answers within a few seconds
+first.
 
 Not guaranteed: answers are normalised strings, not verified to be correct; whole-file damage
 (a corrupt gzip or Parquet container, a missing file) raises :class:`IngestError` instead of
@@ -31,38 +43,49 @@ from typing import Any, Literal
 
 from pipelines import ingest_adapters as ad
 from pipelines.ingest_io import (
+    DEFAULT_LIMITS,
     LOCAL_SUFFIXES,
     REASONING_GYM_DEFAULT_COUNT,
     REASONING_GYM_TASKS,
     HubUnavailableError,
     IngestError,
     RawRecord,
+    RecordLimits,
+    check_record,
     generate_reasoning_gym,
     load_hf_records,
     probe_endpoint,
     raw_text,
     read_local_records,
+    record_raw,
 )
 from pipelines.settings import data_dir as default_data_dir
-from pipelines.text import normalize_problem_text
+from pipelines.text import normalize_problem_text, strip_control_chars
 
 REDACTED = "<redacted: this dataset's text must not be stored or logged in plain text>"
+# Meta keys that hold a dataset's own record id (see the adapters); each must map to one text.
+SOURCE_ID_KEYS = ("unique_id", "task_id", "original_id")
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "LOCAL_SUFFIXES",
     "REASONING_GYM_DEFAULT_COUNT",
     "REASONING_GYM_TASKS",
     "REDACTED",
     "SOURCES",
+    "SOURCE_ID_KEYS",
     "HubUnavailableError",
     "IngestError",
     "IngestResult",
     "Problem",
     "RawRecord",
+    "RecordLimits",
     "Registry",
     "Reject",
     "SourceSpec",
     "build_problems",
+    "check_record",
+    "clean_problem_text",
     "dump_meta",
     "generate_reasoning_gym",
     "load_file",
@@ -72,6 +95,7 @@ __all__ = [
     "problem_id",
     "raw_text",
     "read_local_records",
+    "record_raw",
 ]
 
 Prefer = Literal["local", "hf"]
@@ -135,13 +159,19 @@ class Reject:
 @dataclass
 class IngestResult:
     """Output of :func:`load_source`. ``duplicates``: same text and answer as a kept row;
-    ``excluded``: removed on purpose (e.g. MATH-500 problems dropped from the MATH train pool)."""
+    ``excluded``: removed on purpose (e.g. MATH-500 problems dropped from the MATH train pool);
+    ``id_conflicts``: rejects whose dataset id an earlier record used with different text
+    (also in ``rejects``); ``control_chars_stripped`` / ``control_char_rows``: control
+    characters removed from problem text and the rows they were removed from."""
 
     problems: list[Problem]
     rejects: list[Reject]
     origin: str
     duplicates: int = 0
     excluded: int = 0
+    id_conflicts: int = 0
+    control_chars_stripped: int = 0
+    control_char_rows: int = 0
 
     def counts(self) -> dict[str, int]:
         return {
@@ -149,6 +179,9 @@ class IngestResult:
             "rejects": len(self.rejects),
             "duplicates": self.duplicates,
             "excluded": self.excluded,
+            "id_conflicts": self.id_conflicts,
+            "control_chars_stripped": self.control_chars_stripped,
+            "control_char_rows": self.control_char_rows,
         }
 
 
@@ -356,6 +389,14 @@ SOURCES: dict[str, SourceSpec] = _build_sources()
 # ----------------------------------------------------------------------------- assembly
 
 
+def clean_problem_text(text: str) -> tuple[str, int]:
+    """Problem text without control characters (see ``pipelines.text.strip_control_chars``:
+    CR and CRLF become LF) and the number removed; outer whitespace is trimmed only when a
+    character was removed, so text without control characters keeps its exact form."""
+    cleaned, removed = strip_control_chars(text)
+    return (cleaned.strip() if removed else cleaned), removed
+
+
 def build_problems(
     spec: SourceSpec,
     records: list[RawRecord],
@@ -363,15 +404,19 @@ def build_problems(
     *,
     exclude_texts: frozenset[str] = frozenset(),
     extra_meta: Mapping[str, Any] | None = None,
+    limits: RecordLimits = DEFAULT_LIMITS,
 ) -> IngestResult:
     """Adapt, validate, deduplicate and (optionally) exclude; pure given its inputs.
 
     ``extra_meta`` is merged into every kept row's meta (e.g. what it was decontaminated
-    against)."""
+    against). Records over ``limits`` and records whose dataset id conflicts with an earlier
+    record's are rejected (see the module docstring)."""
     problems: list[Problem] = []
     rejects: list[Reject] = []
     kept: dict[str, Problem] = {}
-    duplicates = excluded = 0
+    # (id key, id value) -> (normalised text, line, problem id) of the first record using it
+    ids_seen: dict[tuple[str, str], tuple[str, int, str]] = {}
+    result = IngestResult(problems, rejects, origin)
 
     def reject(line: int, reason: str, raw: str) -> None:
         rejects.append(
@@ -386,25 +431,36 @@ def build_problems(
                 item.raw,
             )
             continue
+        too_big = check_record(item.record, limits)
+        if too_big:
+            reject(item.line, too_big, item.raw)
+            continue
         try:
             parsed = spec.adapter(item.record)
         except ad.RowError as exc:
             reject(item.line, str(exc), item.raw)
             continue
-        if not parsed.problem.strip():
+        text, removed = clean_problem_text(parsed.problem)
+        if not text.strip():
             reject(item.line, "missing problem text", item.raw)
             continue
         if not parsed.answer.strip():
             reject(item.line, "missing answer", item.raw)
             continue
-        key = normalize_problem_text(parsed.problem)
+        key = normalize_problem_text(text)
+        pid = problem_id(spec.source, text)
+        conflict = _id_conflict(parsed.meta, key, item.line, pid, ids_seen)
+        if conflict:
+            result.id_conflicts += 1
+            reject(item.line, conflict, item.raw)
+            continue
         if key in exclude_texts:
-            excluded += 1
+            result.excluded += 1
             continue
         if key in kept:
             first = kept[key]
             if first.answer == parsed.answer.strip():
-                duplicates += 1
+                result.duplicates += 1
             else:
                 reject(
                     item.line,
@@ -415,10 +471,10 @@ def build_problems(
             continue
         answer_type = spec.answer_type_of(parsed) if spec.answer_type_of else spec.answer_type
         row = Problem(
-            problem_id=problem_id(spec.source, parsed.problem),
+            problem_id=pid,
             source=spec.source,
             split=spec.split,
-            problem=parsed.problem,
+            problem=text,
             answer=parsed.answer.strip(),
             solution=parsed.solution,
             answer_type=answer_type,
@@ -426,7 +482,33 @@ def build_problems(
         )
         kept[key] = row
         problems.append(row)
-    return IngestResult(problems, rejects, origin, duplicates, excluded)
+        if removed:
+            result.control_chars_stripped += removed
+            result.control_char_rows += 1
+    return result
+
+
+def _id_conflict(
+    meta: Mapping[str, Any],
+    key: str,
+    line: int,
+    pid: str,
+    seen: dict[tuple[str, str], tuple[str, int, str]],
+) -> str | None:
+    """The reject reason when one of the record's dataset ids was used by an earlier record
+    with different normalised text; otherwise registers its ids and returns None."""
+    ids = [(name, str(meta[name])) for name in SOURCE_ID_KEYS if meta.get(name) is not None]
+    for name, value in ids:
+        first = seen.get((name, value))
+        if first is not None and first[0] != key:
+            return (
+                f"duplicate source id: {name}={value[:80]!r} was already used by line "
+                f"{first[1]} (problem {first[2]}) with different problem text; the first "
+                "record is kept, check which one is right"
+            )
+    for name, value in ids:
+        seen.setdefault((name, value), (key, line, pid))
+    return None
 
 
 def _local_path(spec: SourceSpec, data_dir: Path | None) -> Path | None:
@@ -457,12 +539,7 @@ def _load_hf(spec: SourceSpec, limit: int | None) -> tuple[list[RawRecord], list
             break
         rows = load_hf_records(spec.hf_id, config, split, limit=remaining)
         start = len(records)
-        records.extend(
-            RawRecord(
-                start + i + 1, row, raw_text(json.dumps(row, ensure_ascii=False, default=str))
-            )
-            for i, row in enumerate(rows)
-        )
+        records.extend(RawRecord(start + i + 1, row, record_raw(row)) for i, row in enumerate(rows))
     return records, [], f"hf://{spec.hf_id}/{split}"
 
 
@@ -492,6 +569,7 @@ def load_source(
     limit: int | None = None,
     seed: int = 0,
     decontaminate: bool = True,
+    limits: RecordLimits = DEFAULT_LIMITS,
 ) -> IngestResult:
     """Load one registered source into canonical problems and rejects.
 
@@ -500,7 +578,8 @@ def load_source(
     ``limit`` caps raw records read (before dedup); for ``reasoning_gym`` it is the number of
     problems generated (default 1000) and ``seed`` picks them. With ``decontaminate`` the
     problems of ``spec.exclude_sources`` (MATH-500 for ``math_train``) are dropped by
-    normalised text and counted in ``IngestResult.excluded``.
+    normalised text and counted in ``IngestResult.excluded``. ``limits`` bounds each raw
+    record's field size and nesting (over it: a reject).
     """
     if name not in SOURCES:
         raise KeyError(f"unknown source {name!r}; known sources: {', '.join(sorted(SOURCES))}")
@@ -551,7 +630,9 @@ def load_source(
     exclude: set[str] = set()
     if decontaminate:
         for other in spec.exclude_sources:
-            other_result = load_source(other, data_dir=data_dir, prefer=prefer, decontaminate=False)
+            other_result = load_source(
+                other, data_dir=data_dir, prefer=prefer, decontaminate=False, limits=limits
+            )
             exclude.update(normalize_problem_text(p.problem) for p in other_result.problems)
     result = build_problems(
         spec,
@@ -559,6 +640,7 @@ def load_source(
         origin,
         exclude_texts=frozenset(exclude),
         extra_meta={"decontaminated_against": list(spec.exclude_sources)} if exclude else None,
+        limits=limits,
     )
     result.rejects[:0] = read_rejects
     return result
@@ -572,10 +654,11 @@ def load_file(
     split: str,
     answer_type: str,
     limit: int | None = None,
+    limits: RecordLimits = DEFAULT_LIMITS,
 ) -> IngestResult:
     """Ingest any local file with a given adapter (for data not in :data:`SOURCES`)."""
     spec = SourceSpec(source, split, answer_type, adapter)
     records, rejects, origin = _load_local(spec, Path(path), limit)
-    result = build_problems(spec, records, origin)
+    result = build_problems(spec, records, origin, limits=limits)
     result.rejects[:0] = rejects
     return result

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.text import last_boxed
+from pipelines.text import last_boxed, strip_control_chars
 
 # Problem-text repairs for files whose LaTeX backslashes were once decoded as escapes
 # ("\frac" -> form feed + "rac", "\triangle" -> tab + "riangle"); seen in DAPO-17k and AIME25.
@@ -34,9 +34,6 @@ _ESCAPE_REPAIRS = (
     (re.compile(r"\x08(?=inom|eta|egin|oxed)"), r"\\b"),
     (re.compile(r"\x0b(?=ec\{|arepsilon|arphi)"), r"\\v"),
 )
-# Remaining C0/C1 control characters (not tab, newline, carriage return) carry no meaning in
-# problem text; they are leftovers of the same decoding accident ("fi\x0cve" -> "five").
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _GSM8K_CALC_RE = re.compile(r"<<[^<>]*>>")
 _DIGIT_COMMA_RE = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
@@ -91,11 +88,21 @@ def as_text(value: Any, what: str) -> str:
     return format_number(value)
 
 
-def clean_math_text(text: str) -> str:
-    """Repair LaTeX escapes mangled into control characters, then drop stray control chars."""
+def repair_latex_escapes(text: str) -> str:
+    """Repair LaTeX escapes mangled into control characters (``"\x0crac"`` -> ``"\\frac"``).
+
+    Other control characters are left in place: ``pipelines.ingest`` strips them from every
+    source's problem text and counts them, so adapters must not remove them silently first.
+    """
     for pattern, replacement in _ESCAPE_REPAIRS:
         text = pattern.sub(replacement, text)
-    return _CONTROL_RE.sub("", text).strip()
+    return text
+
+
+def clean_math_text(text: str) -> str:
+    """Repair mangled LaTeX escapes, then drop the remaining control characters (not tab or
+    newline; see ``pipelines.text.strip_control_chars``) and outer whitespace."""
+    return strip_control_chars(repair_latex_escapes(text))[0].strip()
 
 
 def format_number(value: float) -> str:
@@ -222,7 +229,9 @@ def adapt_minerva(record: Mapping[str, Any]) -> Parsed:
 
 def adapt_competition(record: Mapping[str, Any]) -> Parsed:
     """AIME24/25, AMC23 and similar: problem + short numeric answer (floats, leading zeros)."""
-    problem = clean_math_text(as_text(pick(record, "problem", "Problem", "question"), "problem"))
+    problem = repair_latex_escapes(
+        as_text(pick(record, "problem", "Problem", "question"), "problem")
+    ).strip()
     raw_answer = pick(record, "answer", "Answer")
     if raw_answer is None or (isinstance(raw_answer, str) and not raw_answer.strip()):
         raise RowError("missing answer: field 'answer' is empty")
@@ -295,7 +304,7 @@ def adapt_dapo(record: Mapping[str, Any]) -> Parsed:
     """DAPO-17k in verl layout: prompt = chat messages, gold = ``reward_model.ground_truth``.
 
     The problem is the last user message, with DAPO's answer-format instructions removed when
-    present and mangled LaTeX escapes repaired (see :func:`clean_math_text`).
+    present and mangled LaTeX escapes repaired (see :func:`repair_latex_escapes`).
     """
     prompt = record.get("prompt")
     if isinstance(prompt, str):
@@ -320,7 +329,7 @@ def adapt_dapo(record: Mapping[str, Any]) -> Parsed:
         ability=record.get("ability"),
     )
     return Parsed(
-        problem=clean_math_text(_strip_dapo_template(text)),
+        problem=repair_latex_escapes(_strip_dapo_template(text)).strip(),
         answer=as_text(truth, "reward_model.ground_truth").strip(),
         meta=meta,
     )
@@ -349,7 +358,7 @@ def adapt_deepscaler(record: Mapping[str, Any]) -> Parsed:
         raise RowError("missing answer: 'ground_truth' is empty")
     meta = _meta(level=parse_level(record.get("level")), subject=record.get("type"))
     return Parsed(
-        problem=clean_math_text(problem),
+        problem=repair_latex_escapes(problem).strip(),
         answer=answer,
         solution=as_text(record.get("solution"), "solution"),
         meta=meta,

@@ -5,11 +5,15 @@ characters as text) and, for local files, (line, reason, raw) triples for lines 
 be decoded; turning records into canonical rows is ``pipelines.ingest``'s job.
 
 Guarantees: JSON Lines are split on ``\n`` only (never on U+2028 inside strings); a bad line
-(not UTF-8, not JSON) never stops the lines after it; the hub loader fails within a few
-seconds when the hub cannot be reached instead of waiting on retries; the reasoning-gym
-generator is deterministic for a seed and an installed reasoning-gym version. Not guaranteed:
-a damaged container (bad gzip stream, unreadable Parquet) or a missing file raises
-:class:`IngestError` rather than salvaging part of it.
+(not UTF-8, not JSON, nested too deeply for the JSON parser) never stops the lines after it;
+:func:`check_record` finds records nested deeper than :class:`RecordLimits` allows or holding a
+field larger than it allows, so callers can reject them before they reach code that recurses
+or copies them; the hub loader fails within a few seconds when the hub cannot be reached
+instead of waiting on retries; the reasoning-gym generator is deterministic for a seed and an
+installed reasoning-gym version. Not guaranteed: a damaged container (bad gzip stream,
+unreadable Parquet) or a missing file raises :class:`IngestError` rather than salvaging part
+of it; a single huge line is read into memory before its size is checked (the limits bound
+what is kept and processed, not what is read).
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ REASONING_GYM_TASKS = (
     "products",
 )
 REASONING_GYM_DEFAULT_COUNT = 1000
+# Defaults for RecordLimits. The shared files peak at a 190,000-character field (an MBPP+ input
+# list) and 29 levels of nesting (MBPP+ inputs), so these defaults reject nothing real.
+MAX_FIELD_CHARS = 1_000_000
+MAX_DEPTH = 100
+# Above this, json.dumps of a kept record's meta could itself hit Python's recursion limit.
+DEPTH_CEILING = 500
 
 
 class IngestError(RuntimeError):
@@ -68,6 +78,92 @@ def raw_text(data: bytes | str) -> str:
     return text[:RAW_CHARS]
 
 
+def record_raw(record: Any) -> str:
+    """The first RAW_CHARS characters of ``record`` as JSON text, never raising: a record too
+    deeply nested to encode is described instead."""
+    try:
+        return raw_text(json.dumps(record, ensure_ascii=False, default=str))
+    except (RecursionError, ValueError):
+        return f"<a JSON {type(record).__name__} too deeply nested to show>"
+
+
+@dataclass(frozen=True)
+class RecordLimits:
+    """Size limits one raw record must respect to be used.
+
+    ``max_field_chars``: the largest top-level field, in characters (a string's length; a list
+    or object's compact JSON text). ``max_depth``: the deepest nesting of lists and objects, the
+    record itself counting as level 1 (at most :data:`DEPTH_CEILING`).
+    """
+
+    max_field_chars: int = MAX_FIELD_CHARS
+    max_depth: int = MAX_DEPTH
+
+    def __post_init__(self) -> None:
+        for name, ceiling in (("max_field_chars", None), ("max_depth", DEPTH_CEILING)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RecordLimits.{name} must be a positive integer, got {value!r}")
+            if ceiling is not None and value > ceiling:
+                raise ValueError(
+                    f"RecordLimits.{name} must be at most {ceiling} (deeper records could "
+                    f"overflow Python's recursion limit when encoded), got {value}"
+                )
+
+
+DEFAULT_LIMITS = RecordLimits()
+
+
+def nesting_depth(value: Any, stop_after: int | None = None) -> int:
+    """Deepest nesting of lists/tuples/dicts in ``value`` (a scalar is 0, ``[1]`` is 1), found
+    without recursion; stops early once ``stop_after`` is exceeded."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if stop_after is not None and deepest > stop_after:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _field_chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, (Mapping, list, tuple)):
+        return len(json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")))
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    return 0
+
+
+def check_record(record: Any, limits: RecordLimits = DEFAULT_LIMITS) -> str | None:
+    """None when ``record`` is within ``limits``, else the reject reason (naming the field)."""
+    depth = nesting_depth(record, stop_after=limits.max_depth)
+    if depth > limits.max_depth:
+        return (
+            f"record is nested more than {limits.max_depth} levels deep (max_depth); "
+            "flatten it or raise max_depth"
+        )
+    if not isinstance(record, Mapping):
+        return None
+    for key, value in record.items():
+        size = _field_chars(value)
+        if size > limits.max_field_chars:
+            return (
+                f"field {str(key)[:60]!r} is too large: {size:,} characters, limit "
+                f"{limits.max_field_chars:,} (max_field_chars); shorten it or raise the limit"
+            )
+    return None
+
+
 def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
 
@@ -81,6 +177,13 @@ def _decode(data: bytes, what: str) -> tuple[str | None, str | None]:
             f"{what} is not valid UTF-8 (byte 0x{bad} at offset {exc.start}); "
             "re-save the file as UTF-8"
         )
+
+
+def _too_deep(what: str) -> str:
+    return (
+        f"{what} is nested too deeply for the JSON parser (Python's recursion limit); "
+        "flatten the record"
+    )
 
 
 def _iter_jsonl(path: Path, limit: int | None) -> Iterator[RawRecord | tuple[int, str, str]]:
@@ -105,6 +208,9 @@ def _iter_jsonl(path: Path, limit: int | None) -> Iterator[RawRecord | tuple[int
             except ValueError as exc:
                 yield (number, f"line {number} is not valid JSON: {exc}", raw_text(text))
                 continue
+            except RecursionError:
+                yield (number, _too_deep(f"line {number}"), raw_text(text))
+                continue
             yield RawRecord(number, record, raw_text(text))
 
 
@@ -123,15 +229,16 @@ def _iter_json(path: Path, limit: int | None) -> Iterator[RawRecord | tuple[int,
     except ValueError as exc:
         yield (-1, f"the file is not valid JSON: {exc}", raw_text(text))
         return
+    except RecursionError:
+        yield (-1, _too_deep("the file"), raw_text(text))
+        return
     if isinstance(document, Mapping) and isinstance(document.get("data"), list):
         document = document["data"]
     if not isinstance(document, list):
         yield (-1, 'expected a JSON list of records or {"data": [...]}', raw_text(text))
         return
     for number, record in enumerate(document[:limit] if limit is not None else document, start=1):
-        yield RawRecord(
-            number, record, raw_text(json.dumps(record, ensure_ascii=False, default=str))
-        )
+        yield RawRecord(number, record, record_raw(record))
 
 
 def _iter_parquet(path: Path, limit: int | None) -> Iterator[RawRecord]:
@@ -144,9 +251,7 @@ def _iter_parquet(path: Path, limit: int | None) -> Iterator[RawRecord]:
     if limit is not None:
         table = table.slice(0, limit)
     for number, record in enumerate(table.to_pylist(), start=1):
-        yield RawRecord(
-            number, record, raw_text(json.dumps(record, ensure_ascii=False, default=str))
-        )
+        yield RawRecord(number, record, record_raw(record))
 
 
 def read_local_records(

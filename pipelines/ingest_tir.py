@@ -14,7 +14,13 @@ before it (the thought) and its output (the observation) is one intermediate ste
 after the last output is the final thought, and the final action is ``\\boxed{X}`` with X the
 last ``\\boxed{}`` of that prose (MathCoder: else the record's ``completion``). A record that
 cannot be turned into a valid trajectory (code without output, no final text, no answer,
-missing problem or gold) becomes a :class:`pipelines.ingest.Reject` with the reason.
+missing problem or gold) becomes a :class:`pipelines.ingest.Reject` with the reason, and so
+does a record over the :class:`pipelines.ingest.RecordLimits` (field size, nesting depth) or a
+record whose ``id`` an earlier record of the file used for a different problem text (the first
+is kept and the conflict counted as ``id_conflicts``: the same keep-first rule as
+``pipelines.ingest``). Control characters are stripped from the problem text exactly as for
+``problems`` rows (counted: ``control_chars_stripped``, ``control_char_rows``), so the ids
+computed from it still join; steps are kept as written.
 
 Guarantees: every returned trajectory passes ``tir.validate_steps``; ``problem_id`` is the
 problems-table id of the MATH family (``problem_id("math", text)``), so trajectories join MATH
@@ -35,9 +41,13 @@ from typing import Any
 
 from pipelines import ingest_adapters as ad
 from pipelines.ingest import (
+    DEFAULT_LIMITS,
     IngestError,
     RawRecord,
+    RecordLimits,
     Reject,
+    check_record,
+    clean_problem_text,
     dump_meta,
     load_source,
     problem_id,
@@ -76,10 +86,16 @@ class TIRResult:
     origin: str
     duplicates: int = 0
     excluded: int = 0
+    id_conflicts: int = 0
+    control_chars_stripped: int = 0
+    control_char_rows: int = 0
 
     def counts(self) -> dict[str, int]:
         return {"trajectories": len(self.trajectories), "rejects": len(self.rejects),
-                "duplicates": self.duplicates, "excluded": self.excluded}
+                "duplicates": self.duplicates, "excluded": self.excluded,
+                "id_conflicts": self.id_conflicts,
+                "control_chars_stripped": self.control_chars_stripped,
+                "control_char_rows": self.control_char_rows}
 
 
 @dataclass(frozen=True)
@@ -213,10 +229,12 @@ def _neutralized(steps: list[Step]) -> tuple[list[Step], bool]:
 
 
 def build_tir(spec: TIRSpec, records: list[RawRecord], origin: str, *,
-              exclude_texts: frozenset[str] = frozenset()) -> TIRResult:
+              exclude_texts: frozenset[str] = frozenset(),
+              limits: RecordLimits = DEFAULT_LIMITS) -> TIRResult:
     """Adapt, validate, deduplicate (same trajectory text) and decontaminate; pure."""
     result = TIRResult([], [], origin)
     seen: set[str] = set()
+    ids_seen: dict[str, tuple[str, int]] = {}  # record id -> (normalised problem, line)
     for item in records:
         def reject(reason: str, item: RawRecord = item) -> None:
             result.rejects.append(Reject(spec.name, origin, item.line, reason, item.raw))
@@ -224,45 +242,64 @@ def build_tir(spec: TIRSpec, records: list[RawRecord], origin: str, *,
         if not isinstance(item.record, Mapping):
             reject(f"record is a JSON {type(item.record).__name__}, expected an object")
             continue
+        too_big = check_record(item.record, limits)
+        if too_big:
+            reject(too_big)
+            continue
         try:
             parsed = spec.adapter(item.record)
         except ad.RowError as exc:
             reject(str(exc))
             continue
-        if not parsed.problem.strip() or not parsed.answer.strip():
-            reject("missing answer" if parsed.problem.strip() else "empty problem")
+        problem, removed = clean_problem_text(parsed.problem)
+        if not problem.strip() or not parsed.answer.strip():
+            reject("missing answer" if problem.strip() else "empty problem")
             continue
+        key = normalize_problem_text(problem)
+        record_id = parsed.meta.get("id")
+        if record_id is not None:
+            first = ids_seen.setdefault(str(record_id), (key, item.line))
+            if first[0] != key:
+                result.id_conflicts += 1
+                reject(f"duplicate source id: id={str(record_id)[:80]!r} was already used by "
+                       f"line {first[1]} with different problem text; the first record is kept, "
+                       "check which one is right")
+                continue
         steps, changed = _neutralized(parsed.steps)
         problems = validate_steps(steps)
         if problems:
             reject("invalid trajectory: " + "; ".join(problems))
             continue
-        if normalize_problem_text(parsed.problem) in exclude_texts:
+        if key in exclude_texts:
             result.excluded += 1
             continue
         text = serialize_trajectory(steps)
-        tid = trajectory_id(spec.name, parsed.problem, text)
+        tid = trajectory_id(spec.name, problem, text)
         if tid in seen:
             result.duplicates += 1
             continue
         seen.add(tid)
+        if removed:
+            result.control_chars_stripped += removed
+            result.control_char_rows += 1
         meta = dict(parsed.meta, code_steps=len(steps) - 1)
         if changed:
             meta["neutralized_tags"] = True
         result.trajectories.append(Trajectory(
-            trajectory_id=tid, problem_id=problem_id(PROBLEM_FAMILY, parsed.problem),
-            source=spec.name, problem=parsed.problem.strip(), answer=parsed.answer.strip(),
+            trajectory_id=tid, problem_id=problem_id(PROBLEM_FAMILY, problem),
+            source=spec.name, problem=problem.strip(), answer=parsed.answer.strip(),
             steps=tuple(steps), meta=dump_meta(meta)))
     return result
 
 
 def load_tir(name: str, *, data_dir: Path | str | None = None, limit: int | None = None,
-             decontaminate: bool = True) -> TIRResult:
+             decontaminate: bool = True, limits: RecordLimits = DEFAULT_LIMITS) -> TIRResult:
     """Load one registered TIR source from the local data folder.
 
     ``limit`` caps raw records read. With ``decontaminate`` the MATH-500 problems (loaded with
     ``pipelines.ingest.load_source``) are dropped by normalised text; if MATH-500 itself cannot
     be loaded this raises :class:`IngestError` (pass ``decontaminate=False`` to skip it).
+    ``limits`` bounds each raw record's field size and nesting (over it: a reject).
     """
     if name not in TIR_SOURCES:
         raise KeyError(f"unknown TIR source {name!r}; known: {', '.join(sorted(TIR_SOURCES))}")
@@ -279,13 +316,14 @@ def load_tir(name: str, *, data_dir: Path | str | None = None, limit: int | None
     if decontaminate:
         for other in DECONTAMINATE_AGAINST:
             try:
-                found = load_source(other, data_dir=base)
+                found = load_source(other, data_dir=base, limits=limits)
             except IngestError as exc:
                 raise IngestError(f"cannot decontaminate {name!r} against {other!r} ({exc}); "
                                   "make that benchmark available or pass decontaminate=False") from exc
             exclude.update(normalize_problem_text(p.problem) for p in found.problems)
     records, bad = read_local_records(path, limit=limit)
-    result = build_tir(spec, records, str(path), exclude_texts=frozenset(exclude))
+    result = build_tir(spec, records, str(path), exclude_texts=frozenset(exclude),
+                       limits=limits)
     result.rejects[:0] = [Reject(spec.name, str(path), line, reason, raw)
                           for line, reason, raw in bad]
     return result

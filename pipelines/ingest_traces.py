@@ -3,7 +3,11 @@
 Reads the trace files under ``WEFT_DATA_DIR/traces`` (s1K, LIMO, OpenMathReasoning) and, for
 s1K, the matching Hugging Face layout. Each source has one adapter that splits a record into
 reasoning and final response; a record that cannot be split (no ``</think>``, empty
-reasoning, no gold answer, an unparseable trajectory list) becomes a :class:`Reject`.
+reasoning, no gold answer, an unparseable trajectory list) becomes a :class:`Reject`, and so
+does a record over the :class:`pipelines.ingest.RecordLimits` (field size, nesting depth).
+Control characters are stripped from problem text exactly as for ``problems`` (and counted:
+``control_chars_stripped``, ``control_char_rows``), so ids keep joining; reasoning and response
+text is kept as written. Trace files carry no dataset ids, so there is no id-conflict check.
 
 Guarantees: ``problem_id`` is computed exactly as for ``problems`` rows (same hash of source
 name and normalised text), so traces join problems of the same source; ``trace_id`` hashes
@@ -27,16 +31,20 @@ from typing import Any
 
 from pipelines import ingest_adapters as ad
 from pipelines.ingest import (
+    DEFAULT_LIMITS,
     HubUnavailableError,
     IngestError,
     Prefer,
     RawRecord,
+    RecordLimits,
     Reject,
+    check_record,
+    clean_problem_text,
     dump_meta,
     load_hf_records,
     problem_id,
-    raw_text,
     read_local_records,
+    record_raw,
 )
 from pipelines.settings import data_dir as default_data_dir
 from pipelines.text import last_boxed, normalize_problem_text
@@ -89,12 +97,16 @@ class TraceResult:
     rejects: list[Reject]
     origin: str
     duplicates: int = 0
+    control_chars_stripped: int = 0
+    control_char_rows: int = 0
 
     def counts(self) -> dict[str, int]:
         return {
             "traces": len(self.traces),
             "rejects": len(self.rejects),
             "duplicates": self.duplicates,
+            "control_chars_stripped": self.control_chars_stripped,
+            "control_char_rows": self.control_char_rows,
         }
 
 
@@ -223,12 +235,14 @@ def _build_trace_sources() -> dict[str, TraceSpec]:
 TRACE_SOURCES: dict[str, TraceSpec] = _build_trace_sources()
 
 
-def build_traces(spec: TraceSpec, records: list[RawRecord], origin: str) -> TraceResult:
+def build_traces(
+    spec: TraceSpec, records: list[RawRecord], origin: str, limits: RecordLimits = DEFAULT_LIMITS
+) -> TraceResult:
     """Adapt and validate records into traces; exact duplicate traces are counted, not kept."""
     traces: list[Trace] = []
     rejects: list[Reject] = []
     seen: set[str] = set()
-    duplicates = 0
+    result = TraceResult(traces, rejects, origin)
     for item in records:
         if not isinstance(item.record, Mapping):
             rejects.append(
@@ -241,11 +255,17 @@ def build_traces(spec: TraceSpec, records: list[RawRecord], origin: str) -> Trac
                 )
             )
             continue
+        too_big = check_record(item.record, limits)
+        if too_big:
+            rejects.append(Reject(spec.name, origin, item.line, too_big, item.raw))
+            continue
         try:
             parsed = spec.adapter(item.record)
         except ad.RowError as exc:
             rejects.append(Reject(spec.name, origin, item.line, str(exc), item.raw))
             continue
+        problem, removed = clean_problem_text(parsed.problem)
+        parsed = dataclasses.replace(parsed, problem=problem)
         missing = [
             name
             for name in ("problem", "reasoning", "response", "answer")
@@ -257,9 +277,12 @@ def build_traces(spec: TraceSpec, records: list[RawRecord], origin: str) -> Trac
             continue
         tid = trace_id(spec.name, parsed.problem, parsed.reasoning, parsed.response)
         if tid in seen:
-            duplicates += 1
+            result.duplicates += 1
             continue
         seen.add(tid)
+        if removed:
+            result.control_chars_stripped += removed
+            result.control_char_rows += 1
         traces.append(
             Trace(
                 trace_id=tid,
@@ -272,7 +295,7 @@ def build_traces(spec: TraceSpec, records: list[RawRecord], origin: str) -> Trac
                 meta=dump_meta(parsed.meta),
             )
         )
-    return TraceResult(traces, rejects, origin, duplicates)
+    return result
 
 
 def load_traces(
@@ -281,8 +304,10 @@ def load_traces(
     data_dir: Path | str | None = None,
     prefer: Prefer = "local",
     limit: int | None = None,
+    limits: RecordLimits = DEFAULT_LIMITS,
 ) -> TraceResult:
-    """Load one registered trace source (local file first unless ``prefer="hf"``)."""
+    """Load one registered trace source (local file first unless ``prefer="hf"``); ``limits``
+    bounds each raw record's field size and nesting (over it: a reject)."""
     if name not in TRACE_SOURCES:
         raise KeyError(f"unknown trace source {name!r}; known: {', '.join(sorted(TRACE_SOURCES))}")
     if prefer not in ("local", "hf"):
@@ -297,7 +322,7 @@ def load_traces(
                 attempts.append(f"local: {path or spec.local_path} not found")
                 continue
             records, bad = read_local_records(path, limit=limit)
-            result = build_traces(spec, records, str(path))
+            result = build_traces(spec, records, str(path), limits)
             result.rejects[:0] = [
                 Reject(spec.name, str(path), line, reason, raw) for line, reason, raw in bad
             ]
@@ -311,11 +336,8 @@ def load_traces(
             attempts.append(f"hub: {str(exc).rstrip('.')}")
             continue
         origin = f"hf://{spec.hf_id}/{spec.hf_split}"
-        records = [
-            RawRecord(i + 1, row, raw_text(json.dumps(row, ensure_ascii=False, default=str)))
-            for i, row in enumerate(rows)
-        ]
-        return build_traces(spec, records, origin)
+        records = [RawRecord(i + 1, row, record_raw(row)) for i, row in enumerate(rows)]
+        return build_traces(spec, records, origin, limits)
     raise IngestError(
         f"could not load trace source {name!r}. Tried: {'; '.join(attempts)}. Put "
         f"{spec.local_path} under a data folder and set WEFT_DATA_DIR to that folder."

@@ -9,12 +9,23 @@ per call for the warehouse table ``llm_calls`` and a batch helper that logs prog
 
 Guarantees: ``chat`` and ``chat_json`` never raise for a bad response or a failed request, they
 return results with ``error`` set; the one exception is ``EndpointUnreachable``, raised within
-seconds when nothing answers at the base URL. A cancelled call frees its concurrency slot and
-writes no cache entry. Records never contain the API key.
+seconds when nothing answers at a base URL that never answered this client, and after
+``connect_retry_window_s`` of refused connections at one that did (a server restart takes
+seconds, so requests wait for it with backoff instead of aborting the run). A cancelled call
+frees its concurrency slot and writes no cache entry. Records never contain the API key.
+Unusable replies are failures, never cached successes: a reply with no content (null or empty
+and no reasoning) is retried like a 5xx, a response body over ``max_response_bytes`` is an
+error of its row (not retried: the same request would produce it again), and a ``chat_json``
+reply still invalid after the repair round has its cache entries flagged failed, so a re-run
+asks the server again (``pipelines.llm_cache``). ``map`` logs progress (done/total, failures,
+tokens/s, ETA) to ``progress`` or the module logger at least every ``log_every_s``, also while
+nothing finishes, and with ``batch_timeout_s`` stops a batch that runs longer with
+``BatchTimeout`` (the calls that completed stay cached and recorded).
 
 Not guaranteed: identical requests issued concurrently in one run are both sent (the cache
 keeps the first answer); replayed responses are only as deterministic as what was stored; a
-server that ignores ``seed`` still gets distinct cache entries per ``sample_index``.
+server that ignores ``seed`` still gets distinct cache entries per ``sample_index``. With
+n > 1, one empty choice fails the whole request.
 """
 
 from __future__ import annotations
@@ -34,10 +45,12 @@ from typing import Any, Self, TypeVar
 
 import openai
 
-from pipelines.llm_batch import map_ordered, on_loop_exit, run
+from pipelines.llm_batch import BatchTimeout, map_ordered, on_loop_exit, run
 from pipelines.llm_cache import ResponseCache, cache_key
 from pipelines.llm_endpoint import (
+    CONNECT_RETRY_WINDOW_S,
     DEFAULT_BASE_URL,
+    DEFAULT_MAX_RESPONSE_BYTES,
     ENV_API_KEY,
     ENV_BASE_URL,
     ENV_MODEL,
@@ -45,7 +58,9 @@ from pipelines.llm_endpoint import (
     PROBE_TIMEOUT_S,
     Endpoint,
     EndpointUnreachable,
-    get_models,
+    ReachabilityProbe,
+    ResponseTooLarge,
+    limit_response_bytes,
     list_models,
     redact_url,
     unreachable_message,
@@ -63,6 +78,8 @@ from pipelines.llm_types import (
     SamplingParams,
     backoff_delay,
     check_messages,
+    default_timeout_s,
+    empty_choices,
     payload_from_completion,
     results_from_payload,
     shorten,
@@ -78,6 +95,7 @@ __all__ = [
     "ENV_API_KEY",
     "ENV_BASE_URL",
     "ENV_MODEL",
+    "BatchTimeout",
     "ChatResult",
     "Endpoint",
     "EndpointUnreachable",
@@ -85,6 +103,7 @@ __all__ = [
     "LLMClient",
     "SamplingParams",
     "backoff_delay",
+    "default_timeout_s",
     "redact_url",
     "run",
     "unreachable_message",
@@ -93,20 +112,17 @@ __all__ = [
 DEFAULT_PARAMS = SamplingParams()  # frozen, so one shared default is safe
 CACHE_FILENAME = "llm_cache.sqlite"
 JSON_MODES = ("schema", "object", "prompt")
-PROBE_REUSE_S = 2.0
 CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass
 class _LoopState:
-    """Objects bound to one event loop: the HTTP client, the semaphore, the probe lock."""
+    """Objects bound to one event loop: the HTTP client, the semaphore, the outage probe."""
 
     loop: asyncio.AbstractEventLoop
     client: openai.AsyncOpenAI
     semaphore: asyncio.Semaphore
-    probe_lock: asyncio.Lock
-    probe_at: float = -1e9
-    probe_error: str | None = None
+    probe: ReachabilityProbe
 
 
 @dataclass
@@ -128,7 +144,12 @@ class LLMClient:
     "schema" (``response_format`` json_schema, strict; vLLM guided decoding), "object"
     (``json_object`` plus the schema in the prompt) or "prompt" (the schema in the prompt only).
     ``extra_body`` is merged into every request (e.g. vLLM's ``chat_template_kwargs``) and is
-    part of the cache key.
+    part of the cache key. ``timeout_s`` None means ``default_timeout_s(max_tokens)`` of the
+    default sampling settings; callers that know their ``max_tokens`` pass a scaled deadline.
+    ``connect_retry_window_s`` is how long refused connections are retried once the endpoint
+    has answered (0: fail at the first refusal); ``max_response_bytes`` caps each response
+    body; ``batch_timeout_s`` (None: none) is ``map``'s whole-batch watchdog and ``progress``
+    (None: the module logger) receives its progress lines.
     """
 
     def __init__(
@@ -138,7 +159,7 @@ class LLMClient:
         *,
         api_key: str | None = None,
         max_concurrency: int = 8,
-        timeout_s: float = 120.0,
+        timeout_s: float | None = 120.0,
         max_retries: int = 4,
         cache_path: str | Path | None = None,
         use_cache: bool = True,
@@ -146,6 +167,11 @@ class LLMClient:
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 30.0,
         extra_body: Mapping[str, Any] | None = None,
+        connect_retry_window_s: float = CONNECT_RETRY_WINDOW_S,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        batch_timeout_s: float | None = None,
+        progress: Callable[[str], None] | None = None,
+        log_every_s: float = 10.0,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(
@@ -157,8 +183,19 @@ class LLMClient:
             )
         if not (isinstance(max_concurrency, int) and max_concurrency >= 1):
             raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+        if timeout_s is None:
+            timeout_s = default_timeout_s(DEFAULT_PARAMS.max_tokens)
         if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+            raise ValueError(f"timeout_s must be > 0 (or None for the default), got {timeout_s!r}")
+        if not connect_retry_window_s >= 0:
+            raise ValueError(
+                f"connect_retry_window_s must be >= 0, got {connect_retry_window_s!r}"
+            )
+        if batch_timeout_s is not None and not batch_timeout_s > 0:
+            raise ValueError(f"batch_timeout_s must be > 0 or None, got {batch_timeout_s!r}")
+        if not log_every_s > 0:
+            raise ValueError(f"log_every_s must be > 0, got {log_every_s!r}")
+        self._response_hook = limit_response_bytes(max_response_bytes)
         if not (isinstance(max_retries, int) and max_retries >= 0):
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if json_mode not in JSON_MODES:
@@ -173,6 +210,12 @@ class LLMClient:
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
         self.extra_body = dict(extra_body) if extra_body else None
+        self.connect_retry_window_s = float(connect_retry_window_s)
+        self.max_response_bytes = max_response_bytes
+        self.batch_timeout_s = batch_timeout_s
+        self.progress = progress
+        self.log_every_s = float(log_every_s)
+        self._seen_up = False  # the endpoint has answered this client at least once
         self.cache: ResponseCache | None = None
         if use_cache:
             self.cache = ResponseCache(
@@ -217,6 +260,7 @@ class LLMClient:
     def check_reachable(self, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         """Raise EndpointUnreachable unless the endpoint answers; warn when the model is not listed."""
         served = self.ping(timeout_s)
+        self._seen_up = True
         if served and self.model not in served:
             logger.warning(
                 "model %r is not among the models served at %s: %s",
@@ -225,21 +269,15 @@ class LLMClient:
                 served,
             )
 
-    async def _ensure_reachable(self, state: _LoopState) -> None:
-        """After a connection error or timeout: raise EndpointUnreachable if the server is gone.
-        One probe serves every caller that failed within ``PROBE_REUSE_S`` of it."""
-        async with state.probe_lock:
-            if time.monotonic() - state.probe_at > PROBE_REUSE_S:
-                try:  # any HTTP answer, even an error status, means the server is there
-                    await asyncio.to_thread(
-                        get_models, self.base_url, self._api_key, PROBE_TIMEOUT_S
-                    )
-                    state.probe_error = None
-                except EndpointUnreachable as exc:
-                    state.probe_error = str(exc)
-                state.probe_at = time.monotonic()
-            if state.probe_error is not None:
-                raise EndpointUnreachable(state.probe_error)
+    async def _ensure_reachable(self, state: _LoopState, failed_at: float) -> bool:
+        """After a connection error or timeout of an attempt sent at ``failed_at``: return once
+        the server answers (True when it was down meanwhile, so the attempt deserves a fresh
+        try), or raise EndpointUnreachable (at once if it never answered this client, else
+        after ``connect_retry_window_s``); see ``ReachabilityProbe``."""
+        window = self.connect_retry_window_s if self._seen_up else 0.0
+        outage_over = await state.probe.wait(failed_at, window)
+        self._seen_up = True
+        return outage_over
 
     # ----------------------------------------------------------------- internals
     def _loop_state(self) -> _LoopState:
@@ -255,11 +293,13 @@ class LLMClient:
                 timeout=timeout,
                 # Our own pool (SDK defaults): the SDK's wrapper would, when a client left over
                 # from a finished loop is garbage-collected, schedule its close on the new loop.
-                http_client=openai.DefaultAsyncHttpxClient(timeout=timeout),
+                # The response hook caps the bytes read per response.
+                http_client=openai.DefaultAsyncHttpxClient(
+                    timeout=timeout, event_hooks={"response": [self._response_hook]}
+                ),
             )
-            self._state = _LoopState(
-                loop, client, asyncio.Semaphore(self.max_concurrency), asyncio.Lock()
-            )
+            probe = ReachabilityProbe(self.base_url, self._api_key)
+            self._state = _LoopState(loop, client, asyncio.Semaphore(self.max_concurrency), probe)
             on_loop_exit(self._close_http)
         return self._state
 
@@ -343,11 +383,14 @@ class LLMClient:
             return _Attempt(
                 error=error, retryable=status == 429 or status >= 500, retry_after_s=retry_after
             )
+        except ResponseTooLarge as exc:  # the same request would get the same reply: no retry
+            return _Attempt(error=f"bad response: {exc}")
         except (openai.APIError, ValueError) as exc:  # e.g. a 200 whose body is not JSON
             return _Attempt(error=f"bad response: {type(exc).__name__}: {shorten(str(exc))}")
 
     def _request_kwargs(
-        self, messages: list[dict], params: SamplingParams, fmt: dict | None
+        self, messages: list[dict], params: SamplingParams, fmt: dict | None,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> dict:
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -363,8 +406,9 @@ class LLMClient:
             kwargs["stop"] = list(params.stop)
         if fmt is not None:
             kwargs["response_format"] = fmt
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+        body = {**(self.extra_body or {}), **(extra_body or {})}
+        if body:
+            kwargs["extra_body"] = body
         return kwargs
 
     async def _complete(
@@ -374,6 +418,7 @@ class LLMClient:
         fmt: dict | None,
         tag: str,
         sample_index: int,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> list[ChatResult]:
         check_messages(messages)
         key = cache_key(
@@ -386,14 +431,19 @@ class LLMClient:
             seed=params.seed,
             n=params.n,
             response_format=fmt,
-            extra_body=self.extra_body,
+            extra_body={**(self.extra_body or {}), **(extra_body or {})} or None,
             sample_index=sample_index,
         )
         started = time.monotonic()
         if self.cache is not None:
             payload = await asyncio.to_thread(self.cache.get, key)
-            if payload is not None and len(payload.get("choices", [])) == params.n:
-                results = results_from_payload(payload, cached=True)
+            # an empty reply stored by an older version is a miss: ask again
+            if (
+                payload is not None
+                and len(payload.get("choices", [])) == params.n
+                and not empty_choices(payload)
+            ):
+                results = results_from_payload(payload, cached=True, key=key)
                 self._record(
                     tag=tag,
                     cached=True,
@@ -405,31 +455,20 @@ class LLMClient:
                 )
                 return results
         state = self._loop_state()
-        kwargs = self._request_kwargs(messages, params, fmt)
-        attempts, outcome = 0, _Attempt(error="not attempted")
+        kwargs = self._request_kwargs(messages, params, fmt, extra_body)
+        attempts, retry, outcome = 0, 0, _Attempt(error="not attempted")
         try:
-            for retry in range(self.max_retries + 1):
+            while True:
                 attempts += 1
                 sent = time.monotonic()
                 outcome = await self._attempt(state, kwargs)
                 if outcome.error is None:
-                    try:
-                        payload = payload_from_completion(
-                            outcome.response, params.n, time.monotonic() - sent
-                        )
-                    except (AttributeError, TypeError, ValueError) as exc:
-                        outcome = _Attempt(
-                            error=f"bad response: not a chat completion ({type(exc).__name__}: {exc})"
-                        )
-                        break
-                    if len(payload["choices"]) != params.n:
-                        outcome = _Attempt(
-                            error=f"server returned {len(payload['choices'])} choices, asked for n={params.n}"
-                        )
-                        break
+                    outcome, payload = self._check_payload(outcome, params, sent)
+                if outcome.error is None:
+                    self._seen_up = True
                     if self.cache is not None:
                         await asyncio.to_thread(self.cache.put, key, self.model, payload)
-                    results = results_from_payload(payload, cached=False)
+                    results = results_from_payload(payload, cached=False, key=key)
                     self._record(
                         tag=tag,
                         cache_key=key,
@@ -440,9 +479,9 @@ class LLMClient:
                         finish_reason=results[0].finish_reason,
                     )
                     return results
-                if outcome.check_endpoint:
-                    await self._ensure_reachable(state)
-                if not outcome.retryable or retry == self.max_retries:
+                if outcome.check_endpoint and await self._ensure_reachable(state, sent):
+                    continue  # failed during an outage that is over: a fresh try, not a retry
+                if not outcome.retryable or retry >= self.max_retries:
                     break
                 delay = backoff_delay(retry, self.backoff_base_s, self.backoff_max_s)
                 if outcome.retry_after_s is not None:
@@ -450,6 +489,7 @@ class LLMClient:
                 logger.debug(
                     "retrying %s in %.2fs after %s", tag or "llm call", delay, outcome.error
                 )
+                retry += 1
                 await self._sleep(delay)
         except asyncio.CancelledError:
             self._record_error(tag, key, attempts, started, "cancelled")
@@ -462,7 +502,30 @@ class LLMClient:
         )
         self._record_error(tag, key, attempts, started, error)
         latency = time.monotonic() - started
-        return [ChatResult("", None, 0, 0, latency, False, error=error) for _ in range(params.n)]
+        return [
+            ChatResult("", None, 0, 0, latency, False, error=error, cache_key=key)
+            for _ in range(params.n)
+        ]
+
+    @staticmethod
+    def _check_payload(
+        outcome: _Attempt, params: SamplingParams, sent: float
+    ) -> tuple[_Attempt, dict]:
+        """The payload of a successful attempt, or the attempt turned into an error when the
+        reply is not a usable chat completion (wrong shape, wrong choice count, no content)."""
+        try:
+            payload = payload_from_completion(outcome.response, params.n, time.monotonic() - sent)
+        except (AttributeError, TypeError, ValueError) as exc:
+            error = f"bad response: not a chat completion ({type(exc).__name__}: {exc})"
+            return _Attempt(error=error), {}
+        if len(payload["choices"]) != params.n:
+            error = f"server returned {len(payload['choices'])} choices, asked for n={params.n}"
+            return _Attempt(error=error), {}
+        empty = empty_choices(payload)
+        if empty:  # a null/empty reply is a server hiccup until proven otherwise: retry it
+            error = f"empty reply: choice {empty[0]} has no content"
+            return _Attempt(error=error, retryable=True), payload
+        return outcome, payload
 
     # ----------------------------------------------------------------- public calls
     async def chat(
@@ -472,10 +535,13 @@ class LLMClient:
         *,
         tag: str = "",
         sample_index: int = 0,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> list[ChatResult]:
         """``params.n`` results; failures come back with ``error`` set (never raised), except
-        ``EndpointUnreachable``. ``sample_index`` separates cache entries of repeated samples."""
-        return await self._complete(messages, params, None, tag, sample_index)
+        ``EndpointUnreachable``. ``sample_index`` separates cache entries of repeated samples.
+        ``extra_body`` is merged over the client's for this request (and its cache key), e.g.
+        vLLM's ``continue_final_message`` to continue a partial assistant message."""
+        return await self._complete(messages, params, None, tag, sample_index, extra_body)
 
     async def samples(
         self,
@@ -532,9 +598,12 @@ class LLMClient:
             else:
                 conversation.append({"role": "user", "content": schema_instruction(schema).strip()})
         raw: list[str] = []
+        keys: list[str] = []
         error = "no attempt made"
         for attempt in (1, 2):
             result = (await self._complete(conversation, params, fmt, tag, sample_index))[0]
+            if result.cache_key is not None:
+                keys.append(result.cache_key)
             if result.error is not None:
                 hint = ""
                 if self.json_mode != "prompt" and "HTTP 400" in result.error:
@@ -550,6 +619,9 @@ class LLMClient:
                 {"role": "assistant", "content": result.text},
                 {"role": "user", "content": repair_message(error)},
             ]
+        if self.cache is not None:  # a re-run must ask again, not replay the invalid replies
+            for key in keys:
+                await asyncio.to_thread(self.cache.mark_failed, key, f"invalid JSON: {error}")
         return JsonResult(None, raw, 2, error)
 
     async def map(
@@ -559,13 +631,16 @@ class LLMClient:
         *,
         desc: str = "",
         return_exceptions: bool = False,
-        log_every_s: float = 10.0,
+        log_every_s: float | None = None,
     ) -> list[T]:
         """``await fn(item)`` for every item concurrently, results in input order, with progress
-        logged (done/total, rate, errors) every ``log_every_s`` or 10 %. HTTP concurrency is
-        bounded by the client's semaphore inside ``chat``; ``map`` keeps a few times that many
-        items in flight. An exception from ``fn`` cancels the rest and is raised, unless
-        ``return_exceptions`` (then it takes the item's place); EndpointUnreachable always raises.
+        (done/total, failures, items/s, tokens/s, ETA) sent to the client's ``progress`` (or
+        logged) every ``log_every_s`` (None: the client's), even while nothing finishes. HTTP
+        concurrency is bounded by the client's semaphore inside ``chat``; ``map`` keeps a few
+        times that many items in flight. An exception from ``fn`` cancels the rest and is
+        raised, unless ``return_exceptions`` (then it takes the item's place); EndpointUnreachable
+        always raises, and so does ``BatchTimeout`` when the batch outlives the client's
+        ``batch_timeout_s`` (its in-flight calls are cancelled and recorded as such).
         """
         return await map_ordered(
             fn,
@@ -573,8 +648,10 @@ class LLMClient:
             workers=max(4 * self.max_concurrency, 16),
             desc=desc,
             return_exceptions=return_exceptions,
-            log_every_s=log_every_s,
+            log_every_s=self.log_every_s if log_every_s is None else log_every_s,
             fatal=(EndpointUnreachable,),
+            deadline_s=self.batch_timeout_s,
+            log=self.progress,
         )
 
     async def aclose(self) -> None:

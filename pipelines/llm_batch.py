@@ -1,13 +1,19 @@
 """Run many LLM calls from one place: ordered concurrent map with progress logs, sync ``run``.
 
 ``map_ordered`` awaits ``fn(item)`` for every item with a fixed number of worker coroutines
-(so a 100k-item batch does not create 100k tasks), keeps results in input order and logs
-done/total, rate, errors and ETA every few seconds or every 10 %, so long batches are visible
-in Dagster's captured logs. ``run`` drives a coroutine from synchronous code.
+(so a 100k-item batch does not create 100k tasks), keeps results in input order and reports
+done/total, failures, items/s, completion tokens/s and ETA every 10 % and at least every
+``log_every_s`` seconds, also while no item finishes (a stuck request shows as a stalled count
+instead of silence), to a ``log`` callable (e.g. Dagster's ``context.log.info``) or the
+``pipelines.llm`` logger. With ``deadline_s`` it is a watchdog over the whole batch: when the
+batch outlives it, the remaining work is cancelled and ``BatchTimeout`` raised, naming how far
+it got. ``run`` drives a coroutine from synchronous code.
 
 Not guaranteed: the worker count bounds items in flight, not HTTP requests (the client's
-semaphore does that); an item counts as an error when ``fn`` raised or its result (or any
-element of a list result) has a non-None ``error`` attribute.
+semaphore does that); an item counts as a failure when ``fn`` raised or its result (or any
+element of a list result) has a non-None ``error`` attribute or, for a dict, a non-None
+``error`` / ``gen_error`` value; tokens are read from a ``completion_tokens`` attribute or key
+and are 0 where a result has neither.
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 logger = logging.getLogger("pipelines.llm")
+
+
+class BatchTimeout(TimeoutError):
+    """A batch ran past its whole-batch deadline; the unfinished items were cancelled."""
 
 T = TypeVar("T")
 
@@ -72,30 +82,53 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def is_failure(result: Any) -> bool:
-    """True for an exception, a result whose ``error`` is set, or a list holding one."""
+    """True for an exception, a result whose ``error`` is set (attribute, or ``error`` /
+    ``gen_error`` key of a dict), or a list holding one."""
     if isinstance(result, BaseException):
         return True
     if isinstance(result, list):
         return any(is_failure(r) for r in result)
+    if isinstance(result, dict):
+        return result.get("error") is not None or result.get("gen_error") is not None
     return getattr(result, "error", None) is not None
+
+
+def completion_tokens(result: Any) -> int:
+    """Completion tokens of a result (attribute or dict key), summed over a list; else 0."""
+    if isinstance(result, list):
+        return sum(completion_tokens(r) for r in result)
+    value = result.get("completion_tokens") if isinstance(result, dict) else None
+    if value is None:
+        value = getattr(result, "completion_tokens", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass
 class Progress:
-    """Counts finished items and logs done/total, rate and errors every few seconds or 10 %."""
+    """Counts finished items and reports done/total, failures, rates and ETA every 10 % and at
+    least every ``log_every_s`` (the heartbeat in ``map_ordered`` calls ``tick``)."""
 
     total: int
     desc: str = ""
     log_every_s: float = 10.0
+    log_fn: Callable[[str], None] | None = None
     started: float = field(default_factory=time.monotonic)
     done: int = 0
     errors: int = 0
+    tokens: int = 0
     last_log: float = field(default_factory=time.monotonic)
     next_pct: int = 10
 
-    def update(self, failed: bool) -> None:
+    def tick(self) -> None:
+        """Report if nothing was reported for ``log_every_s`` (called periodically)."""
+        if time.monotonic() - self.last_log >= self.log_every_s:
+            self.last_log = time.monotonic()
+            self.log()
+
+    def update(self, failed: bool, tokens: int = 0) -> None:
         self.done += 1
         self.errors += int(failed)
+        self.tokens += tokens
         now = time.monotonic()
         pct = 100 * self.done // max(self.total, 1)
         if (
@@ -111,14 +144,19 @@ class Progress:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta_text = f"{eta:.0f}s" if eta != float("inf") else "unknown"
         return (
             f"{self.desc or 'llm batch'}: {self.done}/{self.total} done "
-            f"({100 * self.done // max(self.total, 1)}%), {rate:.1f}/s, {self.errors} errors, "
-            f"{elapsed:.0f}s elapsed, eta {eta:.0f}s"
+            f"({100 * self.done // max(self.total, 1)}%), {self.errors} failed, "
+            f"{rate:.1f} items/s, "
+            f"{self.tokens / elapsed:.1f} tokens/s, {elapsed:.0f}s elapsed, eta {eta_text}"
         )
 
     def log(self) -> None:
-        logger.info("%s", self.line())
+        if self.log_fn is not None:
+            self.log_fn(self.line())
+        else:
+            logger.info("%s", self.line())
 
 
 async def map_ordered(
@@ -130,19 +168,27 @@ async def map_ordered(
     return_exceptions: bool = False,
     log_every_s: float = 10.0,
     fatal: tuple[type[BaseException], ...] = (),
+    deadline_s: float | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> list[T]:
     """``[await fn(x) for x in items]`` run by ``workers`` coroutines, in input order.
 
     An exception cancels the remaining work and is raised, unless ``return_exceptions`` (then
-    it takes the item's place); exception types in ``fatal`` are always raised.
+    it takes the item's place); exception types in ``fatal`` are always raised, and so is
+    ``BatchTimeout`` once ``deadline_s`` has passed with items unfinished. Progress goes to
+    ``log`` (default: the ``pipelines.llm`` logger) at least every ``log_every_s``.
     """
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if deadline_s is not None and not deadline_s > 0:
+        raise ValueError(f"deadline_s must be > 0 or None, got {deadline_s!r}")
+    if not log_every_s > 0:
+        raise ValueError(f"log_every_s must be > 0, got {log_every_s!r}")
     todo = list(items)
     results: list[Any] = [None] * len(todo)
     if not todo:
         return results
-    progress = Progress(len(todo), desc, log_every_s)
+    progress = Progress(len(todo), desc, log_every_s, log)
     queue = iter(enumerate(todo))
 
     async def worker() -> None:
@@ -155,19 +201,37 @@ async def map_ordered(
                 if not return_exceptions:
                     raise
                 results[index] = exc
-            progress.update(is_failure(results[index]))
+            progress.update(is_failure(results[index]), completion_tokens(results[index]))
+
+    async def heartbeat() -> None:
+        while True:
+            await asyncio.sleep(min(1.0, log_every_s))
+            progress.tick()
 
     tasks = [asyncio.ensure_future(worker()) for _ in range(min(workers, len(todo)))]
+    beat = asyncio.ensure_future(heartbeat())
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        done, pending = await asyncio.wait(
+            tasks, timeout=deadline_s, return_when=asyncio.FIRST_EXCEPTION
+        )
         failed = [t for t in done if not t.cancelled() and t.exception() is not None]
         if failed:
             logger.warning(
                 "%s (stopped by %s)", progress.line(), type(failed[0].exception()).__name__
             )
             raise failed[0].exception()  # type: ignore[misc]
+        if pending:
+            message = (
+                f"{desc or 'llm batch'} exceeded its {deadline_s:g}s deadline with "
+                f"{progress.total - progress.done} of {progress.total} items unfinished "
+                f"({progress.errors} failed); finished calls are cached, so a re-run resumes. "
+                "Raise batch_timeout_s if the batch is just slow."
+            )
+            progress.log()
+            raise BatchTimeout(message)
     finally:
+        beat.cancel()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(beat, *tasks, return_exceptions=True)
     return results

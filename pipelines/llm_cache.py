@@ -5,7 +5,14 @@ parameters (temperature, top_p, max_tokens, stop, seed, n), the response format 
 extra request body and a caller ``sample_index``. ``ResponseCache`` maps that key to the
 response payload. Each ``put`` is its own committed transaction, so a crash loses at most the
 request in flight; several processes may read and write one file at once (WAL + busy timeout),
-and the first writer of a key wins (later writes of the same key are ignored).
+and the first successful writer of a key wins (later writes of the same key are ignored).
+
+Failed entries: ``mark_failed`` (or ``put(..., failed=reason)``) flags an entry whose reply turned
+out unusable (e.g. structured output that failed validation even after the repair round).
+``get`` never returns a flagged entry, so a re-run asks the server again, and the next
+successful ``put`` replaces it; the flagged payload and its reason stay readable through
+``failure`` until then, for inspection. Files written before the flag existed gain the column
+when opened.
 
 What this does not guarantee: with ``synchronous=NORMAL`` a power cut (not a process crash)
 may drop the last few commits, never corrupt the file; the file must be on a local disk
@@ -35,7 +42,8 @@ _SCHEMA_SQL = (
     " key TEXT PRIMARY KEY,"
     " model TEXT NOT NULL,"
     " payload TEXT NOT NULL,"
-    " created_at TEXT NOT NULL)"
+    " created_at TEXT NOT NULL,"
+    " failed TEXT)"
 )
 
 
@@ -112,6 +120,9 @@ class ResponseCache:
                 mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute(_SCHEMA_SQL)
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(responses)")}
+                if "failed" not in columns:  # a file from before the failure flag
+                    conn.execute("ALTER TABLE responses ADD COLUMN failed TEXT")
                 break
             except sqlite3.DatabaseError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -131,11 +142,14 @@ class ResponseCache:
         return conn
 
     def get(self, key: str) -> dict | None:
-        """The stored payload for ``key``, or None (also when the stored row is unreadable)."""
+        """The stored payload for ``key``, or None (also when the stored row is unreadable or
+        flagged as failed)."""
         with self._lock:
             row = (
                 self._connection()
-                .execute("SELECT payload FROM responses WHERE key = ?", (key,))
+                .execute(
+                    "SELECT payload FROM responses WHERE key = ? AND failed IS NULL", (key,)
+                )
                 .fetchone()
             )
         if row is None:
@@ -147,21 +161,49 @@ class ResponseCache:
             return None
         return payload if isinstance(payload, dict) else None
 
-    def put(self, key: str, model: str, payload: Mapping[str, Any]) -> None:
-        """Store ``payload`` under ``key`` in one committed transaction; keeps an existing entry."""
+    def put(
+        self, key: str, model: str, payload: Mapping[str, Any], failed: str | None = None
+    ) -> None:
+        """Store ``payload`` under ``key`` in one committed transaction. An existing successful
+        entry is kept; a failed one is replaced. ``failed`` (a reason) stores it flagged."""
         blob = json.dumps(dict(payload), ensure_ascii=False, separators=(",", ":"))
         created = datetime.now(UTC).isoformat()
         with self._lock:
             self._connection().execute(
-                "INSERT OR IGNORE INTO responses (key, model, payload, created_at) VALUES (?, ?, ?, ?)",
-                (key, model, blob, created),
+                "INSERT INTO responses (key, model, payload, created_at, failed) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "model = excluded.model, payload = excluded.payload, "
+                "created_at = excluded.created_at, failed = excluded.failed "
+                "WHERE responses.failed IS NOT NULL",
+                (key, model, blob, created, failed),
             )
 
-    def __contains__(self, key: str) -> bool:
+    def mark_failed(self, key: str, reason: str) -> bool:
+        """Flag the entry of ``key`` as failed (``get`` skips it from now on); False if absent."""
+        if not reason:
+            raise ValueError("mark_failed needs a non-empty reason (it is kept for inspection)")
+        with self._lock:
+            cursor = self._connection().execute(
+                "UPDATE responses SET failed = ? WHERE key = ?", (reason, key)
+            )
+        return cursor.rowcount > 0
+
+    def failure(self, key: str) -> str | None:
+        """The reason ``key`` is flagged as failed, or None (absent or not flagged)."""
         with self._lock:
             row = (
                 self._connection()
-                .execute("SELECT 1 FROM responses WHERE key = ?", (key,))
+                .execute("SELECT failed FROM responses WHERE key = ?", (key,))
+                .fetchone()
+            )
+        return None if row is None else row[0]
+
+    def __contains__(self, key: str) -> bool:
+        """True when ``key`` has a usable (not failed) entry, i.e. when ``get`` would hit."""
+        with self._lock:
+            row = (
+                self._connection()
+                .execute("SELECT 1 FROM responses WHERE key = ? AND failed IS NULL", (key,))
                 .fetchone()
             )
         return row is not None

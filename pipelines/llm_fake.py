@@ -5,8 +5,13 @@ a background thread, counts and records every request, and misbehaves on demand:
 actions onto ``plan`` and each chat request consumes one (``"500"``, ``"429"``,
 ``"429:2"`` for a Retry-After of 2 s, ``"400"``, ``"sleep:1.5"``, ``"drop"`` to close the
 connection without answering, ``"garbage"`` for a 200 whose body is not JSON,
-``"text:<content>"`` to answer with that content); with the plan
-empty it answers through ``responder`` (default: an echo of the last user message).
+``"text:<content>"`` to answer with that content (``"text:"`` is an empty reply), ``"null"``
+for a reply whose content is JSON null, ``"huge:<bytes>"`` for a reply whose content is that
+many bytes, ``"hang"`` to hold the request open until the server stops); with the plan
+empty it answers through ``responder`` (default: an echo of the last user message), except
+that a share ``error_rate`` of those requests (drawn from ``random.Random(error_seed)``)
+get a 500. ``refuse_for(seconds)`` closes the listening socket and reopens it on the same
+port after that long, like a server restart: connections in between are refused.
 
 What this does not guarantee: it is not a model and not a faithful OpenAI server; it only
 implements the fields weft's client reads. Token counts are whitespace word counts. Never
@@ -16,6 +21,8 @@ expose it beyond localhost.
 from __future__ import annotations
 
 import json
+import random
+import socket
 import threading
 import time
 import uuid
@@ -51,8 +58,15 @@ class FakeLLMServer:
     headers: list[dict] = field(default_factory=list)
     chat_count: int = 0
     models_count: int = 0
+    error_rate: float = 0.0
+    error_seed: int = 0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate!r}")
+        self._rng = random.Random(self.error_seed)
+        self._port: int | None = None
+        self._conns: set[socket.socket] = set()  # open client connections, cut on stop()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -60,18 +74,20 @@ class FakeLLMServer:
 
     @property
     def port(self) -> int:
-        if self._httpd is None:
+        if self._port is None:
             raise RuntimeError("FakeLLMServer is not started; call start() first")
-        return self._httpd.server_address[1]
+        return self._port
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> FakeLLMServer:
+        self._stop.clear()
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port or 0), handler)
         self._httpd.daemon_threads = True
+        self._port = self._httpd.server_address[1]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -82,11 +98,45 @@ class FakeLLMServer:
         return self
 
     def stop(self) -> None:
+        """Stop like a killed server: stop listening and cut every open connection."""
         self._stop.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def refuse_for(self, seconds: float) -> threading.Thread:
+        """Stop listening now and listen again on the same port after ``seconds`` (a restart).
+        Returns the thread that restarts it (join it to wait for the restart)."""
+        if self._httpd is None:
+            raise RuntimeError("FakeLLMServer is not started; call start() first")
+        self.stop()
+
+        def restart() -> None:
+            time.sleep(seconds)
+            for _ in range(50):  # the port may linger briefly after close
+                try:
+                    self.start()
+                    return
+                except OSError:
+                    time.sleep(0.1)
+            raise RuntimeError(f"could not listen on port {self._port} again")
+
+        thread = threading.Thread(target=restart, name="fake-llm-restart", daemon=True)
+        thread.start()
+        return thread
+
+    def is_listening(self) -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            return sock.connect_ex(("127.0.0.1", self.port)) == 0
 
     def __enter__(self) -> Self:
         return self.start()
@@ -97,11 +147,17 @@ class FakeLLMServer:
     def _next_action(self) -> str:
         with self._lock:
             self.chat_count += 1
-            return self.plan.popleft() if self.plan else "ok"
+            if self.plan:
+                return self.plan.popleft()
+            if self.error_rate and self._rng.random() < self.error_rate:
+                return "500"
+            return "ok"
 
-    def _completion(self, body: dict, content: str | None) -> dict:
+    def _completion(self, body: dict, content: str | None, null: bool = False) -> dict:
         n = int(body.get("n") or 1)
         texts = [content if content is not None else self.responder(body, i) for i in range(n)]
+        if null:
+            texts = [None] * n
         prompt_words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -118,8 +174,8 @@ class FakeLLMServer:
             ],
             "usage": {
                 "prompt_tokens": prompt_words,
-                "completion_tokens": sum(len(t.split()) for t in texts),
-                "total_tokens": prompt_words + sum(len(t.split()) for t in texts),
+                "completion_tokens": sum(len((t or "").split()) for t in texts),
+                "total_tokens": prompt_words + sum(len((t or "").split()) for t in texts),
             },
         }
 
@@ -127,6 +183,19 @@ class FakeLLMServer:
 def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server._conns.add(self.connection)
+
+        def finish(self) -> None:
+            with server._lock:
+                server._conns.discard(self.connection)
+            try:
+                super().finish()
+            except OSError:
+                pass
 
         def log_message(self, format: str, *args: Any) -> None:  # silence stderr access logs
             return
@@ -179,6 +248,10 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             if kind == "sleep":
                 server._stop.wait(float(arg))
                 kind = "ok"
+            if kind == "hang":
+                server._stop.wait()
+                self.close_connection = True
+                return
             if kind == "drop":
                 self.close_connection = True
                 return
@@ -200,6 +273,12 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             if kind == "text":
                 self._send(200, server._completion(body, arg))
+                return
+            if kind == "null":
+                self._send(200, server._completion(body, None, null=True))
+                return
+            if kind == "huge":
+                self._send(200, server._completion(body, "x" * int(arg)))
                 return
             self._send(200, server._completion(body, None))
 

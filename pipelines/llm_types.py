@@ -5,9 +5,18 @@ callers pass and get back; ``payload_from_completion`` turns an OpenAI ``ChatCom
 the plain dict kept in the response cache and ``results_from_payload`` turns it back into
 results, so a fresh response and a replayed one take the same path.
 
+``empty_choices`` names the choices of a payload where the server produced nothing: content
+null, or empty while the server reports no completion tokens at all, and no reasoning text.
+The client treats such a reply as a failed request (retried, never cached as a success). An
+empty answer the model did generate (completion tokens > 0, e.g. an immediate end-of-sequence)
+is an answer, and is graded like any other.
+``default_timeout_s`` is the per-request deadline scaled to ``max_tokens`` that callers use when
+they configure none.
+
 Not guaranteed: per-choice completion token counts for n > 1 (servers report only the total,
 which is spread evenly); the server-split reasoning text is read from ``reasoning_content`` or
-``reasoning``, whichever the server sends.
+``reasoning``, whichever the server sends. The default timeout assumes a floor of
+``MIN_TOKENS_PER_S`` per request; a slower server needs an explicit ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -17,6 +26,22 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_ERROR_CHARS = 500
+# default per-request deadline: a fixed allowance (queueing, prompt processing) plus max_tokens
+# generated at no less than MIN_TOKENS_PER_S (a loaded CPU server still beats it). The allowance
+# is large because prompt processing is not covered by the max_tokens term: eight concurrent
+# judge calls with 2-4k-token prompts took 1.5-3 minutes each on a loaded 2-core CPU server.
+TIMEOUT_BASE_S = 180.0
+MIN_TOKENS_PER_S = 4.0
+
+
+def default_timeout_s(max_tokens: int, n: int = 1) -> float:
+    """Request deadline for up to ``max_tokens`` per choice and ``n`` choices generated in one
+    request: ``TIMEOUT_BASE_S + n * max_tokens / MIN_TOKENS_PER_S`` (512 tokens: 308 s)."""
+    if not (isinstance(max_tokens, int) and max_tokens >= 1):
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    return TIMEOUT_BASE_S + n * max_tokens / MIN_TOKENS_PER_S
 
 
 @dataclass(frozen=True)
@@ -54,7 +79,8 @@ class ChatResult:
     """One choice of a chat call. ``latency_s`` is the generating request's latency (stored with
     the cache entry, so a replay reports the original figure); ``error`` is set when the request
     failed, and then ``text`` is empty. ``reasoning`` holds a server-split reasoning trace, if any.
-    For n > 1, servers report only total completion tokens; they are spread evenly over choices."""
+    For n > 1, servers report only total completion tokens; they are spread evenly over choices.
+    ``cache_key`` is the request's cache key (None when the request was not keyed)."""
 
     text: str
     finish_reason: str | None
@@ -64,6 +90,7 @@ class ChatResult:
     cached: bool
     error: str | None = None
     reasoning: str | None = None
+    cache_key: str | None = None
 
 
 @dataclass
@@ -113,13 +140,14 @@ def payload_from_completion(response: Any, n: int, latency_s: float) -> dict:
         message = choice.message
         extra = getattr(message, "model_extra", None) or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        out.append(
-            {
-                "text": message.content or "",
-                "finish_reason": choice.finish_reason,
-                "reasoning": reasoning if isinstance(reasoning, str) else None,
-            }
-        )
+        entry = {
+            "text": message.content or "",
+            "finish_reason": choice.finish_reason,
+            "reasoning": reasoning if isinstance(reasoning, str) else None,
+        }
+        if message.content is None:
+            entry["null_content"] = True
+        out.append(entry)
     return {
         "choices": out,
         "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
@@ -129,7 +157,21 @@ def payload_from_completion(response: Any, n: int, latency_s: float) -> dict:
     }
 
 
-def results_from_payload(payload: dict, cached: bool) -> list[ChatResult]:
+def empty_choices(payload: dict) -> list[int]:
+    """Indices of choices the server left empty: no reasoning text, and content null or empty
+    with zero completion tokens reported for the whole response."""
+    generated = int(payload.get("completion_tokens") or 0) > 0
+    return [
+        i
+        for i, c in enumerate(payload.get("choices", []))
+        if not (c.get("reasoning") or "").strip()
+        and (c.get("null_content") or (not (c.get("text") or "").strip() and not generated))
+    ]
+
+
+def results_from_payload(
+    payload: dict, cached: bool, key: str | None = None
+) -> list[ChatResult]:
     """One ChatResult per stored choice; total completion tokens are spread evenly."""
     choices = payload["choices"]
     total = int(payload.get("completion_tokens", 0))
@@ -143,6 +185,7 @@ def results_from_payload(payload: dict, cached: bool) -> list[ChatResult]:
             latency_s=float(payload.get("latency_s", 0.0)),
             cached=cached,
             reasoning=c.get("reasoning"),
+            cache_key=key,
         )
         for i, c in enumerate(choices)
     ]

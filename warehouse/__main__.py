@@ -3,6 +3,10 @@
     python -m warehouse sql "SELECT * FROM latest_scores"
     python -m warehouse sql --format csv "SELECT * FROM eval_samples LIMIT 5"
     python -m warehouse tables
+
+Queries are read-only and confined to the warehouse folder (see ``warehouse.store``): one
+SELECT-family statement per call. Exit status: 0 success, 1 SQL error, 2 refused query (empty,
+several statements, a write or other non-SELECT statement, a file outside the warehouse).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from warehouse.store import Warehouse
+from warehouse.store import UnsafeQueryError, Warehouse
 
 
 def _cell(value: Any, width: int) -> str:
@@ -73,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(pa.Table.from_pylist(rows) if rows else pa.table({"table": [], "rows": []})))
         else:
             print(format_result(wh.sql(args.query), args.format))
+    except UnsafeQueryError as err:
+        print(f"query refused: {err}", file=sys.stderr)
+        return 2
     except duckdb.Error as err:
         print(f"SQL error: {err}\nTables: python -m warehouse tables", file=sys.stderr)
         return 1

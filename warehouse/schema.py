@@ -79,6 +79,8 @@ TABLES: dict[str, pa.Schema] = {
         # generation mode and its per-sample measurements (NULL where they do not apply)
         ("mode", pa.string()),  # single | tool | interleaved | budgeted
         ("budget", pa.int64()),  # requested token budget (budgeted mode)
+        ("generation_limit", pa.int64()),  # decoding limit, the same for every budget
+        ("tokens_used", pa.int64()),  # tokens counted against the budget (no EOS)
         ("thinking_cap", pa.int64()),  # per-step thinking-token cap (sweep)
         ("context_policy", pa.string()),  # preserved | discarded (tool mode)
         ("turns", pa.int64()),
@@ -100,8 +102,45 @@ TABLES: dict[str, pa.Schema] = {
         ("ci_low", pa.float64()),
         ("ci_high", pa.float64()),
         ("n_problems", pa.int64()),
-        ("n_samples", pa.int64()),
+        ("n_samples", pa.int64()),  # answered samples the score is computed from
         ("checkpoint_id", pa.string()),
+        ("failed", pa.int64()),  # samples left out because their generation failed
+    ),
+    # budget curves from eval.budget.budget_curve (per-problem means, bootstrap CIs over
+    # problems), written by eval_reports; view budget_curve (migration 003)
+    "budget_scores": _schema(
+        ("model", pa.string()),
+        ("benchmark", pa.string()),
+        ("budget", pa.int64()),
+        ("n_problems", pa.int64()),
+        ("n_samples", pa.int64()),
+        ("budgeted_success", pa.float64()),
+        ("budgeted_success_ci_low", pa.float64()),
+        ("budgeted_success_ci_high", pa.float64()),
+        ("accuracy", pa.float64()),
+        ("accuracy_ci_low", pa.float64()),
+        ("accuracy_ci_high", pa.float64()),
+        ("mean_tokens", pa.float64()),
+        ("mean_tokens_ci_low", pa.float64()),
+        ("mean_tokens_ci_high", pa.float64()),
+        ("generation_limit", pa.int64()),
+        ("checkpoint_id", pa.string()),
+    ),
+    # thinking-cap sweep with DeepTool Eq. 12 cost-effectiveness against a no-thinking baseline
+    # (eval.budget.eff_curve), written by eval_reports; view eff_curve (migration 003)
+    "eff_scores": _schema(
+        ("model", pa.string()),
+        ("benchmark", pa.string()),
+        ("baseline", pa.string()),
+        ("thinking_cap", pa.int64()),
+        ("n_problems", pa.int64()),
+        ("accuracy", pa.float64()),
+        ("baseline_accuracy", pa.float64()),
+        ("mean_tokens", pa.float64()),
+        ("baseline_mean_tokens", pa.float64()),
+        ("eff", pa.float64()),
+        ("eff_ci_low", pa.float64()),
+        ("eff_ci_high", pa.float64()),
     ),
     "eval_pairwise": _schema(
         ("benchmark", pa.string()),
@@ -136,6 +175,7 @@ TABLES: dict[str, pa.Schema] = {
         ("rows_written", pa.int64()),
         ("config_json", pa.string()),
         ("git_sha", pa.string()),
+        ("error", pa.string()),  # why the run failed (status 'failed'); NULL on success
     ),
     # one row per logged training step; partition = checkpoint id (training/callbacks.py)
     "train_metrics": _schema(

@@ -11,7 +11,24 @@ one writing process per file. Whoever queries refreshes the views when it can ta
 lock; otherwise it reads the catalog as it is (read-only), or, if that is locked too, builds
 the same views in memory.
 
-Not guaranteed: cross-partition transactions (each partition is replaced on its own).
+Temp files of killed writers (``.data.parquet.<pid>.<host tag>.<uuid>.tmp``) are removed by the
+next write to the same table: a temp file is stale when its writer process is gone (same host
+and PID namespace, checked with ``kill(pid, 0)``) or when it is older than
+``STALE_TEMP_AGE_S`` (the fallback for other hosts, recycled PIDs and temp names without a
+PID). A live writer's temp file is never removed while it is younger than that age.
+
+User SQL (``Warehouse.sql``, ``Warehouse.connect``, hence ``python -m warehouse``) is read-only
+and confined: exactly one statement, of the SELECT family (SELECT/WITH/FROM/VALUES/DESCRIBE/SHOW/
+SUMMARIZE, or EXPLAIN of one of those), checked with DuckDB's own parser; on a connection that
+opens the catalog read-only (or the in-memory fallback) with DuckDB's external access disabled
+except for the warehouse folder (``allowed_directories``; DuckDB canonicalises paths, so ``..``
+and symlinks out of it are refused), extension install/autoload off, and the configuration
+locked so the query cannot undo any of it. Refusals raise ``UnsafeQueryError`` saying why.
+
+Not guaranteed: cross-partition transactions (each partition is replaced on its own); a temp
+file of a live writer that takes longer than ``STALE_TEMP_AGE_S`` for one partition may be
+removed (that write then fails and can be re-run); the SQL path does not limit CPU or memory,
+and files placed inside the warehouse folder by someone else are readable by queries.
 """
 
 from __future__ import annotations
@@ -23,12 +40,16 @@ import json
 import logging
 import os
 import re
+import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote, unquote
 
 import duckdb
@@ -43,6 +64,22 @@ log = logging.getLogger(__name__)
 DATA_FILE = "data.parquet"
 _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+TEMP_PREFIX = f".{DATA_FILE}."
+TEMP_SUFFIX = ".tmp"
+# A partition write takes seconds to minutes; a temp file this old belongs to no live write.
+STALE_TEMP_AGE_S = 6 * 3600.0
+_EXPLAIN_RE = re.compile(
+    r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?(?P<inner>.*)$", re.IGNORECASE | re.DOTALL
+)
+# Opening the catalog (and confining it) is one step at a time per process: DuckDB hands every
+# connection to the same path the same database instance, whose settings are global, and
+# opening it read-only and read-write at once from two threads fails.
+_OPEN_LOCK = threading.Lock()
+
+
+class UnsafeQueryError(ValueError):
+    """A query the read-only SQL path refuses: empty, several statements, not a SELECT, or
+    reaching outside the warehouse folder. The message says what was wrong."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +161,8 @@ class Warehouse:
     """Parquet files under ``root`` plus the DuckDB catalog that makes them queryable."""
 
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root else weft_home() / "warehouse"
+        # absolute, so the views' file paths and the allowed directory agree whatever the cwd
+        self.root = Path(os.path.abspath(root)) if root else weft_home() / "warehouse"
         self.catalog_path = self.root / "catalog.duckdb"
 
     # ---- writing -------------------------------------------------------------------------
@@ -147,14 +185,15 @@ class Warehouse:
             if name not in arrow.column_names:
                 arrow = arrow.append_column(name, pa.array([value] * n, pa.string()))
         if "created_at" not in arrow.column_names:
-            now = dt.datetime.now(dt.timezone.utc)
+            now = dt.datetime.now(dt.UTC)
             arrow = arrow.append_column(
                 "created_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
             )
         folder = self.root / table / partition_dir_name(partition)
         folder.mkdir(parents=True, exist_ok=True)
+        self.remove_stale_temp_files(table)
         final = folder / DATA_FILE
-        tmp = folder / f".{DATA_FILE}.{uuid.uuid4().hex}.tmp"
+        tmp = folder / f"{TEMP_PREFIX}{os.getpid()}.{_host_tag()}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
         try:
             pq.write_table(arrow, tmp, compression="zstd")
             with open(tmp, "rb") as fh:
@@ -164,6 +203,26 @@ class Warehouse:
             if tmp.exists():
                 tmp.unlink()
         return WriteResult(table=table, partition=partition, path=final, rows=n)
+
+    def remove_stale_temp_files(
+        self, table: str, max_age_s: float = STALE_TEMP_AGE_S
+    ) -> list[Path]:
+        """Delete temp files left in ``table``'s partitions by writers that died (see the module
+        docstring for when a temp file counts as stale); returns the removed paths."""
+        _check_table(table)
+        removed = []
+        now = time.time()
+        for path in (self.root / table).glob(f"*/{TEMP_PREFIX}*{TEMP_SUFFIX}"):
+            if temp_file_is_stale(path, now=now, max_age_s=max_age_s):
+                try:
+                    path.unlink()
+                except FileNotFoundError:  # another writer cleaned it first
+                    continue
+                removed.append(path)
+        if removed:
+            log.info("removed %d stale temp file(s) of %s: %s", len(removed), table,
+                     [str(p) for p in removed])
+        return removed
 
     def delete_partition(self, table: str, partition: str) -> bool:
         _check_table(table)
@@ -268,8 +327,10 @@ class Warehouse:
             if not locked:
                 return False
             try:
-                con = duckdb.connect(str(self.catalog_path))
-            except duckdb.IOException:
+                with _OPEN_LOCK:
+                    con = duckdb.connect(str(self.catalog_path))
+            except duckdb.Error:
+                # another process writes it, or this process has it open read-only for a query
                 return False
             try:
                 self._install_views(con)
@@ -280,35 +341,168 @@ class Warehouse:
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection with every table as a view: refreshed catalog, or an in-memory copy."""
+        """A read-only connection confined to the warehouse folder (see the module docstring)
+        with every table as a view: the refreshed catalog, or an in-memory copy of its views.
+
+        Unlike ``sql`` it does not check statements (a COPY into the warehouse folder would
+        run): use it for fixed queries in code, and pass SQL text from users to ``sql``."""
         self.refresh_catalog()
         con = None
         for _ in range(3):
-            try:
-                con = duckdb.connect(str(self.catalog_path), read_only=True)
+            with _OPEN_LOCK:
+                try:
+                    con = duckdb.connect(str(self.catalog_path), read_only=True)
+                except duckdb.Error:
+                    con = None
+                else:
+                    try:
+                        _confine(con, self.root)
+                    except BaseException:
+                        con.close()
+                        raise
+            if con is not None:
                 break
-            except duckdb.Error:
-                time.sleep(0.2)
+            time.sleep(0.2)
         if con is None:
             log.warning("catalog busy; building the views in memory for this query")
             con = duckdb.connect()
-            self._install_views(con)
+            try:
+                self._install_views(con)
+                _confine(con, self.root)
+            except BaseException:
+                con.close()
+                raise
         try:
             yield con
         finally:
             con.close()
 
     def sql(self, query: str, params: Mapping[str, Any] | list[Any] | None = None) -> pa.Table:
-        """Run a query; ``params`` bind ``$name`` (dict) or ``?`` (list) placeholders."""
+        """Run one read-only query; ``params`` bind ``$name`` (dict) or ``?`` (list) placeholders.
+
+        Raises ``UnsafeQueryError`` for an empty query, several statements, a statement other
+        than the SELECT family, or a file outside the warehouse folder; ``duckdb.Error`` for
+        ordinary SQL errors."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a SQL string, got {type(query).__name__}")
 
         def run() -> pa.Table:
             with self.connect() as con:
-                rel = con.sql(query, params=params) if params else con.sql(query)
-                if rel is None:  # a statement without a result (e.g. SET)
-                    return pa.table({})
-                return rel.to_arrow_table()
+                check_read_only(con, query)
+                try:
+                    rel = con.sql(query, params=params) if params else con.sql(query)
+                    return pa.table({}) if rel is None else rel.to_arrow_table()
+                except duckdb.PermissionException as err:
+                    raise UnsafeQueryError(
+                        f"{err}. Queries may read files only under the warehouse folder "
+                        f"{self.root}; query its tables and views by name instead "
+                        "(python -m warehouse tables lists them)"
+                    ) from err
 
         return _retry_replaced_files(run, self.root)
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Raise ``UnsafeQueryError`` unless ``query`` is exactly one SELECT-family statement, as
+    DuckDB's parser on ``con`` reads it (parse errors raise ``duckdb.ParserException``)."""
+    statements = con.extract_statements(query)
+    if not statements:
+        raise UnsafeQueryError(
+            "empty query: nothing but whitespace or comments was given; write one SELECT "
+            "statement, e.g. SELECT * FROM leaderboard"
+        )
+    if len(statements) > 1:
+        raise UnsafeQueryError(
+            f"{len(statements)} statements given; run one SELECT statement at a time"
+        )
+    statement = statements[0]
+    if statement.type == duckdb.StatementType.SELECT:
+        return
+    if statement.type == duckdb.StatementType.EXPLAIN:
+        match = _EXPLAIN_RE.match(statement.query)
+        inner = con.extract_statements(match["inner"]) if match else []
+        if len(inner) == 1 and inner[0].type == duckdb.StatementType.SELECT:
+            return
+        raise UnsafeQueryError("EXPLAIN is allowed only in front of a single SELECT statement")
+    raise UnsafeQueryError(
+        f"{statement.type.name} statements are not allowed: warehouse SQL is read-only "
+        "(SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of one of those). "
+        "Tables change only by materializing the assets that write them."
+    )
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _confine(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    """Lock ``con``'s database down: files only under ``root``, no extension downloads or
+    autoloading, configuration locked. A database instance shared with an earlier connection
+    to the same path may already be locked down; then it is only verified."""
+    settings = dict(con.execute(
+        "SELECT name, value FROM duckdb_settings() WHERE name IN "
+        "('lock_configuration', 'enable_external_access')"
+    ).fetchall())
+    if settings["lock_configuration"] == "true":
+        if settings["enable_external_access"] != "false":
+            raise RuntimeError(
+                "the warehouse catalog is open in this process with an unconfined, locked "
+                "configuration; close that connection before querying through Warehouse.sql"
+            )
+        return
+    dirs = sorted({os.path.abspath(root), os.path.realpath(root)})
+    for statement in (
+        "SET autoinstall_known_extensions = false",
+        "SET autoload_known_extensions = false",
+        "SET allow_community_extensions = false",
+        # spill files stay inside the warehouse folder too (DuckDB allows its temp directory)
+        f"SET temp_directory = {_sql_string(os.path.join(dirs[0], 'catalog.duckdb.tmp'))}",
+        f"SET allowed_directories = [{', '.join(_sql_string(d) for d in dirs)}]",
+        "SET enable_external_access = false",
+        "SET lock_configuration = true",
+    ):
+        con.execute(statement)
+
+
+@lru_cache(maxsize=1)
+def _host_tag() -> str:
+    """Names this host and PID namespace in temp file names, so PIDs are checked only where
+    they mean the same process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def temp_file_is_stale(path: Path, *, now: float | None = None,
+                       max_age_s: float = STALE_TEMP_AGE_S) -> bool:
+    """True when ``path`` (a writer's temp file) is older than ``max_age_s`` or names a writer
+    PID on this host that no longer runs. Unknown name formats are judged by age alone."""
+    try:
+        age = (time.time() if now is None else now) - path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age > max_age_s:
+        return True
+    name = path.name
+    if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
+        return False
+    parts = name[len(TEMP_PREFIX): -len(TEMP_SUFFIX)].split(".")
+    if len(parts) != 3 or not parts[0].isdigit() or parts[1] != _host_tag():
+        return False
+    pid = int(parts[0])
+    return pid > 0 and not _pid_alive(pid)
 
 
 def _retry_replaced_files(fn, root: Path, attempts: int = 8):

@@ -6,11 +6,11 @@ Two operations, the same on every backend:
 - ``session(limits=None)`` -> an object with ``execute(cell) -> ExecResult`` (cells share one
   namespace, like notebook cells), ``restart()`` and ``close()``; a context manager.
 
-Backends: :class:`LocalSandbox` (a bubblewrap jail by default, a plain-subprocess fallback with
-a loud warning where bubblewrap cannot run) and :class:`E2BSandbox` (E2B's cloud code
-interpreter, optional extra ``weft[e2b]``). :func:`make_sandbox` picks one by name;
-:class:`SandboxPool` keeps workers warm. Results render to the observation a model sees with
-:func:`render_observation`.
+Backends: :class:`LocalSandbox` (a bubblewrap jail; where bubblewrap cannot run it refuses to
+start unless the caller opts in to a plain-subprocess fallback, taken with a loud warning) and
+:class:`E2BSandbox` (E2B's cloud code interpreter, optional extra ``weft[e2b]``).
+:func:`make_sandbox` picks one by name; :class:`SandboxPool` keeps workers warm. Results render
+to the observation a model sees with :func:`render_observation`.
 
 Not guaranteed: see each backend's module docstring (what the jail does and does not contain).
 """
@@ -65,9 +65,11 @@ class Sandbox(Protocol):
 
 def make_sandbox(backend: str = "auto", limits: Limits | None = None, *,
                  isolation: str = "auto", python: str | None = None,
-                 e2b_api_key: str | None = None, e2b_template: str | None = None):
+                 e2b_api_key: str | None = None, e2b_template: str | None = None,
+                 allow_unjailed: bool = False):
     """A sandbox by name: ``local``, ``e2b``, or ``auto`` (E2B when an API key is given or
-    ``E2B_API_KEY`` is set, else local). ``isolation`` and ``python`` apply to the local one."""
+    ``E2B_API_KEY`` is set, else local). ``isolation``, ``python`` and ``allow_unjailed`` (accept
+    the plain-subprocess fallback where bubblewrap cannot run) apply to the local one."""
     if backend not in BACKENDS:
         raise ValueError(f"sandbox backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
@@ -75,4 +77,4 @@ def make_sandbox(backend: str = "auto", limits: Limits | None = None, *,
     if backend == "e2b":
         return E2BSandbox(limits, api_key=e2b_api_key, template=e2b_template)
     kwargs = {"python": python} if python else {}
-    return LocalSandbox(limits, isolation=isolation, **kwargs)
+    return LocalSandbox(limits, isolation=isolation, allow_unjailed=allow_unjailed, **kwargs)

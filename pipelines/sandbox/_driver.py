@@ -2,22 +2,38 @@
 
 The host never imports this module: it reads its source and starts the jailed interpreter with
 ``python3 -s -P -c <source> MODE ...``, so it must run on the plain system ``python3`` with the
-standard library only. Modes:
+standard library only. In the bubblewrap jail the driver is pid 1. In every mode it first makes
+itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, inherited by what it forks), so code it
+runs can neither ptrace it nor open its ``/proc/<pid>/mem`` or ``/proc/<pid>/fd/*``: a program
+cannot rewrite the warm worker for the programs after it, nor write into its reply channel
+(issue 12, item 1). Modes:
 
-- ``once CODE_FD REPORT_FD LIMITS``: read a program from CODE_FD, apply the rlimits, run it as
-  ``__main__`` and, if it raises, write the error (name, value, traceback) to REPORT_FD instead
-  of printing it; the exit status follows Python's own rules.
+- ``once CODE_FD REPORT_FD LIMITS``: read a program from CODE_FD, fork, and in the child apply
+  the rlimits and run it as ``__main__``; if it raises, write the error (name, value,
+  traceback) to REPORT_FD instead of printing it. The exit status follows Python's own rules;
+  a death by signal N is passed on as status 128 + N.
 - ``serve REQUEST_FD REPLY_FD LIMITS JAILED ROLE``: a kernel answering length-prefixed JSON
-  requests on REQUEST_FD with replies on REPLY_FD. ROLE ``session`` runs cells in one
-  persistent namespace (a trailing expression's ``repr`` is returned as the value, like a
-  notebook; inside the jail, processes a cell started are killed when it ends); ROLE
-  ``runner`` forks a fresh child per program from this pristine process (a warm "fork
-  server"), enforces the wall-clock limit, kills every leftover process and wipes the work dir
-  before answering.
+  requests on REQUEST_FD with replies on REPLY_FD; each reply echoes the request's ``nonce``.
+  ROLE ``session`` runs cells in one persistent namespace (a trailing expression's ``repr``
+  is returned as the value, like a notebook; inside the jail, processes a cell started are
+  killed when it ends; after a timed-out cell the reply says how many threads are still
+  running, ``threads_left``, and the host then replaces the kernel). ROLE ``runner`` forks a
+  fresh child per program from this pristine process (a warm "fork server"), enforces the
+  wall-clock limit, kills every leftover process and wipes the work dir before answering.
+
+``sys.setrecursionlimit`` is capped at ``MAX_RECURSION_LIMIT`` (a departure from plain CPython,
+which accepts any limit): a runaway recursion then ends in a RecursionError within seconds,
+where an uncapped one fills the address space first and ends, often after the time limit, in
+CPython 3.11's "SystemError: error return without exception set" (issue 12, item 6).
 
 Not guaranteed: protection against code that deliberately breaks the driver from inside its own
-process (it can only spoil its own result or its own session; the host treats a broken kernel
-as dead and starts a new one); joining non-daemon threads of a runner child that never end.
+process (a session cell shares the kernel's process: it can find the current nonce in memory
+and forge its own cell's reply, or garble the channel; the host then sees a stray or
+mismatched reply and replaces the kernel, so later cells are never shifted); joining non-daemon
+threads of a runner child that never end; a program that restores the uncapped
+``setrecursionlimit`` (its deep recursion is still classified on the host); reading
+``/proc/self/environ`` or ``/proc/self/mem`` from a program (non-dumpable processes' own
+``/proc`` files belong to root).
 """
 
 # ruff: noqa: BLE001, S110
@@ -32,6 +48,12 @@ _MAX_TRACEBACK = 50_000
 _MAX_VALUE = 20_000
 _MAX_FRAMES = 100
 _HEADER = 10  # ASCII digits of a frame length
+_PR_SET_DUMPABLE = 4
+# Python frames a program may nest: ``sys.setrecursionlimit`` above this sets this. A runaway
+# recursion then ends in a RecursionError within ~1-2 s instead of filling the address space
+# (CPython 3.11 then raises "SystemError: error return without exception set", often after
+# the wall-clock limit).
+MAX_RECURSION_LIMIT = 1_000_000
 
 
 def _set_limits(spec):
@@ -80,6 +102,34 @@ def _move_high(fd):
     new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
     os.close(fd)
     return new
+
+
+def _seal_process():
+    """Make this process non-dumpable (prctl PR_SET_DUMPABLE 0): then no process without
+    CAP_SYS_PTRACE (nothing in the jail has it) can ptrace it, use process_vm_readv/writev on
+    it, or open its /proc/<pid>/mem, /proc/<pid>/fd or /proc/<pid>/environ. Forked children
+    inherit the flag; an exec'ed program gets its own (dumpable) one. Fails closed: a driver that
+    cannot seal itself exits before running anything."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        sys.stderr.write("weft sandbox driver: prctl(PR_SET_DUMPABLE, 0) failed: errno "
+                         f"{ctypes.get_errno()}\n")
+        os._exit(71)
+
+
+def _cap_recursion():
+    """Cap the recursion limit a program may set (see MAX_RECURSION_LIMIT)."""
+    real = sys.setrecursionlimit
+
+    def setrecursionlimit(limit, /):
+        real(limit)  # the interpreter's own checks (type, minimum) and errors first
+        if limit > MAX_RECURSION_LIMIT:
+            real(MAX_RECURSION_LIMIT)
+
+    setrecursionlimit.__doc__ = real.__doc__
+    sys.setrecursionlimit = setrecursionlimit
 
 
 def _trim(te, seen=None):
@@ -180,6 +230,7 @@ def _run_program(source, filename, report_fd):
     """Run a whole program as __main__; report an uncaught exception to report_fd as an
     ``error`` record (name, value, traceback)."""
     main = _fresh_main(filename)
+    _cap_recursion()
     try:
         code = compile(source, filename, "exec")
         exec(code, main.__dict__)  # noqa: S102 - running the program is the point
@@ -195,16 +246,30 @@ def _run_program(source, filename, report_fd):
 
 
 def _once(code_fd, report_fd, spec):
+    """Seal this process, fork the program from it and wait. The program's parent is then this
+    non-dumpable driver (pid 1 of the jail), never a process it could write into."""
     source = _read_all(code_fd).decode("utf-8", "surrogateescape")
     os.close(code_fd)
     report = _move_high(report_fd)
-    _set_limits(spec)
-    status = _run_program(source, "main.py", report)
-    try:  # tells the host this status is the program's own, not a signal's
-        _write_all(report, _encode_fields(("exit", str(status))))
-    except BaseException:
-        pass
-    raise SystemExit(status)
+    _seal_process()
+    pid = os.fork()
+    if pid == 0:  # child: becomes the program
+        status = 70
+        try:
+            _set_limits(spec)
+            status = _run_program(source, "main.py", report)
+            try:  # tells the host this status is the program's own, not a signal's
+                _write_all(report, _encode_fields(("exit", str(status))))
+            except BaseException:
+                pass
+            _finish_child()
+        finally:
+            os._exit(status)
+    os.close(report)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    # A death by signal N is reported the way bubblewrap reports it: exit status 128 + N.
+    os._exit(code if code >= 0 else 128 - code)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,6 +337,7 @@ class _Session:
         self.main.__builtins__ = builtins
         sys.modules["__main__"] = self.main
         sys.argv[:] = [""]
+        _cap_recursion()
         self.saved = {1: fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 100),
                       2: fcntl.fcntl(2, fcntl.F_DUPFD_CLOEXEC, 100)}
         self.streams = {1: sys.stdout, 2: sys.stderr}
@@ -402,6 +468,24 @@ def _kill_others():
         pass
 
 
+def _threads_left(wait_s=0.2):
+    """How many threads besides this one still run in the kernel (waiting up to ``wait_s`` for
+    ones that are on their way out). Counted from /proc, so threads started from C count too."""
+    import time
+
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            extra = len(os.listdir("/proc/self/task")) - 1
+        except OSError:
+            import threading
+
+            extra = threading.active_count() - 1
+        if extra <= 0 or time.monotonic() >= end:
+            return max(extra, 0)
+        time.sleep(0.01)
+
+
 def _serve_session(rfd, wfd, jailed):
     kernel = _Session()
     _send(wfd, {"ready": True, "pid": os.getpid()})
@@ -409,6 +493,7 @@ def _serve_session(rfd, wfd, jailed):
         req = _recv(rfd)
         if req is None:
             return 0
+        nonce = req.pop("nonce", None)
         op = req.get("op")
         if op == "exec":
             reply = kernel.execute(req)
@@ -416,8 +501,11 @@ def _serve_session(rfd, wfd, jailed):
                 os._exit(0)  # a fork of user code unwound to here
             if jailed:
                 _kill_others()
+            if reply.get("flag"):
+                reply["threads_left"] = _threads_left()
         else:
             reply = {"error": ("ProtocolError", f"unknown op {op!r}", "")}
+        reply["nonce"] = nonce
         _send(wfd, reply)
 
 
@@ -602,17 +690,20 @@ def _serve_runner(rfd, wfd, jailed):
         req = _recv(rfd)
         if req is None:
             return 0
+        nonce = req.pop("nonce", None)
         op = req.get("op")
         if op == "spawn":
             reply = _spawn(req, rfd, wfd, jailed, workdirs)
         else:
             reply = {"error": ["ProtocolError", f"unknown op {op!r}", ""]}
+        reply["nonce"] = nonce
         _send(wfd, reply)
 
 
 def _serve(request_fd, reply_fd, spec, jailed, role):
     rfd = _move_high(request_fd)
     wfd = _move_high(reply_fd)
+    _seal_process()
     _set_limits(spec)
     _OWNER.append(os.getpid())
     if role == "runner":

@@ -4,29 +4,45 @@ fallback, the probe that decides between them, and killing a jail.
 The bubblewrap jail unshares every namespace (user, pid, net, ipc, uts, cgroup; no network at
 all), sees only read-only binds of ``/usr`` (plus ``/etc/alternatives`` and ``/etc/ld.so.cache``
 so shared libraries resolve, and the interpreter's prefix when it lives elsewhere), a fresh
-``/proc`` and ``/dev``, a size-limited private tmpfs ``/tmp`` as its only writable directory
-(and a small ``/dev/shm``), an environment built from nothing, ``--die-with-parent`` and
-``--new-session``, and further user namespaces disabled inside. When the host runs as root
-the jail is started as an unprivileged uid (65534 by default), because the kernel ignores
-RLIMIT_NPROC for root (inside its own user namespace each jail counts its processes
-separately). The rlimits themselves are set by the driver before any untrusted code runs. The
-driver arrives pre-compiled by the jail's own interpreter in a sealed read-only memfd.
-Long-lived jails are started from one long-lived thread: ``--die-with-parent`` fires when the
-*thread* that started bubblewrap ends.
+``/proc`` and ``/dev``, a private tmpfs ``/tmp`` as its only writable directory (and a small
+``/dev/shm``), an environment built from nothing, ``--die-with-parent`` and ``--new-session``,
+and further user namespaces disabled inside. The driver is the jail's pid 1 (``--as-pid-1``):
+it makes itself non-dumpable before any untrusted code runs and forks that code, so no
+jailed process has a parent whose memory or descriptors it could reach (issue 12, item 1).
+When the host runs as root the jail is started as an unprivileged uid (65534 by default),
+because the kernel ignores RLIMIT_NPROC for root (inside its own user namespace each jail
+counts its processes separately). The rlimits themselves are set by the driver before any
+untrusted code runs. The driver arrives pre-compiled by the jail's own interpreter in a sealed
+read-only memfd. Long-lived jails are started from one long-lived thread:
+``--die-with-parent`` fires when the *thread* that started bubblewrap ends.
+
+Writable tmpfs dirs bound in bytes *and in files*: every file, directory or link costs host
+kernel memory (inode, dentry) that neither the address-space limit nor the tmpfs size counts;
+millions of empty files grew the host kernel by GBs (issue 12, item 2). bubblewrap 0.8 cannot
+set ``nr_inodes``, and cgroup v2 is not usable here (checked Nov 2026: a v1 hybrid whose
+unified hierarchy has no controllers), so when the host runs as root each jail is started
+through ``unshare --mount`` + ``mount -t tmpfs -o size=..,nr_inodes=..`` + ``setpriv``: two
+tmpfs mounts (``/tmp``: ``disk_mb`` and ``disk_files``; ``/dev/shm``: 16 MB and 256 files)
+made in a private mount namespace of that jail alone, then bound in by bubblewrap. This costs
+a few ms of cold start (a shell and two ``mount`` runs).
 
 The fallback (no bubblewrap, or a probe that fails) is a plain subprocess with the same rlimits,
 a cleared environment and a temporary work dir, dropped to the unprivileged uid when root. It
-does NOT hide the filesystem or the network and a process that calls ``setsid`` can outlive the
-run; it exists so that the project works where bubblewrap cannot, with a loud warning.
+does NOT hide the filesystem or the network, does not bound the work dir at all, and a
+process that calls ``setsid`` can outlive the run; it is used only where the caller asks for it
+(``isolation="subprocess"``, or ``allow_unjailed=True`` with ``auto``), with a loud warning.
 
-Not guaranteed: anything against kernel exploits (no seccomp filter is installed); a bound on
-the RAM used by ``/tmp`` beyond ``disk_mb`` (+16 MB ``/dev/shm``) per live jail; that the
-jail's init process is reaped at once (bubblewrap's outer process exits first and leaves it to
-the host's pid 1).
+Not guaranteed: anything against kernel exploits (no seccomp filter is installed); the file
+count of ``/tmp`` when the host is not root, or cannot mount (then bubblewrap's own tmpfs is
+used, with a warning); host memory used through channels other than files: memfds and SysV
+shared memory are bounded only by the file-size, open-files and process rlimits; that the
+jail's init process is reaped at once (bubblewrap's outer process exits first and leaves it
+to the host's pid 1).
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -49,6 +65,7 @@ DEFAULT_PYTHON = "/usr/bin/python3"
 DEFAULT_UID = 65534
 JAIL_WORKDIR = "/tmp"
 SHM_MB = 16
+SHM_FILES = 256  # files + directories in the jail's /dev/shm
 PYTHON_FLAGS = ("-s", "-P")  # no user site-packages, no script dir on sys.path
 _RO_BINDS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -61,13 +78,16 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class JailSpec:
-    """Everything needed to start jailed interpreters (resolved once per sandbox)."""
+    """Everything needed to start jailed interpreters (resolved once per sandbox).
+    ``inode_mounts``: (unshare, mount, setpriv, sh) when the jail's writable dirs are tmpfs
+    mounts with an inode limit made by the host in a private mount namespace (root only)."""
 
     isolation: str
     python: str
     bwrap: str | None = None
     uid: int | None = None
     extra_ro_binds: tuple[str, ...] = ()
+    inode_mounts: tuple[str, str, str, str] | None = None
 
 
 def jail_env() -> dict[str, str]:
@@ -106,11 +126,46 @@ def _python_binds(python: str) -> tuple[str, ...]:
     return (str(real.parent.parent),)
 
 
-def bwrap_argv(spec: JailSpec, limits: Limits, *, as_pid_1: bool = False) -> list[str]:
-    """The bubblewrap command line (without the command to run inside)."""
+@functools.lru_cache(maxsize=1)
+def _mount_points() -> tuple[str, str]:
+    """Two empty host directories the per-jail tmpfs mounts go on (inside each jail's own
+    private mount namespace, so the host never sees them mounted)."""
+    top = tempfile.mkdtemp(prefix="weft-jail-mnt-")
+    os.chmod(top, 0o755)
+    points = (os.path.join(top, "tmp"), os.path.join(top, "shm"))
+    for point in points:
+        os.mkdir(point, 0o755)
+    atexit.register(shutil.rmtree, top, True)
+    return points
+
+
+# Mount the two size- and inode-limited tmpfs dirs, then drop to the jail's uid and start
+# bubblewrap (exec: same pid, so --die-with-parent still watches the launching thread).
+_MOUNT_SCRIPT = ('"$1" -t tmpfs -o "$2" weft-tmp "$3" && "$1" -t tmpfs -o "$4" weft-shm "$5" '
+                 '&& shift 5 && exec "$@"')
+
+
+def _inode_prefix(spec: JailSpec, limits: Limits) -> list[str]:
+    """The command that makes the jail's private tmpfs mounts and drops privileges, or []."""
+    if spec.inode_mounts is None or spec.uid is None:
+        return []
+    unshare, mount, setpriv, sh = spec.inode_mounts
+    tmp_dir, shm_dir = _mount_points()
+    owner = f"mode=0700,uid={spec.uid},gid={spec.uid},nosuid,nodev"
+    tmp_opts = f"size={limits.disk_mb * _MB},nr_inodes={limits.disk_files},{owner}"
+    shm_opts = f"size={SHM_MB * _MB},nr_inodes={SHM_FILES},{owner}"
+    return [unshare, "--mount", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT, "sh",
+            mount, tmp_opts, tmp_dir, shm_opts, shm_dir,
+            setpriv, f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--"]
+
+
+def bwrap_argv(spec: JailSpec, limits: Limits, *, as_pid_1: bool = True) -> list[str]:
+    """The bubblewrap command line (without the command to run inside). With
+    ``spec.inode_mounts`` it starts with the host-side mount-and-drop prefix (run it as root)."""
     assert spec.bwrap is not None
-    argv = [spec.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
-            "--die-with-parent", "--new-session", "--clearenv"]
+    argv = _inode_prefix(spec, limits)
+    argv += [spec.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+             "--die-with-parent", "--new-session", "--clearenv"]
     for key, value in jail_env().items():
         argv += ["--setenv", key, value]
     for path in _RO_BINDS + _python_binds(spec.python) + spec.extra_ro_binds:
@@ -121,10 +176,14 @@ def bwrap_argv(spec: JailSpec, limits: Limits, *, as_pid_1: bool = False) -> lis
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(SHM_MB * _MB), "--tmpfs", "/dev/shm",
-             "--size", str(limits.disk_mb * _MB), "--tmpfs", JAIL_WORKDIR,
-             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", JAIL_WORKDIR]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if spec.inode_mounts is not None and spec.uid is not None:
+        tmp_dir, shm_dir = _mount_points()
+        argv += ["--bind", shm_dir, "/dev/shm", "--bind", tmp_dir, JAIL_WORKDIR]
+    else:
+        argv += ["--size", str(SHM_MB * _MB), "--tmpfs", "/dev/shm",
+                 "--size", str(limits.disk_mb * _MB), "--tmpfs", JAIL_WORKDIR]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", JAIL_WORKDIR]
     if as_pid_1:
         argv.append("--as-pid-1")
     argv.append("--")
@@ -189,8 +248,8 @@ class Launch:
 
 
 def _drop_privileges_kwargs(spec: JailSpec) -> dict:
-    if spec.uid is None:
-        return {}
+    if spec.uid is None or (spec.isolation == ISOLATION_BWRAP and spec.inode_mounts):
+        return {}  # none wanted, or the mount prefix drops them itself (setpriv)
     return {"user": spec.uid, "group": spec.uid, "extra_groups": []}
 
 
@@ -239,7 +298,7 @@ _LAUNCHER = _LauncherThread()
 
 
 def launch(spec: JailSpec, limits: Limits, driver_args: list[str], *, pass_fds: tuple[int, ...],
-           stdin, stdout, stderr, as_pid_1: bool = False, long_lived: bool = False) -> Launch:
+           stdin, stdout, stderr, as_pid_1: bool = True, long_lived: bool = False) -> Launch:
     """Start the driver in the jail (or in the fallback) with the given descriptors.
     ``long_lived`` jails (sessions, runners) are started from a thread that lives as long as
     the process (see :class:`_LauncherThread`)."""
@@ -329,11 +388,23 @@ def _probe_bwrap(spec: JailSpec) -> str | None:
     return None
 
 
+def _inode_tools(uid: int | None) -> tuple[str, str, str, str] | None:
+    """(unshare, mount, setpriv, sh) when the host can make inode-limited tmpfs mounts for its
+    jails (running as root, dropping to ``uid``, util-linux present), else None."""
+    if uid is None or os.geteuid() != 0:
+        return None
+    tools = tuple(shutil.which(name) for name in ("unshare", "mount", "setpriv", "sh"))
+    return tools if all(tools) else None  # type: ignore[return-value]
+
+
 @functools.lru_cache(maxsize=16)
 def resolve_spec(isolation: str = "auto", python: str = DEFAULT_PYTHON,
-                 uid: int | None = -1, extra_ro_binds: tuple[str, ...] = ()) -> JailSpec:
-    """Decide how jails are started. ``isolation``: ``auto`` (bubblewrap when it works, else
-    the fallback with a warning), ``bwrap`` (raise when unavailable) or ``subprocess``.
+                 uid: int | None = -1, extra_ro_binds: tuple[str, ...] = (),
+                 allow_unjailed: bool = False) -> JailSpec:
+    """Decide how jails are started. ``isolation``: ``auto`` (bubblewrap when it works; where
+    it does not, raise :class:`SandboxUnavailable` unless ``allow_unjailed`` opts in to the
+    fallback, which is then taken with a loud warning), ``bwrap`` (raise when unavailable) or
+    ``subprocess`` (the fallback, chosen explicitly).
     ``uid=-1`` means: 65534 when running as root, else the current user."""
     if isolation not in ("auto", ISOLATION_BWRAP, ISOLATION_SUBPROCESS):
         raise ValueError(f"isolation must be 'auto', 'bwrap' or 'subprocess', got {isolation!r}")
@@ -345,15 +416,32 @@ def resolve_spec(isolation: str = "auto", python: str = DEFAULT_PYTHON,
         bwrap = shutil.which("bwrap")
         problem = "bubblewrap (bwrap) is not installed"
         if bwrap:
-            spec = JailSpec(ISOLATION_BWRAP, python, bwrap, real_uid, extra_ro_binds)
+            tools = _inode_tools(real_uid)
+            spec = JailSpec(ISOLATION_BWRAP, python, bwrap, real_uid, extra_ro_binds, tools)
             problem = _probe_bwrap(spec)
             if problem is None:
                 return spec
+            if tools is not None:  # e.g. root without CAP_SYS_ADMIN in a container
+                plain = JailSpec(ISOLATION_BWRAP, python, bwrap, real_uid, extra_ro_binds)
+                if _probe_bwrap(plain) is None:
+                    message = (f"weft sandbox: inode-limited tmpfs mounts failed ({problem}); "
+                               "jails get bubblewrap's own tmpfs, whose file count is not "
+                               "bounded by Limits.disk_files")
+                    warnings.warn(message, RuntimeWarning, stacklevel=2)
+                    log.warning(message)
+                    return plain
         if isolation == ISOLATION_BWRAP:
             raise SandboxUnavailable(
                 f"bubblewrap jail unavailable: {problem}. Install it (apt-get install "
                 "bubblewrap), make sure unprivileged user namespaces are enabled, or use "
                 "isolation='subprocess' knowingly.")
+        if not allow_unjailed:
+            raise SandboxUnavailable(
+                f"bubblewrap jail unavailable: {problem}. Model-written code will not run "
+                "outside the jail: install bubblewrap (apt-get install bubblewrap) and make "
+                "sure unprivileged user namespaces are enabled. To accept the much weaker "
+                "plain-subprocess fallback anyway, opt in with allow_unjailed=True "
+                "(SandboxResource(allow_unjailed=True)) or isolation='subprocess'.")
         message = (f"weft sandbox: {problem}; FALLING BACK to a plain subprocess with rlimits "
                    "only: untrusted code can read the host filesystem, reach the network and "
                    "leave processes behind. Install bubblewrap (apt-get install bubblewrap).")

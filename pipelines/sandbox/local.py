@@ -6,18 +6,28 @@ fallback (see :mod:`pipelines.sandbox.jail`).
 - :meth:`LocalSandbox.session` starts one jail holding a kernel; :meth:`LocalSession.execute`
   runs cells in its persistent namespace. A cell over its wall-clock or CPU limit is interrupted
   inside the kernel (state kept, ``timed_out=True``); a kernel that does not answer within the
-  limit plus a grace period, or that dies, is killed and replaced (``restarted=True``).
+  limit plus a grace period, or that dies, is killed and replaced (``restarted=True``); so is
+  a kernel whose timed-out cell left threads running (they would keep burning CPU between
+  cells). :meth:`LocalSession.execute` never raises for what a cell does.
 - :meth:`LocalSandbox.runner` starts one jail holding a fork server: each :meth:`Runner.run`
   forks a fresh process from a pristine interpreter (a few ms) and, afterwards, kills every
   leftover process of the jail and wipes its work dir.
   :class:`~pipelines.sandbox.pool.SandboxPool` keeps several runners warm.
 
+Every request to a kernel carries a fresh random nonce; a reply must be exactly one well-formed
+frame of the expected shape echoing it. Garbage, a reply to another request, or bytes nobody
+asked for (code that wrote into the reply channel) mean the kernel is treated as dead: it is
+replaced and that call reports ``KernelDied`` / ``SandboxDied``, so one cell's forgery can
+never shift the results of the cells after it (issue 12, item 3).
+
 Output is read while the code runs; each of stdout and stderr keeps at most
 ``limits.max_output_bytes`` (the rest is read and dropped, ``output_truncated=True``).
 
 Not guaranteed: that output written by background processes of a session between two cells is
-attributed to the right cell; per-cell changes of the limits fixed when a jail starts (memory,
-disk, processes, open files: a session or runner keeps the ones it was started with).
+attributed to the right cell; that a cell can signal its own kernel (the kernel is the jail's
+pid 1, which ignores signals it has no handler for when they come from inside the jail);
+per-cell changes of the limits fixed when a jail starts (memory, disk size and file count,
+processes, open files: a session or runner keeps the ones it was started with).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import selectors
 import subprocess
 import threading
@@ -43,6 +54,8 @@ from pipelines.sandbox.jail import (
     rlimit_spec,
 )
 from pipelines.sandbox.result import (
+    ERROR_KERNEL_DIED,
+    ERROR_SANDBOX_DIED,
     ISOLATION_BWRAP,
     LIMIT_CPU,
     LIMIT_WALL,
@@ -69,6 +82,9 @@ from pipelines.sandbox.streams import (
 GRACE_S = 1.0  # host-side slack on top of a limit the kernel enforces itself
 START_TIMEOUT_S = 20.0
 _HEADER = 10
+# Largest reply a kernel may send (its values and tracebacks are capped far below this); a
+# bigger length header is garbage written into the reply channel.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
 
 
 class SandboxError(RuntimeError):
@@ -81,17 +97,19 @@ class LocalSandbox:
     ``isolation``: ``auto`` | ``bwrap`` | ``subprocess``. ``python``: a world-readable
     interpreter (the system ``/usr/bin/python3``; a venv under /root is unreadable inside).
     ``uid``: the unprivileged user to run as when root (-1: 65534 when root, else yourself).
-    The choice is made on first use (a probe of ~20 ms, cached per process) and recorded in
-    every result's ``isolation``.
+    ``allow_unjailed``: with ``isolation="auto"``, accept the plain-subprocess fallback where
+    bubblewrap cannot run (default: refuse with :class:`SandboxUnavailable`, which says how to
+    install it). The choice is made on first use (a probe of ~20 ms, cached per process) and
+    recorded in every result's ``isolation``.
     """
 
     def __init__(self, limits: Limits | None = None, *, isolation: str = "auto",
                  python: str = DEFAULT_PYTHON, uid: int | None = -1,
-                 extra_ro_binds: tuple[str, ...] = ()) -> None:
+                 extra_ro_binds: tuple[str, ...] = (), allow_unjailed: bool = False) -> None:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
         self.limits = limits or Limits()
-        self._options = (isolation, python, uid, tuple(extra_ro_binds))
+        self._options = (isolation, python, uid, tuple(extra_ro_binds), bool(allow_unjailed))
         self._spec: JailSpec | None = None
 
     @property
@@ -164,9 +182,8 @@ class LocalSandbox:
                 kill_jail(child)
             cleanup(child)
         error, own_status = parse_report(bytes(report))
-        if (exit_code is not None and own_status is None and spec.isolation == ISOLATION_BWRAP
-                and 128 < exit_code < 160):
-            exit_code = 128 - exit_code  # bubblewrap reports death by signal N as 128 + N
+        if exit_code is not None and own_status is None and 128 < exit_code < 160:
+            exit_code = 128 - exit_code  # the driver reports death by signal N as 128 + N
         # SIGXCPU means the soft CPU limit; a SIGKILL counts only with the CPU time to show for
         # it (the hard limit; rusage is exact in the fallback, not through bubblewrap).
         cpu = not wall and (exit_code == -24 or (
@@ -206,7 +223,7 @@ class _Kernel:
             self.child: Launch = launch(
                 spec, limits, ["serve", str(req_r), str(resp_w), kernel_limits, jailed, role],
                 pass_fds=(req_r, resp_w), stdin=devnull, stdout=out_w, stderr=err_w,
-                as_pid_1=(role == "runner"), long_lived=True)
+                long_lived=True)
         except BaseException:
             close_all(req_r, resp_w, out_w, err_w, devnull, self.req_w, self.resp_r,
                        self.out_r, self.err_r)
@@ -218,8 +235,9 @@ class _Kernel:
         self.pump.add(self.resp_r)
         os.set_blocking(self.req_w, False)
         self._finalizer = weakref.finalize(self, _kill_quietly, self.child)
+        self._buf = bytearray()
         reply, state = self.call(None, START_TIMEOUT_S)
-        if reply is None or not reply.get("ready"):
+        if reply is None or reply.get("ready") is not True:
             text = self.err.take()[0].strip()
             self.kill()
             raise SandboxError(f"sandbox kernel did not start ({state}): {text[:2000]}")
@@ -230,16 +248,30 @@ class _Kernel:
     def alive(self) -> bool:
         return self.child.proc.poll() is None
 
-    def call(self, request: dict | None, wait_s: float) -> tuple[dict | None, str]:
-        """Send ``request`` (None: only wait for a message) and wait for the reply.
+    def stray_reply(self) -> bool:
+        """Whether the reply channel holds bytes nobody asked for (a reply written by code
+        after the real one was taken, or garbage): the kernel can no longer be trusted."""
+        if self._buf:
+            return True
+        data = read_available(self.resp_r)
+        if data:
+            self._buf += data
+        return data is None or bool(data)
 
-        Returns (reply, state) with state ``ok``, ``timeout`` or ``died``."""
+    def call(self, request: dict | None, wait_s: float) -> tuple[dict | None, str]:
+        """Send ``request`` (None: only wait for a message) tagged with a fresh random nonce and
+        wait for the reply, which must be one well-formed frame carrying the same nonce.
+
+        Returns (reply, state) with state ``ok``, ``timeout``, ``died`` or ``garbled`` (an
+        unreadable frame, or a reply to another request: code wrote into the channel)."""
         pending = b""
+        nonce = None
         if request is not None:
-            body = json.dumps(request).encode("utf-8", "surrogatepass")
+            nonce = secrets.token_hex(16)
+            body = json.dumps(dict(request, nonce=nonce)).encode("utf-8", "surrogatepass")
             pending = b"%010d" % len(body) + body
             self.pump.add(self.req_w, selectors.EVENT_WRITE)
-        buf = bytearray()
+        buf = self._buf
         deadline = time.monotonic() + wait_s
         try:
             while True:
@@ -256,20 +288,22 @@ class _Kernel:
                         return None, "died"
                     if not pending:
                         self.pump.remove(self.req_w)
-                if self.resp_r in ready:
+                eof = False
+                if self.resp_r in ready or buf:
                     while True:
                         data = read_available(self.resp_r)
                         if data is None:
-                            return None, "died"
+                            eof = True
+                            break
                         if not data:
                             break
                         buf += data
-                    if len(buf) >= _HEADER:
-                        size = int(buf[:_HEADER])
-                        if len(buf) >= _HEADER + size:
-                            reply = json.loads(buf[_HEADER:_HEADER + size].decode("utf-8"))
-                            self.pump.drain_now()
-                            return reply, "ok"
+                    framed = _take_frame(buf, nonce)
+                    if framed is not None:
+                        self.pump.drain_now()
+                        return framed
+                    if eof:
+                        return None, "died"
                 if not ready and not self.alive:
                     return None, "died"
         finally:
@@ -299,6 +333,49 @@ class _Kernel:
             self._finalizer.detach()
 
 
+def _take_frame(buf: bytearray, nonce: str | None) -> tuple[dict | None, str] | None:
+    """The reply in ``buf`` if a whole frame has arrived (removed from ``buf``), as (reply,
+    ``ok``) or (None, ``garbled``); None while a frame is still incomplete."""
+    if len(buf) < _HEADER:
+        return None
+    head = bytes(buf[:_HEADER])
+    if not head.isdigit() or int(head) > MAX_REPLY_BYTES:
+        return None, "garbled"
+    size = int(head)
+    if len(buf) < _HEADER + size:
+        return None
+    body = bytes(buf[_HEADER:_HEADER + size])
+    del buf[:_HEADER + size]
+    try:
+        reply = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, "garbled"
+    if not isinstance(reply, dict) or buf or reply.get("nonce") != nonce:
+        return None, "garbled"  # not one frame, or a reply to another request
+    return reply, "ok"
+
+
+def _error_fields_ok(fields) -> bool:
+    return fields is None or (isinstance(fields, list) and len(fields) == 3
+                              and all(isinstance(f, str) for f in fields))
+
+
+def _session_reply_ok(reply: dict) -> bool:
+    """A cell reply has exactly the shape the driver writes."""
+    return (_error_fields_ok(reply.get("error"))
+            and (reply.get("value") is None or isinstance(reply.get("value"), str))
+            and reply.get("flag") in (None, LIMIT_WALL, LIMIT_CPU)
+            and isinstance(reply.get("threads_left", 0), int))
+
+
+def _runner_reply_ok(reply: dict) -> bool:
+    """A spawn reply has exactly the shape the driver writes."""
+    return (isinstance(reply.get("exit_code"), int) and not isinstance(reply["exit_code"], bool)
+            and _error_fields_ok(reply.get("error"))
+            and isinstance(reply.get("timed_out"), bool)
+            and isinstance(reply.get("cpu_exceeded"), bool))
+
+
 def _kill_quietly(child: Launch) -> None:
     with contextlib.suppress(OSError):  # best effort at garbage collection
         kill_jail(child)
@@ -323,7 +400,8 @@ class LocalSession:
         self._kernel: _Kernel | None = _Kernel(sandbox.spec, limits, "session")
 
     def execute(self, cell: str, limits: Limits | None = None) -> ExecResult:
-        """Run one cell; never hangs longer than its limit plus a grace period."""
+        """Run one cell; never hangs longer than its limit plus a grace period, and never
+        raises for anything the cell does (a closed session is the caller's error)."""
         check_code(cell)
         limits = limits or self.limits
         with self._lock:
@@ -331,42 +409,71 @@ class LocalSession:
                 raise SandboxError("this session is closed; start a new one with "
                                    "sandbox.session()")
             start = time.monotonic()
-            restarted = False
-            if self._kernel is None or not self._kernel.alive:
+            try:
+                return self._execute(cell, limits, start)
+            except (SandboxError, OSError) as exc:  # a replacement kernel failed to start
+                self._discard_kernel()
+                return build_result(out=("", False), err=("", False),
+                                    error=ExecError(ERROR_KERNEL_DIED, f"the interpreter could "
+                                                    f"not be restarted: {exc}"),
+                                    exit_code=None, wall=False, cpu=False, start=start,
+                                    isolation=self.isolation, limits=limits, restarted=True)
+
+    def _execute(self, cell: str, limits: Limits, start: float) -> ExecResult:
+        restarted = False
+        if self._kernel is None or not self._kernel.alive or self._kernel.stray_reply():
+            self._replace_kernel()
+            restarted = True
+        kernel = self._kernel
+        assert kernel is not None
+        kernel.out.take(limits.max_output_bytes)
+        kernel.err.take(limits.max_output_bytes)
+        request = {"op": "exec", "code": cell, "timeout_s": limits.timeout_s,
+                   "cpu_s": limits.cpu_seconds}
+        reply, state = kernel.call(request, limits.timeout_s + GRACE_S)
+        if reply is not None and not _session_reply_ok(reply):
+            reply, state = None, "garbled"
+        if reply is not None:
+            out, err = kernel.take_output(limits.max_output_bytes)
+            flag = reply.get("flag")
+            if flag and reply.get("threads_left"):
+                # Threads of a timed-out cell still run: they would keep using the CPU (and
+                # the session's CPU budget) between cells. Only a new kernel stops them.
                 self._replace_kernel()
                 restarted = True
-            kernel = self._kernel
-            assert kernel is not None
-            kernel.out.take(limits.max_output_bytes)
-            kernel.err.take(limits.max_output_bytes)
-            request = {"op": "exec", "code": cell, "timeout_s": limits.timeout_s,
-                       "cpu_s": limits.cpu_seconds}
-            reply, state = kernel.call(request, limits.timeout_s + GRACE_S)
-            if reply is not None:
-                out, err = kernel.take_output(limits.max_output_bytes)
-                flag = reply.get("flag")
-                error = error_from_fields(reply.get("error"))
-                return build_result(out=out, err=err, error=error, exit_code=None,
-                                    wall=flag == LIMIT_WALL, cpu=flag == LIMIT_CPU, start=start,
-                                    isolation=self.isolation, limits=limits,
-                                    value=reply.get("value"), restarted=restarted)
-            # The kernel did not answer: it died, or ignored the interrupt. Replace it.
-            exit_code = kernel.exit_code(wait_s=0.0 if state == "timeout" else 1.0)
-            kernel.kill()
-            out, err = kernel.take_output(limits.max_output_bytes)
-            self._kernel = None
-            self._replace_kernel()
-            wall = state == "timeout"
-            error = None
-            if not wall:
-                code = exit_code if exit_code is not None else -9
-                error = ExecError("KernelDied", f"the interpreter exited with status {code}"
-                                  if code >= 0 else
-                                  f"the interpreter was killed by "
-                                  f"{SIGNAL_NAMES.get(-code, f'signal {-code}')}")
-            return build_result(out=out, err=err, error=error, exit_code=exit_code, wall=wall,
-                                cpu=False, start=start, isolation=self.isolation,
-                                limits=limits, restarted=True)
+            return build_result(out=out, err=err, error=error_from_fields(reply.get("error")),
+                                exit_code=None, wall=flag == LIMIT_WALL,
+                                cpu=flag == LIMIT_CPU, start=start, isolation=self.isolation,
+                                limits=limits, value=reply.get("value"), restarted=restarted)
+        # No usable answer: the kernel died, ignored the interrupt, or its reply channel was
+        # written to by the cell. Replace it; the cell failed.
+        exit_code = kernel.exit_code(wait_s=1.0 if state == "died" else 0.0)
+        kernel.kill()
+        out, err = kernel.take_output(limits.max_output_bytes)
+        self._kernel = None
+        self._replace_kernel()
+        wall = state == "timeout"
+        error = None
+        if state == "garbled":
+            exit_code = None
+            error = ExecError(ERROR_KERNEL_DIED, "the interpreter's reply was unreadable or "
+                              "not for this cell (the code wrote into the sandbox's reply "
+                              "channel); it was restarted")
+        elif not wall:
+            code = exit_code if exit_code is not None else -9
+            error = ExecError(ERROR_KERNEL_DIED, f"the interpreter exited with status {code}"
+                              if code >= 0 else
+                              f"the interpreter was killed by "
+                              f"{SIGNAL_NAMES.get(-code, f'signal {-code}')}")
+        return build_result(out=out, err=err, error=error, exit_code=exit_code, wall=wall,
+                            cpu=False, start=start, isolation=self.isolation,
+                            limits=limits, restarted=True)
+
+    def _discard_kernel(self) -> None:
+        if self._kernel is not None:
+            with contextlib.suppress(OSError):
+                self._kernel.kill()
+        self._kernel = None
 
     def _replace_kernel(self) -> None:
         if self._kernel is not None:
@@ -421,6 +528,7 @@ class Runner:
     def fits(self, limits: Limits) -> bool:
         own = self.limits
         return (limits.memory_mb <= own.memory_mb and limits.disk_mb == own.disk_mb
+                and limits.disk_files == own.disk_files
                 and limits.processes <= own.processes and limits.open_files <= own.open_files
                 and limits.file_size_mb <= own.file_size_mb)
 
@@ -430,12 +538,13 @@ class Runner:
         check_code(code)
         data = as_bytes(stdin)
         if not self.fits(limits):
-            raise ValueError("these limits exceed the runner's own (memory, disk, processes, "
-                             "open files, file size); use LocalSandbox.run for them")
+            raise ValueError("these limits exceed the runner's own (memory, disk size or file "
+                             "count, processes, open files, file size); use LocalSandbox.run "
+                             "for them")
         with self._lock:
             start = time.monotonic()
             restarted = False
-            if self._kernel is None or not self._kernel.alive:
+            if self._kernel is None or not self._kernel.alive or self._kernel.stray_reply():
                 self._restart()
                 restarted = True
             kernel = self._kernel
@@ -448,7 +557,9 @@ class Runner:
                        "limits": rlimit_spec(limits)}
             reply, state = kernel.call(request, limits.timeout_s + GRACE_S + 1.0)
             self.runs += 1
-            if reply is not None and "exit_code" in reply:
+            if reply is not None and not _runner_reply_ok(reply):
+                reply, state = None, "garbled"
+            if reply is not None:
                 out, err = kernel.take_output(limits.max_output_bytes)
                 wall = bool(reply.get("timed_out"))
                 return build_result(out=out, err=err,
@@ -464,8 +575,10 @@ class Runner:
             self._restart()
             wall = state == "timeout"
             error = None if wall else ExecError(
-                "SandboxDied", f"the sandbox's fork server died while running the program "
-                               f"(exit status {status})")
+                ERROR_SANDBOX_DIED,
+                "the sandbox's fork server sent an unreadable reply" if state == "garbled" else
+                f"the sandbox's fork server died while running the program (exit status "
+                f"{status})")
             return build_result(out=out, err=err, error=error, exit_code=None, wall=wall,
                                 cpu=False, start=start, isolation=self.isolation,
                                 limits=limits, restarted=True)

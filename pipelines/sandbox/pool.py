@@ -14,7 +14,8 @@ runners; with another backend (E2B) runs go to ``backend.run`` with the same con
 bound, and sessions are pre-started the same way.
 
 Not guaranteed: fairness between waiting callers; that a run whose limits exceed the pool's
-(memory, disk, processes, open files, file size) is fast (it gets a cold jail of its own).
+(memory, disk size or file count, processes, open files, file size) is fast (it gets a cold
+jail of its own).
 """
 
 from __future__ import annotations

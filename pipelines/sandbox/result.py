@@ -31,6 +31,17 @@ LIMIT_DISK = "disk"
 LIMIT_PROCESSES = "processes"
 LIMIT_OPEN_FILES = "open_files"
 LIMIT_OUTPUT = "output"
+# Runaway recursion: a RecursionError, or CPython 3.11's "SystemError: error return without
+# exception set" when the frame stack can no longer grow (thousands of frames deep).
+LIMIT_RECURSION = "recursion"
+
+# ``ExecError.name`` values the sandbox itself reports (besides the code's own exceptions and
+# ``TimeoutError`` for the time limits):
+# a session's interpreter died, or its reply was unreadable or not for this cell (code wrote
+# into the reply channel): it is treated as dead either way and a fresh one is started
+ERROR_KERNEL_DIED = "KernelDied"
+ERROR_SANDBOX_DIED = "SandboxDied"  # a warm runner's fork server died during the program
+ERROR_PROCESS_KILLED = "ProcessKilled"  # the program was killed by a signal
 
 DEFAULT_OBSERVATION_CHARS = 4000
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -44,6 +55,8 @@ class Limits:
     ``timeout_s`` is wall-clock time enforced from outside the jail; ``cpu_s`` (default: the
     timeout rounded up) is CPU seconds; ``memory_mb`` caps the address space; ``file_size_mb``
     caps any single file; ``disk_mb`` is the size of the private writable work dir (``/tmp``);
+    ``disk_files`` caps how many files and directories it may hold (each costs host kernel
+    memory that no other limit counts; enforced by the jail when the host runs as root);
     ``processes`` caps processes+threads of the jail's user; ``max_output_bytes`` caps what is
     kept of each of stdout and stderr (the rest is read and dropped, ``output_truncated``).
     """
@@ -53,6 +66,7 @@ class Limits:
     memory_mb: int = 1024
     file_size_mb: int = 32
     disk_mb: int = 64
+    disk_files: int = 10_000
     open_files: int = 256
     processes: int = 64
     max_output_bytes: int = 1_000_000
@@ -61,7 +75,8 @@ class Limits:
         checks = {
             "timeout_s": self.timeout_s, "memory_mb": self.memory_mb,
             "file_size_mb": self.file_size_mb, "disk_mb": self.disk_mb,
-            "open_files": self.open_files, "processes": self.processes,
+            "disk_files": self.disk_files, "open_files": self.open_files,
+            "processes": self.processes,
             "max_output_bytes": self.max_output_bytes,
         }
         if self.cpu_s is not None:
@@ -75,6 +90,8 @@ class Limits:
         if self.open_files < 16:
             raise ValueError(f"Limits.open_files={self.open_files}: use at least 16 (the "
                              "interpreter itself needs a few)")
+        if self.disk_files < 16:
+            raise ValueError(f"Limits.disk_files={self.disk_files}: use at least 16")
         if self.processes < 4:
             raise ValueError(f"Limits.processes={self.processes}: use at least 4")
 

@@ -10,6 +10,7 @@ limit, a SIGKILL only with the CPU time to show for it).
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import time
 
@@ -21,6 +22,7 @@ from pipelines.sandbox.result import (
     LIMIT_OPEN_FILES,
     LIMIT_OUTPUT,
     LIMIT_PROCESSES,
+    LIMIT_RECURSION,
     LIMIT_WALL,
     ExecError,
     ExecResult,
@@ -28,6 +30,9 @@ from pipelines.sandbox.result import (
 )
 
 CHUNK = 1 << 16
+# The driver keeps the innermost 100 frames of a deep traceback and says how many it dropped.
+_OMITTED_RE = re.compile(r"\[(\d+) outer frames omitted\]")
+RUNAWAY_DEPTH = 1000  # a SystemError this many frames deep is a runaway recursion
 SIGNAL_NAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
                 11: "SIGSEGV", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
 
@@ -209,10 +214,19 @@ def error_from_fields(fields) -> ExecError | None:
     return ExecError(str(fields[0]), str(fields[1]), str(fields[2]))
 
 
+def _traceback_depth(text: str) -> int:
+    """Frames in a driver-formatted traceback (at least; repeated lines are not expanded)."""
+    omitted = _OMITTED_RE.search(text or "")
+    return (int(omitted.group(1)) if omitted else 0) + (text or "").count('\n  File "')
+
+
 def classify(error: ExecError | None, exit_code: int | None) -> tuple[str | None, bool]:
     """(limit_exceeded, memory_exceeded) read from an error and an exit status."""
     if error is not None:
         value = error.value
+        if error.name == "RecursionError" or (
+                error.name == "SystemError" and _traceback_depth(error.traceback) >= RUNAWAY_DEPTH):
+            return LIMIT_RECURSION, False
         if error.name == "MemoryError":
             return LIMIT_MEMORY, True
         if "[Errno 27]" in value or "File too large" in value:

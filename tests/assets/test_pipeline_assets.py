@@ -3,7 +3,6 @@ expected scores) and against the real local vLLM server with the embedded model.
 
 import json
 import time
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -73,7 +72,8 @@ def test_chain_with_scripted_endpoint_gives_exact_scores(weft_home, shared_data)
         result = _evaluate(res, "gsm8k", "scripted", limit=6, k=2, temperature=0.7, max_tokens=64, seed=3)
         assert result.success
         checks = _check_results(result)
-        assert checks == {"check_eval_samples_all_graded": True, "check_eval_scores_within_unit_interval": True}
+        assert checks == {"check_eval_samples_all_graded": True, "check_eval_scores_within_unit_interval": True,
+                          "check_eval_samples_failure_share": True}
         samples = wh.sql("SELECT * FROM eval_samples").to_pylist()
         assert len(samples) == 12 and all(s["correct"] is not None for s in samples)
         scores = {(r["metric"], r["k"]): r for r in wh.sql("SELECT * FROM eval_scores").to_pylist()}

@@ -92,11 +92,14 @@ def test_build_tir_rejects_dedups_excludes_and_neutralizes_tags():
     records = [RawRecord(1, good, "raw1"), RawRecord(2, good, "raw1"),
                RawRecord(3, ["not", "an", "object"], "raw3"),
                RawRecord(4, _mathcoder(("code", "x"), ("execution", "")), "raw4"),
-               RawRecord(5, {**good, "debug_result": good["debug_result"][:1] + [
+               RawRecord(5, {**good, "id": "test/y.json",  # its own id: not an id conflict
+                             "debug_result": good["debug_result"][:1] + [
                    {"role": "user", "content": "Excluded problem"}] + good["debug_result"][2:]}, "raw5")]
     spec = TIR_SOURCES["mathcoder"]
     result = build_tir(spec, records, "mem", exclude_texts=frozenset({"excluded problem"}))
-    assert result.counts() == {"trajectories": 1, "rejects": 2, "duplicates": 1, "excluded": 1}
+    assert result.counts() == {"trajectories": 1, "rejects": 2, "duplicates": 1, "excluded": 1,
+                               "id_conflicts": 0, "control_chars_stripped": 0,
+                               "control_char_rows": 0}
     assert sorted(r.line for r in result.rejects) == [3, 4]
     traj = result.trajectories[0]
     assert traj.problem_id == problem_id("math", "What is 2+2?")
@@ -108,7 +111,9 @@ def test_build_tir_rejects_dedups_excludes_and_neutralizes_tags():
 def test_real_tir_files_ingest_into_valid_trajectories(shared_data):
     mathcoder = load_tir("mathcoder", data_dir=shared_data)
     # 1179 records: 110 are MATH-500 problems (excluded), 4 end without a final text
-    assert mathcoder.counts() == {"trajectories": 1065, "rejects": 4, "duplicates": 0, "excluded": 110}
+    assert mathcoder.counts() == {"trajectories": 1065, "rejects": 4, "duplicates": 0,
+                                  "excluded": 110, "id_conflicts": 0,
+                                  "control_chars_stripped": 0, "control_char_rows": 0}
     assert all("ends with a code step" in r.reason for r in mathcoder.rejects)
     tora = load_tir("tora", data_dir=shared_data)
     assert tora.counts()["trajectories"] == 30 and not tora.rejects

@@ -31,7 +31,8 @@ def shared() -> Path:
 )
 def test_trace_files_load(shared, name, expected):
     result = load_traces(name)
-    assert result.counts() == {"traces": expected, "rejects": 0, "duplicates": 0}
+    assert result.counts() == {"traces": expected, "rejects": 0, "duplicates": 0,
+                               "control_chars_stripped": 0, "control_char_rows": 0}
     assert result.origin == str(shared / TRACE_SOURCES[name].local_path)
     for t in result.traces:
         assert t.reasoning and t.response and t.answer and t.problem

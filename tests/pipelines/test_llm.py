@@ -768,7 +768,7 @@ def test_map_preserves_order_and_logs_progress(fake, cache_path, caplog):
         results = run(client.map(ask, range(40), desc="gsm8k"))
     ok = [(i, r) for i, r in enumerate(results) if r.error is None]
     assert len(ok) == 37 and all(r.text.endswith(f"item {i}") for i, r in ok)  # input order kept
-    assert "gsm8k: 40/40 done (100%)" in caplog.text and "3 errors" in caplog.text
+    assert "gsm8k: 40/40 done (100%)" in caplog.text and "3 failed" in caplog.text
     assert fake.chat_count == 40
 
 

@@ -92,9 +92,9 @@ def test_sessions_are_isolated_from_each_other(jail):
         missing = two.execute("secret")
         assert missing.error.name == "NameError"
         assert two.execute("import os; os.path.exists('/tmp/mine.txt')").value == "False"
-        # each jail has its own pid namespace: only its init and its kernel are visible
+        # each jail has its own pid namespace: only its kernel (the jail's pid 1) is visible
         pids = two.execute("import os; sorted(int(p) for p in os.listdir('/proc') if p.isdigit())")
-        assert pids.value == "[1, 2]"
+        assert pids.value == "[1]"
 
 
 def test_session_timeout_interrupts_the_cell_and_keeps_state(jail):
@@ -143,7 +143,7 @@ def test_session_cell_processes_do_not_outlive_the_cell(jail):
         session.execute("import subprocess\np = subprocess.Popen(['sleep', '30'])")
         pids = session.execute("import os; sorted(int(p) for p in os.listdir('/proc') "
                                "if p.isdigit())")
-        assert pids.value == "[1, 2]"
+        assert pids.value == "[1]"  # the kernel is the jail's pid 1; the sleep is gone
 
 
 def test_runner_gives_each_program_a_fresh_process_and_work_dir(jail):
@@ -183,15 +183,23 @@ def test_fallback_runs_with_rlimits_and_says_so(fallback, monkeypatch):
         assert runner.run("print(2)").stdout == "2\n"
 
 
-def test_auto_falls_back_loudly_when_bubblewrap_is_missing(monkeypatch):
+def test_auto_refuses_the_fallback_without_bubblewrap_unless_opted_in(monkeypatch):
     import pipelines.sandbox.jail as jail_mod
 
     monkeypatch.setattr(jail_mod.shutil, "which", lambda name: None)
     resolve_spec.cache_clear()
     try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # refusing must not merely warn
+            with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+                resolve_spec("auto", "/usr/bin/python3", -1, ())
+            with pytest.raises(SandboxUnavailable, match="allow_unjailed=True"):
+                _ = LocalSandbox().isolation
         with pytest.warns(RuntimeWarning, match="FALLING BACK"):
-            spec = resolve_spec("auto", "/usr/bin/python3", -1, ())
+            spec = resolve_spec("auto", "/usr/bin/python3", -1, (), True)
         assert spec.isolation == "subprocess"
+        assert LocalSandbox(allow_unjailed=True).isolation == "subprocess"
+        assert LocalSandbox(isolation="subprocess").isolation == "subprocess"  # explicit choice
         with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
             resolve_spec("bwrap", "/usr/bin/python3", -1, ())
     finally:

@@ -16,6 +16,7 @@ from pipelines.sandbox.result import (
 @pytest.mark.parametrize("field,value", [
     ("timeout_s", 0), ("timeout_s", -1), ("memory_mb", 32), ("processes", 2),
     ("open_files", 8), ("max_output_bytes", 0), ("cpu_s", 0), ("disk_mb", "64"),
+    ("disk_files", 0), ("disk_files", 8),
 ])
 def test_limits_reject_bad_values_with_the_field_name(field, value):
     with pytest.raises(ValueError, match=field):
@@ -91,3 +92,24 @@ def test_ok_needs_no_error_no_limit_and_a_zero_status():
     assert not ExecResult(exit_code=1).ok
     assert not ExecResult(timed_out=True).ok
     assert not ExecResult(error=ExecError("E", "")).ok
+
+
+_DEEP_TB = ('Traceback (most recent call last):\n  ... [3481234 outer frames omitted] ...\n'
+            + '  File "main.py", line 4, in f\n    return f(n + 1) + 1\n' * 3
+            + '  [Previous line repeated 97 more times]\n')
+_SHALLOW_TB = 'Traceback (most recent call last):\n  File "main.py", line 2, in <module>\n'
+
+
+@pytest.mark.parametrize(("error", "limit"), [
+    (ExecError("RecursionError", "maximum recursion depth exceeded", _SHALLOW_TB), "recursion"),
+    # CPython 3.11, when recursion fills the frame stack: thousands of frames deep
+    (ExecError("SystemError", "error return without exception set", _DEEP_TB), "recursion"),
+    # a SystemError near the top of the stack is not a runaway recursion
+    (ExecError("SystemError", "error return without exception set", _SHALLOW_TB), None),
+    (ExecError("MemoryError", "", _DEEP_TB), "memory"),
+    (ExecError("ValueError", "bad", _DEEP_TB), None),
+])
+def test_runaway_recursion_is_classified_as_its_own_limit(error, limit):
+    from pipelines.sandbox.streams import classify
+
+    assert classify(error, 1)[0] == limit

@@ -57,7 +57,8 @@ def test_same_config_same_id_and_changes_change_it():
     (["use_cpu=maybe"], r"field `use_cpu` expects bool"),
     (["save_strategy=no"], r"field `save_strategy` expects .* got False \(bool\) \(YAML reads no"),
     (["num_generations=3"], r"field `per_device_train_batch_size`.*num_generations=3"),
-    (["num_generations=1", "per_device_train_batch_size=1"], r"field `num_generations` must be >= 2"),
+    (["num_generations=1", "per_device_train_batch_size=1"],
+     r"field `num_generations` must be an integer >= 2.*got 1"),
     (["rewards=[outcom]"], r"field `rewards`: rewards\[0\]: unknown reward 'outcom'"),
     (["rewards=[{name: outcome, schema: sxs}]"], r"has no argument 'schema'"),
     (["answer_format=json"], r"field `answer_format` must be one of"),
@@ -167,3 +168,164 @@ def test_data_fingerprint_joins_a_derived_id_only(weft_home):
     fixed = load_config("sxs_sft.cpu", ["checkpoint_id=mine", "output_dir=/tmp/x"])
     fixed.bind_data({"train": "aaaa"})
     assert fixed.checkpoint_id == "mine" and fixed.output_dir == "/tmp/x"
+
+
+# ---------------------------------------------------------------------------------------------
+# Numeric ranges (issue 12, item 17). The tables below are transcribed by hand from TRL's and
+# transformers' field documentation, not read from training.config.
+
+def _numeric_fields(cls) -> set[str]:
+    import dataclasses
+    import typing
+
+    def numeric(annotation) -> bool:
+        return annotation in (int, float) or any(numeric(a) for a in typing.get_args(annotation))
+
+    hints = typing.get_type_hints(cls)
+    return {f.name for f in dataclasses.fields(cls) if f.init and numeric(hints.get(f.name))}
+
+
+@pytest.mark.parametrize("kind", ["sft", "grpo"])
+def test_every_numeric_field_has_a_range_or_a_stated_reason(kind):
+    fields = _numeric_fields(C.CONFIG_CLASSES[kind])
+    assert len(fields) > 30  # TRL's and transformers' fields are included
+    missing = fields - set(C.CONFIG_RANGES[kind]) - set(C.UNRANGED_FIELDS)
+    assert not missing, f"numeric fields without a range: {sorted(missing)}"
+    assert set(C.CONFIG_RANGES[kind]) <= fields  # no stale entries
+
+
+def _no_loading(monkeypatch):
+    """Make every way of loading a model, tokenizer or dataset fail loudly."""
+    import transformers
+
+    from training import data, run
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("nothing may be loaded before the recipe is checked")
+
+    monkeypatch.setattr(run, "resolve_model", refuse)
+    monkeypatch.setattr(data, "load_rows", refuse)
+    monkeypatch.setattr(data, "load_dataset", refuse)
+    for cls in (transformers.AutoTokenizer, transformers.AutoModelForCausalLM):
+        monkeypatch.setattr(cls, "from_pretrained", refuse)
+
+
+# (field, bad value as written on the command line, the value as Python prints it, range words)
+COMMON_BAD = [
+    ("per_device_train_batch_size", "-4", "-4", "an integer >= 1"),
+    ("per_device_train_batch_size", "0", "0", "an integer >= 1"),
+    ("gradient_accumulation_steps", "0", "0", "an integer >= 1"),
+    ("learning_rate", ".inf", "inf", "a finite number > 0"),
+    ("learning_rate", "inf", "inf", "a finite number > 0"),
+    ("learning_rate", ".nan", "nan", "a finite number > 0"),
+    ("learning_rate", "-1e-5", "-1e-05", "a finite number > 0"),
+    ("learning_rate", "0", "0", "a finite number > 0"),
+    ("max_steps", "0", "0", "an integer >= 1 or -1"),
+    ("max_steps", "-2", "-2", "an integer >= 1 or -1"),
+    ("num_train_epochs", "0", "0", "a finite number > 0"),
+    ("warmup_steps", "-1", "-1", "a finite number >= 0"),
+    ("warmup_steps", "2.5", "2.5", "a finite number >= 0, whole when 1 or more"),
+    ("weight_decay", "-0.1", "-0.1", "a finite number >= 0"),
+    ("adam_beta1", "1.0", "1.0", "a finite number in [0, 1)"),
+    ("adam_beta2", "-0.5", "-0.5", "a finite number in [0, 1)"),
+    ("adam_epsilon", "0", "0", "a finite number > 0"),
+    ("max_grad_norm", "-1", "-1", "a finite number >= 0"),
+    ("logging_steps", "0", "0", "a finite number > 0"),
+    ("save_steps", "1.5", "1.5", "a finite number > 0, whole when 1 or more"),
+    ("seed", "-1", "-1", "an integer in [0, 4294967295]"),
+    ("dataloader_num_workers", "-1", "-1", "an integer >= 0"),
+    ("save_total_limit", "0", "0", "an integer >= 1"),
+    ("dataset_limit", "0", "0", "an integer >= 1"),
+    ("torch_threads", "-2", "-2", "an integer >= 1"),
+]
+GRPO_BAD = [
+    ("num_generations", "1", "1", "an integer >= 2"),
+    ("max_completion_length", "0", "0", "an integer >= 1"),
+    ("temperature", "0", "0", "a finite number > 0"),
+    ("temperature", "-0.7", "-0.7", "a finite number > 0"),
+    ("top_p", "0", "0", "a finite number in (0, 1]"),
+    ("top_p", "1.01", "1.01", "a finite number in (0, 1]"),
+    ("top_k", "-1", "-1", "an integer >= 0"),
+    ("min_p", "1.5", "1.5", "a finite number in [0, 1]"),
+    ("repetition_penalty", "0", "0", "a finite number > 0"),
+    ("beta", "-0.01", "-0.01", "a finite number >= 0"),
+    ("beta", ".inf", "inf", "a finite number >= 0"),
+    ("epsilon", "0", "0", "a finite number > 0"),
+    ("epsilon", "-0.2", "-0.2", "a finite number > 0"),
+    ("epsilon_high", "0", "0", "a finite number > 0"),
+    ("delta", "1.0", "1.0", "a finite number > 1"),
+    ("num_iterations", "0", "0", "an integer >= 1"),
+    ("steps_per_generation", "0", "0", "an integer >= 1"),
+    ("generation_batch_size", "-8", "-8", "an integer >= 1"),
+    ("vllm_gpu_memory_utilization", "1.2", "1.2", "a finite number in (0, 1]"),
+    ("vllm_server_port", "70000", "70000", "an integer in [1, 65535]"),
+    ("top_entropy_quantile", "1.5", "1.5", "a finite number in [0, 1]"),
+    ("ref_model_mixup_alpha", "-0.1", "-0.1", "a finite number in [0, 1]"),
+    ("entropy_coef", ".nan", "nan", "a finite number"),
+    ("sapo_temperature_pos", "0", "0", "a finite number > 0"),
+]
+SFT_BAD = [
+    ("max_length", "0", "0", "an integer >= 1"),
+    ("dataset_num_proc", "0", "0", "an integer >= 1"),
+]
+BAD_CASES = ([("sft", "sxs_sft.cpu", *row) for row in COMMON_BAD + SFT_BAD]
+             + [("grpo", "rlvr_grpo.cpu", *row) for row in COMMON_BAD + GRPO_BAD])
+
+
+@pytest.mark.parametrize("kind, recipe, name, written, shown, words", BAD_CASES,
+                         ids=[f"{c[0]}-{c[2]}={c[3]}" for c in BAD_CASES])
+def test_out_of_range_values_fail_print_config_naming_field_value_and_range(
+        monkeypatch, capsys, kind, recipe, name, written, shown, words):
+    from training import grpo, sft
+
+    _no_loading(monkeypatch)
+    main = {"sft": sft.main, "grpo": grpo.main}[kind]
+    assert main(["--recipe", recipe, "--print-config", f"{name}={written}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no config printed
+    message = captured.err
+    assert f"recipe {recipe}: field `{name}` must be {words}" in message
+    assert message.rstrip().endswith(f"got {shown}")
+
+
+# Values on the edge of each range (and TRL's sentinels) must still pass.
+GOOD_EDGES = [
+    ("max_steps", -1), ("max_steps", 1), ("learning_rate", 1e-9), ("warmup_steps", 0),
+    ("warmup_steps", 0.5), ("warmup_steps", 3), ("logging_steps", 0.25), ("adam_beta1", 0.0),
+    ("max_grad_norm", 0.0), ("seed", 0), ("seed", 2**32 - 1), ("dataloader_num_workers", 0),
+    ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0), ("min_p", 1.0), ("beta", 0.0),
+    ("temperature", 1e-3), ("delta", 1.5), ("top_entropy_quantile", 0.0),
+    ("vllm_gpu_memory_utilization", 1.0), ("entropy_coef", -0.01), ("vllm_server_port", 65535),
+]
+
+
+@pytest.mark.parametrize("name, value", GOOD_EDGES)
+def test_values_on_the_edge_of_a_range_pass(name, value):
+    config = load_config("rlvr_grpo.cpu", {name: value})
+    assert getattr(config, name) == value
+
+
+def test_ordered_bounds_and_directly_built_configs_are_checked():
+    with pytest.raises(RecipeError, match=r"field `entropy_coef_min` \(0.5\) must not exceed "
+                                          r"`entropy_coef_max` \(0.1\)"):
+        load_config("rlvr_grpo.cpu", {"entropy_coef_min": 0.5, "entropy_coef_max": 0.1})
+    with pytest.raises(RecipeError, match=r"field `max_steps` must be an integer >= 1 or -1"):
+        build_config("sft", {"dataset": "builtin:arith_sft", "use_cpu": True, "max_steps": 0})
+
+
+def test_print_config_subprocess_refuses_an_infinite_learning_rate(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(C.__file__).resolve().parents[1]
+    env = {**os.environ, "WEFT_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-m", "training.grpo", "--recipe", "rlvr_grpo.cpu", "--print-config",
+         "learning_rate=.inf"], cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "field `learning_rate` must be a finite number > 0, got inf" in done.stderr
+    assert done.stdout == ""
+    assert not (tmp_path / "home" / "checkpoints").exists()

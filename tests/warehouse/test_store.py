@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from warehouse import Lineage, Warehouse
-from warehouse.__main__ import format_result, main as warehouse_main
+from warehouse.__main__ import format_result
+from warehouse.__main__ import main as warehouse_main
 
 
 def _rows(n, tag="a"):
@@ -62,7 +63,7 @@ def test_reader_sees_old_or_new_file_never_partial(tmp_path):
                         seen.add(pq.read_table(fh).num_rows)
                 else:
                     seen.add(wh.read("problems").num_rows)  # DuckDB over the glob
-            except Exception as err:  # a partial file would fail to parse
+            except Exception as err:  # noqa: BLE001 — a partial file would fail to parse
                 errors.append(repr(err))
     finally:
         stop.set()
@@ -179,11 +180,8 @@ def test_evaluation_views_on_hand_made_rows(tmp_path):
          "completion_tokens": 10, "ari": 12.0, "abo": 8.0, "airw": 5.0, "mode": "interleaved"},
     ]
     wh.write("eval_samples", samples, partition="gsm8k@m")
-    curve = wh.sql("SELECT budget, budgeted_success, accuracy, mean_tokens FROM budget_curve").to_pylist()
-    assert curve[0]["budget"] == 100
-    assert curve[0]["budgeted_success"] == pytest.approx(1 / 3)
-    assert curve[0]["accuracy"] == pytest.approx(2 / 3)
-    assert curve[0]["mean_tokens"] == pytest.approx(250 / 3)
+    # budget_curve is computed in Python (eval.budget) and stored by eval_reports; its SQL is
+    # tested in tests/warehouse/test_budget_views.py
     lat = wh.sql("SELECT samples, ari, abo, airw FROM latency").to_pylist()
     assert lat == [{"samples": 1, "ari": 12.0, "abo": 8.0, "airw": 5.0}]
     # declared columns are written even when a row does not set them
