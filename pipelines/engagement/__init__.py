@@ -1,0 +1,12 @@
+"""The Engagement Process (EP) library and the paper's toy environments (Dagster-free, numpy).
+
+- :mod:`.core`: the EP interface of §3.1 (intervention sets, persistent timed actions, event
+  sets, per-tick utility, discount, horizon), the episode loop and event timelines.
+- :mod:`.pomdp`: the synchronized POMDP loop as a special case (§3.2, App. B.4).
+- :mod:`.deliberation`: urgency-aware deliberation, EP vs Step timing, Q-learning (§5.1.1).
+- :mod:`.patrol`: hierarchical patrol with interruptions, Loop / Patch / PatchPro / EP (§5.1.2).
+- :mod:`.stats`: bootstrap CIs for the tables; :mod:`.tables`: the tables themselves.
+
+Command line: ``python -m pipelines.engagement toy --env deliberation|patrol``.
+Nothing is imported or run at package import time.
+"""
