@@ -9,7 +9,9 @@ functions. Rewards are built from the recipe's ``rewards`` list (``training.rewa
 their required columns are checked against the data before the model is loaded.
 
 The trainer is ``training.grpo_trainer.WeftGRPOTrainer`` (TRL's loop plus the degenerate-group
-filter and phase timings). Not guaranteed: that the tiny CPU recipes improve accuracy.
+filter and phase timings), or its DUET subclass ``training.duet_trainer.DuetGRPOTrainer`` when
+the recipe has a ``duet`` mapping (token-budget control). Not guaranteed: that the tiny CPU
+recipes improve accuracy.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ import sys
 from training.config import WeftGRPOConfig
 from training.data import DatasetError, add_budgets, grpo_examples, load_dataset
 from training.pipes import Reporter
-from training.rewards import build_rewards
+from training.rewards import build_rewards, correctness_reward_index
 from training.run import (
     RunResult,
     command_line,
     finish,
     make_recorder,
     prepare_run,
+    resolve_model,
     reuse_completed,
 )
 
@@ -68,13 +71,33 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     funcs, _weights = build_rewards(specs, num_generations=config.num_generations,
                                     tokenizer=tokenizer)
+    try:  # the verifier that defines correctness (degenerate-group filter, its logged share)
+        correctness = funcs[correctness_reward_index(specs, config.correctness_reward)].__name__
+    except ValueError:  # none: the config already rejected this when the filter is on
+        correctness = None
     recorder = make_recorder(config, "grpo", reporter, base_model, {"train": data})
     reporter.log(f"GRPO {config.checkpoint_id}: {len(examples)} prompts from {data.spec}, model "
                  f"{base_model}, rewards {[f.__name__ for f in funcs]}, {config.max_steps} steps")
-    trainer = WeftGRPOTrainer(model=base_model, reward_funcs=funcs, args=config,
-                              train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                              callbacks=[recorder, *(extra_callbacks or [])],
-                              drop_degenerate_groups=config.drop_degenerate_groups)
+    trainer_cls, extra = WeftGRPOTrainer, {}
+    if config.duet is not None:  # DUET token-budget controller (training.duet_trainer)
+        from training.duet import DuetSettings
+        from training.duet_trainer import DuetGRPOTrainer
+
+        trainer_cls = DuetGRPOTrainer
+        extra = {"duet_settings": DuetSettings.from_mapping(config.duet)}
+    if config.tandem is not None:  # Tandem RL rollouts + senior-only loss (tandem_trainer)
+        from training.tandem import TandemSettings
+        from training.tandem_trainer import TandemGRPOTrainer
+
+        tandem = TandemSettings.from_mapping(config.tandem)
+        trainer_cls = TandemGRPOTrainer
+        extra = {"junior_model": resolve_model(tandem.junior) if tandem.junior else base_model,
+                 "senior_prob": tandem.senior_prob, "span_cap": tandem.span_cap}
+    trainer = trainer_cls(model=base_model, reward_funcs=funcs, args=config,
+                          train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                          callbacks=[recorder, *(extra_callbacks or [])],
+                          drop_degenerate_groups=config.drop_degenerate_groups,
+                          correctness_reward=correctness, **extra)
     trainer.train(resume_from_checkpoint=resume_from)
     return finish(trainer, recorder, config, "grpo", base_model, data, reporter)
 
