@@ -62,3 +62,25 @@ def local_server(embedded_model_dir, tmp_path_factory):
             os.environ["WEFT_HOME"] = old
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def load_model_pair():
+    """A callable giving (tokenizer, senior, junior) from one model folder: the junior is a
+    seeded perturbation of the senior (N(0, scale^2) added to every weight), so the two differ
+    but share a tokenizer, as tandem rollouts and legibility metrics need."""
+
+    def load(model_dir, seed: int, scale: float = 0.02):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        senior = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        junior = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in junior.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * scale)
+        return tok, senior, junior
+
+    return load
