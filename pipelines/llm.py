@@ -81,6 +81,7 @@ from pipelines.llm_types import (
     default_timeout_s,
     empty_choices,
     payload_from_completion,
+    prompt_chars,
     results_from_payload,
     shorten,
 )
@@ -144,8 +145,8 @@ class LLMClient:
     "schema" (``response_format`` json_schema, strict; vLLM guided decoding), "object"
     (``json_object`` plus the schema in the prompt) or "prompt" (the schema in the prompt only).
     ``extra_body`` is merged into every request (e.g. vLLM's ``chat_template_kwargs``) and is
-    part of the cache key. ``timeout_s`` None means ``default_timeout_s(max_tokens)`` of the
-    default sampling settings; callers that know their ``max_tokens`` pass a scaled deadline.
+    part of the cache key. ``timeout_s`` is every request's deadline; None gives each request
+    its own, ``default_timeout_s`` of its prompt length, ``max_tokens`` and ``n``.
     ``connect_retry_window_s`` is how long refused connections are retried once the endpoint
     has answered (0: fail at the first refusal); ``max_response_bytes`` caps each response
     body; ``batch_timeout_s`` (None: none) is ``map``'s whole-batch watchdog and ``progress``
@@ -183,9 +184,7 @@ class LLMClient:
             )
         if not (isinstance(max_concurrency, int) and max_concurrency >= 1):
             raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
-        if timeout_s is None:
-            timeout_s = default_timeout_s(DEFAULT_PARAMS.max_tokens)
-        if not timeout_s > 0:
+        if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 (or None for the default), got {timeout_s!r}")
         if not connect_retry_window_s >= 0:
             raise ValueError(
@@ -204,7 +203,7 @@ class LLMClient:
         self.model = model
         self._api_key = api_key or LOCAL_API_KEY
         self.max_concurrency = max_concurrency
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
         self.max_retries = max_retries
         self.json_mode = json_mode
         self.backoff_base_s = float(backoff_base_s)
@@ -283,9 +282,9 @@ class LLMClient:
     def _loop_state(self) -> _LoopState:
         loop = asyncio.get_running_loop()
         if self._state is None or self._state.loop is not loop:
-            timeout = openai.Timeout(
-                self.timeout_s + 5.0, connect=min(CONNECT_TIMEOUT_S, self.timeout_s)
-            )
+            # the deadline itself is per request (``_attempt``); this is the pool's default
+            longest = self.timeout_s or default_timeout_s(DEFAULT_PARAMS.max_tokens)
+            timeout = openai.Timeout(longest + 5.0, connect=min(CONNECT_TIMEOUT_S, longest))
             client = openai.AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=self.base_url,
@@ -354,14 +353,30 @@ class LLMClient:
             records, self._records = self._records, []
         return records
 
-    async def _attempt(self, state: _LoopState, kwargs: dict) -> _Attempt:
+    def request_timeout_s(self, messages: list[dict], params: SamplingParams) -> float:
+        """The deadline of one request: the client's ``timeout_s``, else ``default_timeout_s``
+        of this prompt's length, ``max_tokens`` and ``n``."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return default_timeout_s(params.max_tokens, params.n, prompt_chars(messages))
+
+    async def _attempt(self, state: _LoopState, kwargs: dict, timeout_s: float) -> _Attempt:
+        """One HTTP request. On timeout or cancellation the SDK's HTTP stack closes the
+        connection mid-request; vLLM's OpenAI server takes the disconnect as an abort and frees
+        the request's compute (``tests/pipelines/test_serving.py`` checks it)."""
         try:
             async with state.semaphore:
-                async with asyncio.timeout(self.timeout_s):
-                    return _Attempt(response=await state.client.chat.completions.create(**kwargs))
+                async with asyncio.timeout(timeout_s):
+                    http_timeout = openai.Timeout(
+                        timeout_s + 5.0, connect=min(CONNECT_TIMEOUT_S, timeout_s)
+                    )
+                    response = await state.client.chat.completions.create(
+                        **kwargs, timeout=http_timeout
+                    )
+                    return _Attempt(response=response)
         except (TimeoutError, openai.APITimeoutError):
             return _Attempt(
-                error=f"timeout after {self.timeout_s:g}s", retryable=True, check_endpoint=True
+                error=f"timeout after {timeout_s:g}s", retryable=True, check_endpoint=True
             )
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
@@ -456,12 +471,13 @@ class LLMClient:
                 return results
         state = self._loop_state()
         kwargs = self._request_kwargs(messages, params, fmt, extra_body)
+        timeout_s = self.request_timeout_s(messages, params)
         attempts, retry, outcome = 0, 0, _Attempt(error="not attempted")
         try:
             while True:
                 attempts += 1
                 sent = time.monotonic()
-                outcome = await self._attempt(state, kwargs)
+                outcome = await self._attempt(state, kwargs, timeout_s)
                 if outcome.error is None:
                     outcome, payload = self._check_payload(outcome, params, sent)
                 if outcome.error is None:

@@ -10,13 +10,14 @@ null, or empty while the server reports no completion tokens at all, and no reas
 The client treats such a reply as a failed request (retried, never cached as a success). An
 empty answer the model did generate (completion tokens > 0, e.g. an immediate end-of-sequence)
 is an answer, and is graded like any other.
-``default_timeout_s`` is the per-request deadline scaled to ``max_tokens`` that callers use when
-they configure none.
+``default_timeout_s`` is the per-request deadline scaled to the prompt's length and
+``max_tokens`` that callers use when they configure none.
 
 Not guaranteed: per-choice completion token counts for n > 1 (servers report only the total,
 which is spread evenly); the server-split reasoning text is read from ``reasoning_content`` or
-``reasoning``, whichever the server sends. The default timeout assumes a floor of
-``MIN_TOKENS_PER_S`` per request; a slower server needs an explicit ``timeout_s``.
+``reasoning``, whichever the server sends. The default timeout assumes floors of
+``MIN_PREFILL_TOKENS_PER_S`` and ``MIN_TOKENS_PER_S`` per request; a slower server needs an
+explicit ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -26,22 +27,50 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_ERROR_CHARS = 500
-# default per-request deadline: a fixed allowance (queueing, prompt processing) plus max_tokens
-# generated at no less than MIN_TOKENS_PER_S (a loaded CPU server still beats it). The allowance
-# is large because prompt processing is not covered by the max_tokens term: eight concurrent
-# judge calls with 2-4k-token prompts took 1.5-3 minutes each on a loaded 2-core CPU server.
-TIMEOUT_BASE_S = 180.0
+# Default per-request deadline (``default_timeout_s``): a fixed allowance for connecting and
+# queueing, plus the prompt processed at no less than MIN_PREFILL_TOKENS_PER_S, plus n *
+# max_tokens generated at no less than MIN_TOKENS_PER_S. The prompt term replaces what used to
+# be a flat 180 s allowance sized for the longest prompts: eight concurrent SxS judge calls with
+# 2-4k-token prompts took 1.5-3 minutes each on a loaded 2-core CPU server (~25 prompt tokens/s
+# per request), while a one-line question needs no such wait. Prompt tokens are estimated from
+# characters at PROMPT_CHARS_PER_TOKEN (a low figure, so the estimate errs long: English and
+# LaTeX run 3.5-4.5 characters per token with the embedded model's tokenizer).
+TIMEOUT_BASE_S = 60.0
+MIN_PREFILL_TOKENS_PER_S = 25.0
+PROMPT_CHARS_PER_TOKEN = 3.0
 MIN_TOKENS_PER_S = 4.0
 
 
-def default_timeout_s(max_tokens: int, n: int = 1) -> float:
-    """Request deadline for up to ``max_tokens`` per choice and ``n`` choices generated in one
-    request: ``TIMEOUT_BASE_S + n * max_tokens / MIN_TOKENS_PER_S`` (512 tokens: 308 s)."""
+def prompt_chars(messages: list[dict]) -> int:
+    """Characters of text in chat ``messages`` (string contents and text parts), the input of
+    the prompt term of ``default_timeout_s``."""
+    total = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(part.get("text") or "") for part in content
+                         if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return total
+
+
+def default_timeout_s(max_tokens: int, n: int = 1, prompt_chars: int = 0) -> float:
+    """Request deadline for a prompt of ``prompt_chars`` characters and up to ``max_tokens`` per
+    choice for ``n`` choices generated in one request::
+
+        TIMEOUT_BASE_S + prompt_chars / PROMPT_CHARS_PER_TOKEN / MIN_PREFILL_TOKENS_PER_S
+                       + n * max_tokens / MIN_TOKENS_PER_S
+
+    (no prompt and 512 tokens: 188 s; a 12,000-character judge prompt and 32 tokens: 228 s)."""
     if not (isinstance(max_tokens, int) and max_tokens >= 1):
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
     if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"n must be a positive int, got {n!r}")
-    return TIMEOUT_BASE_S + n * max_tokens / MIN_TOKENS_PER_S
+    if not (isinstance(prompt_chars, int) and prompt_chars >= 0):
+        raise ValueError(f"prompt_chars must be an int >= 0, got {prompt_chars!r}")
+    prefill_s = prompt_chars / PROMPT_CHARS_PER_TOKEN / MIN_PREFILL_TOKENS_PER_S
+    return TIMEOUT_BASE_S + prefill_s + n * max_tokens / MIN_TOKENS_PER_S
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,19 @@ import pytest
 _PROJECT_HOME = Path(os.environ.get("WEFT_HOME") or Path.cwd() / ".weft").resolve()
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_dagster_home():
+    """``assets.instance.ensure_dagster_home`` (run by the demo, ``weft`` and some tests) sets
+    ``DAGSTER_HOME`` process-wide; restore it after every test so a later test never opens the
+    instance of a temp directory that is gone."""
+    before = os.environ.get("DAGSTER_HOME")
+    yield
+    if before is None:
+        os.environ.pop("DAGSTER_HOME", None)
+    else:
+        os.environ["DAGSTER_HOME"] = before
+
+
 @pytest.fixture
 def weft_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "weft_home"

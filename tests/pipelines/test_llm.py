@@ -280,6 +280,47 @@ def test_retry_on_timeout(fake, cache_path):
     assert fake.models_count == 1  # the timeout triggered one reachability probe, which passed
 
 
+def test_default_timeout_has_a_prompt_length_term():
+    from pipelines.llm_types import default_timeout_s, prompt_chars
+
+    # literal transcription: 60 s + chars / (3 chars/token) / (25 tokens/s) + n * max_tokens / 4
+    assert default_timeout_s(512) == pytest.approx(60 + 512 / 4)
+    assert default_timeout_s(32, prompt_chars=12_000) == pytest.approx(60 + 160 + 8)
+    assert default_timeout_s(100, n=4, prompt_chars=300) == pytest.approx(60 + 4 + 100)
+    messages = [{"role": "system", "content": "abc"},
+                {"role": "user", "content": [{"type": "text", "text": "hello"},
+                                             {"type": "image_url", "image_url": {"url": "x"}}]},
+                {"role": "assistant", "content": None}]
+    assert prompt_chars(messages) == 8
+    with pytest.raises(ValueError, match="prompt_chars must be an int >= 0"):
+        default_timeout_s(32, prompt_chars=-1)
+
+
+def test_without_a_fixed_timeout_each_request_gets_its_own_deadline(fake, cache_path, monkeypatch):
+    import pipelines.llm_types as types
+
+    # shrink the rule's constants so the deadlines are fractions of a second: 0.3 s plus
+    # 1 s per 100 prompt characters (max_tokens costs ~nothing)
+    monkeypatch.setattr(types, "TIMEOUT_BASE_S", 0.3)
+    monkeypatch.setattr(types, "PROMPT_CHARS_PER_TOKEN", 1.0)
+    monkeypatch.setattr(types, "MIN_PREFILL_TOKENS_PER_S", 100.0)
+    monkeypatch.setattr(types, "MIN_TOKENS_PER_S", 1e9)
+    client, _ = make_client(fake, cache_path, timeout_s=None, max_retries=0)
+    short = [{"role": "user", "content": "hi"}]
+    long = [{"role": "user", "content": "x" * 300}]  # 0.3 + 3 s
+    params = SamplingParams(max_tokens=8)
+    assert client.request_timeout_s(short, params) == pytest.approx(0.3 + 0.02)
+    assert client.request_timeout_s(long, params) == pytest.approx(0.3 + 3.0)
+    fake.plan.extend(["sleep:1.5", "sleep:1.5"])
+    slow_short = run(client.chat(short, params))[0]
+    assert slow_short.error is not None and "timeout after 0.32s" in slow_short.error
+    assert run(client.chat(long, params))[0].error is None  # the long prompt may take longer
+    fixed, _ = make_client(fake, None, timeout_s=0.3, max_retries=0)
+    assert fixed.request_timeout_s(long, params) == 0.3
+    fake.plan.append("sleep:1.5")
+    assert "timeout after 0.3s" in run(fixed.chat(long, params))[0].error
+
+
 def test_retry_on_dropped_connection(fake, cache_path):
     client, sleeps = make_client(fake, cache_path)
     fake.plan.append("drop")

@@ -37,6 +37,7 @@ from pipelines.mosaic import (
     synthesize_mosaic,
 )
 from pipelines.mosaic_agents import (
+    ACTOR_STOP,
     MODE_CORRECTION,
     MODE_PROGRESS,
     REDACTED,
@@ -785,20 +786,25 @@ def test_llm_agents_over_the_real_client(tmp_path):
 def test_real_server_and_sandbox_give_valid_labelled_trajectories(local_server, shared_data, weft_home):
     from eval.graders import grade_many_serial
     from pipelines.ingest import load_source
-    from pipelines.llm import LLMClient
+    from pipelines.llm import LLMClient, SamplingParams
     from warehouse import Lineage, Warehouse
 
-    problems = [ProblemInput.from_row(p.to_row()) for p in load_source("gsm8k_train", limit=3).problems]
-    client = LLMClient(local_server.base_url, local_server.served_name, max_concurrency=4, timeout_s=300)
+    # two problems, two steps (one free, one forced final) and 192-token actor turns: every
+    # branch of the loop is reached on a CPU server in a fraction of the default run's time
+    problems = [ProblemInput.from_row(p.to_row()) for p in load_source("gsm8k_train", limit=2).problems]
+    client = LLMClient(local_server.base_url, local_server.served_name, max_concurrency=4,
+                       timeout_s=None)
     sessions = session_factory(timeout_s=5)
-    cfg = MosaicConfig(rho=0.5, max_steps=3, seed=1)
+    cfg = MosaicConfig(rho=0.5, max_steps=2, seed=1)
+    turn = SamplingParams(temperature=0.0, max_tokens=192, seed=0, stop=ACTOR_STOP)
 
     async def run():
         try:
             mosaic = await synthesize_many(problems, lambda p: synthesize_mosaic(
-                p, LLMManager(client), LLMActor(client), sessions, cfg), concurrency=3)
+                p, LLMManager(client), LLMActor(client, params=turn), sessions, cfg),
+                concurrency=2)
             baseline = await synthesize_many(problems, lambda p: synthesize_baseline(
-                p, LLMBaselineActor(client), sessions, cfg), concurrency=3)
+                p, LLMBaselineActor(client, params=turn), sessions, cfg), concurrency=2)
             return mosaic, baseline
         finally:
             await client.aclose()
@@ -818,4 +824,4 @@ def test_real_server_and_sandbox_give_valid_labelled_trajectories(local_server, 
     assert all(r.perturbed_steps == 0 for r in baseline)
     wh = Warehouse()
     wh.write("mosaic_trajectories", [r.to_row() for r in mosaic], lineage=Lineage(partition="gsm8k"))
-    assert wh.sql("SELECT count(*) AS n FROM mosaic_trajectories").to_pylist()[0]["n"] == 3
+    assert wh.sql("SELECT count(*) AS n FROM mosaic_trajectories").to_pylist()[0]["n"] == 2

@@ -655,7 +655,11 @@ def real_client(local_server):
 
 @pytest.mark.server
 def test_real_server_judge_keeps_the_pipeline_correct(real_client):
-    rows = [row for row in _load_traces() if row[0].startswith("openmathreasoning")][:3]
+    # the two shortest real traces with at least 3 reasoning blocks: a few short judge prompts
+    # (the CPU server prefills long ones slowly; the asset-level real-server test covers more)
+    rows = sorted((row for row in _load_traces() if row[0].startswith("openmathreasoning")
+                   and len(segment(row[2])) >= 3), key=lambda row: len(row[2]) + len(row[3]))[:2]
+    assert len(rows) == 2
 
     async def go():
         try:

@@ -22,14 +22,14 @@ from warehouse import Warehouse
 
 def test_default_request_timeout_scales_with_max_tokens():
     llm = LLMResource(base_url="http://127.0.0.1:9/v1", model="m")
-    # literal transcription of the documented rule: 180 s + max_tokens / (4 tokens/s)
-    assert llm.request_timeout_s(512) == pytest.approx(180 + 512 / 4)
-    assert llm.request_timeout_s(8192) == pytest.approx(180 + 8192 / 4)
+    # literal transcription of the documented rule with no prompt: 60 s + max_tokens / (4 tokens/s)
+    assert llm.request_timeout_s(512) == pytest.approx(60 + 512 / 4)
+    assert llm.request_timeout_s(8192) == pytest.approx(60 + 8192 / 4)
     assert LLMResource(base_url="http://x/v1", model="m", timeout_s=7).request_timeout_s(8192) == 7
     settings = llm.client_settings(64, requests=10, max_concurrency=4)
     # 3 waves of 4, each allowed the full schedule of one request (5 attempts + 4 backoffs
     # of at most 30 s), plus 60 s of slack
-    assert settings["batch_timeout_s"] == pytest.approx(3 * (5 * (180 + 64 / 4) + 4 * 30) + 60)
+    assert settings["batch_timeout_s"] == pytest.approx(3 * (5 * (60 + 64 / 4) + 4 * 30) + 60)
     assert LLMResource(base_url="http://x/v1", model="m", batch_timeout_s=60).client_settings(
         64, requests=10)["batch_timeout_s"] == 60
 
