@@ -8,17 +8,21 @@ folder (on demand, stopped afterwards) or calls its endpoint, samples k completi
 in the benchmark's generation mode, grades them with the benchmark's grader, and writes one row
 per sample (warehouse partition ``<benchmark>@<model>``, replaced on re-runs); every LLM call is
 logged to ``llm_calls``. ``eval_scores`` aggregates avg@k, pass@k and maj@k with bootstrap CIs.
+The metadata of ``eval_samples`` previews a handful of samples (wrong ones first: problem,
+output excerpt, extracted answer, gold, correct; ``warehouse.samples``); ``python -m warehouse
+samples`` prints them whole. A registered endpoint that does not answer fails the run with
+advice about its registry entry (``eval.models.unreachable_advice``).
 
 Reliability (issue 12): request deadlines, retries, the refused-connection window, the response
 byte cap and the whole-batch watchdog come from the ``llm`` resource (deadlines scale with
 ``max_tokens``); progress (done/total, failures, tokens/s, ETA) goes to the Dagster run log at
-least every ``LLMResource.progress_every_s``. A failed generation is not a wrong answer:
-``correct`` stays NULL, scores leave it out and count it (``eval_scores.failed``), and the
-check ``check_eval_samples_failure_share`` fails when more than ``max_failure_share`` (default
-1 %) of a partition's samples failed. Writes go `llm_calls` (per run) → `eval_samples` →
-`runs`; a run that fails still writes its `llm_calls` and a `runs` row with status ``failed``
-and the reason, and ``check_eval_samples_runs_agree`` flags partitions whose rows come from
-a run without a successful `runs` row or without `llm_calls`.
+least every ``LLMResource.progress_every_s`` (the grading phase logs a heartbeat as often). A
+failed generation is not a wrong answer: ``correct`` stays NULL, scores leave it out and count
+it (``eval_scores.failed``), and the check ``check_eval_samples_failure_share`` fails when more
+than ``max_failure_share`` (default 1 %) of a partition's samples failed. Writes go `llm_calls`
+(per run) → `eval_samples` → `runs`; a run that fails still writes its `llm_calls` and a `runs`
+row with status ``failed`` and the reason, and ``check_eval_samples_runs_agree`` flags
+partitions whose rows come from a run without a successful `runs` row or without `llm_calls`.
 """
 
 import asyncio
@@ -140,8 +144,10 @@ def _request_bounds(config: EvalSamplesConfig, cfg: EvalConfig,
 def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                  warehouse: WarehouseResource, grader: GraderResource,
                  sandbox: SandboxResource, llm: LLMResource) -> dg.MaterializeResult:
-    from eval.models import get_model
+    from eval.models import get_model, unreachable_advice
     from pipelines.llm import LLMClient
+    from pipelines.llm_endpoint import EndpointUnreachable
+    from warehouse.samples import eval_samples_preview
 
     started = now()
     bench_name, model_id = partition_dims(context)
@@ -169,7 +175,12 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     try:
         with spec.serve() as (base_url, served, api_key):
             client = LLMClient(base_url, served, api_key=api_key, **settings)
-            client.check_reachable()
+            try:
+                client.check_reachable()
+            except EndpointUnreachable as err:
+                if spec.kind != "endpoint":
+                    raise
+                raise EndpointUnreachable(unreachable_advice(spec, str(err))) from None
 
             needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
 
@@ -179,7 +190,9 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                         return await evaluate(client, bench, rows, cfg, model_label=model_id,
                                               pool=pool,
                                               sandbox=sandbox.get_pool() if needs_sandbox else None,
-                                              checkpoint_id=spec.checkpoint_id or None)
+                                              checkpoint_id=spec.checkpoint_id or None,
+                                              progress=context.log.info,
+                                              heartbeat_s=llm.progress_every_s)
                 finally:
                     await client.aclose()
 
@@ -218,6 +231,9 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         "completion_tokens": result.completion_tokens,
         "tokens_per_s": round(tok_s, 1),
         "cached_calls": sum(1 for c in calls if c.get("cached")),
+        "samples_preview": dg.MetadataValue.md(eval_samples_preview(
+            result.samples,
+            problems=None if bench.private_text else {p["problem_id"]: p["problem"] for p in rows})),
     })
 
 

@@ -125,6 +125,7 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
         synthesize_mosaic,
     )
     from pipelines.mosaic_agents import ACTOR_STOP, LLMActor, LLMBaselineActor, LLMManager
+    from warehouse.samples import mosaic_preview
 
     started = now()
     source = context.partition_key
@@ -185,7 +186,9 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
     wh.write(TABLE_SUMMARY, _summary_table(method, source, summary, actor_label, cfg.rho),
              lineage=lin, partition=f"{method}/{part}")
     record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
-    return dg.MaterializeResult(metadata=_metadata(wh, method, source, summary, len(calls)))
+    return dg.MaterializeResult(metadata={**_metadata(wh, method, source, summary, len(calls)),
+                                          "trajectories_preview": dg.MetadataValue.md(
+                                              mosaic_preview(rows, table))})
 
 
 _FLOAT_METRICS = ("accuracy", "avg_turns", "avg_turns_complete", "perturbation_rate",

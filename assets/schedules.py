@@ -8,6 +8,14 @@ re-evaluates the baseline models (``WEFT_BASELINE_MODELS``, or models registered
 (``eval.models``; training registers each checkpoint there) and, when a model appears, adds its
 partition and requests its evaluation on the suite right away. Run keys are per day, benchmark
 and model, so a retried tick never evaluates twice.
+
+Both are off until switched on in the UI (Automation). Their runs evaluate the first
+``WEFT_NIGHTLY_LIMIT`` problems (by problem id) of each suite benchmark, default 20 (``all``:
+whole benchmarks: full GSM8K and MATH-500 for every checkpoint take hours on a CPU), with the
+benchmark's default k. Turning the sensor on right after `make demo` queues one such run per
+suite benchmark for every registered model the instance has no partition for yet (the demo's
+checkpoints); turning the schedule on adds, every night, those runs for models never evaluated
+on a suite benchmark plus re-runs for the baselines (the embedded model is one).
 """
 
 import os
@@ -48,10 +56,32 @@ def eval_suite() -> list[str]:
     return names
 
 
+ENV_NIGHTLY_LIMIT = "WEFT_NIGHTLY_LIMIT"
+DEFAULT_NIGHTLY_LIMIT = 20
+
+
+def nightly_limit() -> int | None:
+    """Problems per benchmark for schedule- and sensor-triggered evaluations:
+    ``WEFT_NIGHTLY_LIMIT`` (a positive number, or ``all`` for whole benchmarks), default 20 —
+    the same deterministic slice as a manual run with the default config."""
+    raw = os.environ.get(ENV_NIGHTLY_LIMIT, "").strip()
+    if not raw:
+        return DEFAULT_NIGHTLY_LIMIT
+    if raw.lower() in ("all", "none", "0"):
+        return None
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = -1
+    if limit < 1:
+        raise ValueError(f"{ENV_NIGHTLY_LIMIT}={raw!r} must be a positive number of problems per "
+                         f"benchmark (default {DEFAULT_NIGHTLY_LIMIT}) or 'all' for whole "
+                         "benchmarks")
+    return limit
+
+
 def nightly_run_config() -> dict:
-    raw = os.environ.get("WEFT_NIGHTLY_LIMIT", "")
-    limit = int(raw) if raw.strip() else None
-    return {"ops": {"eval_samples": {"config": {"limit": limit}}}}
+    return {"ops": {"eval_samples": {"config": {"limit": nightly_limit()}}}}
 
 
 def plan_evaluations(wh, suite: list[str], *, include_baselines: bool) -> list[tuple[str, str]]:

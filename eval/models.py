@@ -6,7 +6,13 @@ local vLLM server. Registered models live in the warehouse table ``models`` (one
 model id), so training can register a checkpoint and the Dagster layer can turn every model
 into a dynamic partition. The embedded model is always registered.
 
-Not guaranteed: that a registered endpoint is up (checked when it is used).
+Registration checks what can be checked without the model running: an endpoint's URL form (and,
+with ``--check``, that it answers ``GET /models`` and serves the named model), a local folder's
+``config.json`` and weights. ``python -m eval.models add|remove|list`` reports a mistake in one
+line (exit status 2) instead of a traceback.
+
+Not guaranteed: that a registered endpoint is up (checked when it is used; an unreachable one
+fails the evaluation with ``unreachable_advice``).
 """
 
 from __future__ import annotations
@@ -94,13 +100,103 @@ def embedded_spec() -> ModelSpec:
                      served_model=EMBEDDED_SERVED_NAME, baseline=True)
 
 
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.gguf")
+
+
+class ModelRegistryError(ValueError):
+    """A registry request that cannot be carried out; the message says what to do instead."""
+
+
+def check_base_url(url: str) -> str:
+    """The URL without a trailing '/', or ModelRegistryError when it is not an http(s) URL with
+    a host (what an OpenAI-compatible client needs, e.g. http://gpu-node:8000/v1)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or " " in url.strip():
+        raise ModelRegistryError(
+            f"--base-url {url!r} is not an http(s) URL; give the server's OpenAI-compatible "
+            "base URL, e.g. http://gpu-node:8000/v1 (vLLM) or https://api.example.com/v1")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError as err:
+        raise ModelRegistryError(f"--base-url {url!r} has a bad port: {err}") from None
+    return url.strip().rstrip("/")
+
+
+def check_model_folder(path: str) -> Path:
+    """The folder as an absolute path, or ModelRegistryError unless it exists and holds a
+    model (config.json plus weights: safetensors, .bin, .pt or .gguf files)."""
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise ModelRegistryError(f"--path {path} does not exist; give the folder of a saved "
+                                 "model (a weft checkpoint or a Hugging Face model folder)")
+    if not folder.is_dir():
+        raise ModelRegistryError(f"--path {path} is a file; give the folder that holds it")
+    if not (folder / "config.json").is_file():
+        raise ModelRegistryError(f"{path} is not a model folder (no config.json); a weft "
+                                 "checkpoint folder or `save_pretrained` output has one")
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        raise ModelRegistryError(f"{path} has a config.json but no weights ("
+                                 f"{', '.join(WEIGHT_PATTERNS)})")
+    return folder.absolute()
+
+
+def probe_endpoint(spec: ModelSpec, timeout_s: float = 10.0) -> list[str]:
+    """The models the endpoint serves; ModelRegistryError when it does not answer or does not
+    serve ``spec.served_model``."""
+    import os
+
+    from pipelines.llm_endpoint import EndpointUnreachable
+    from pipelines.llm_endpoint import list_models as served_list
+
+    key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
+    if spec.api_key_env and not key:
+        raise ModelRegistryError(f"--api-key-env {spec.api_key_env} is not set in this shell; "
+                                 f"export {spec.api_key_env}=... before --check")
+    try:
+        served = served_list(spec.base_url, key, timeout_s)
+    except EndpointUnreachable as err:
+        raise ModelRegistryError(
+            f"{spec.base_url} did not answer GET /models ({err}). Start the server, fix "
+            "--base-url, or register without --check to add it anyway") from None
+    if served and spec.served_model not in served:
+        raise ModelRegistryError(f"{spec.base_url} serves {served}, not {spec.served_model!r}; "
+                                 "set --served-model to one of them")
+    return served
+
+
+def unreachable_advice(spec: ModelSpec, detail: str) -> str:
+    """What to do when a registered model's endpoint does not answer (it is the registry,
+    not the WEFT_BASE_URL setting, that says where the model lives)."""
+    return (
+        f"model {spec.model_id!r} is registered as the endpoint {spec.base_url} (serving "
+        f"{spec.served_model!r}), which is unreachable: {detail}. Start that server, or "
+        f"re-register the model at its current address (`python -m eval.models add --id "
+        f"{spec.model_id} --base-url URL --served-model {spec.served_model} --check`), or remove "
+        f"it (`python -m eval.models remove {spec.model_id}`).")
+
+
 def register_model(spec: ModelSpec, wh: Warehouse | None = None, *, run_id: str = "manual") -> ModelSpec:
-    """Record (or replace) a model in the `models` table."""
-    if spec.kind == "local" and not (Path(spec.path) / "config.json").is_file():
-        raise FileNotFoundError(f"{spec.path} is not a model folder (no config.json)")
+    """Record (or replace) a model in the `models` table after checking its URL form (endpoint)
+    or that its folder holds a model (local); ModelRegistryError otherwise."""
+    if spec.kind == "local":
+        check_model_folder(spec.path)
+    else:
+        check_base_url(spec.base_url)
     wh = wh or Warehouse()
     wh.write("models", [spec.to_row()],
              lineage=Lineage(run_id=run_id, asset="models", partition=spec.model_id))
+    return spec
+
+
+def remove_model(model_id: str, wh: Warehouse | None = None) -> ModelSpec:
+    """Delete a registered model from the `models` table (its evaluation results stay)."""
+    wh = wh or Warehouse()
+    if model_id == embedded_spec().model_id:
+        raise ModelRegistryError(f"{model_id} is the embedded model; it is always registered")
+    spec = get_model(model_id, wh)
+    wh.delete_partition("models", model_id)
     return spec
 
 
@@ -118,41 +214,91 @@ def list_models(wh: Warehouse | None = None) -> list[ModelSpec]:
     return list(specs.values())
 
 
+class UnknownModelError(KeyError):
+    """No model with this id is registered (a KeyError, for callers that expect one)."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
 def get_model(model_id: str, wh: Warehouse | None = None) -> ModelSpec:
     for spec in list_models(wh):
         if spec.model_id == model_id:
             return spec
-    raise KeyError(
-        f"model {model_id!r} is not registered; register it with "
+    import difflib
+
+    known = [spec.model_id for spec in list_models(wh)]
+    close = difflib.get_close_matches(model_id, known, n=3, cutoff=0.5)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    raise UnknownModelError(
+        f"model {model_id!r} is not registered.{hint} Registered: {', '.join(known)}. "
+        "Register it with "
         "`python -m eval.models add --id ID --base-url URL --served-model NAME` "
         "(endpoint) or `--path FOLDER` (local checkpoint)"
     )
 
 
+def _spec_from_args(args: Any) -> ModelSpec:
+    if args.path and args.base_url:
+        raise ModelRegistryError("give either --path (a local model folder) or --base-url and "
+                                 "--served-model (an endpoint), not both")
+    if not args.path and not (args.base_url and args.served_model):
+        raise ModelRegistryError("an endpoint needs --base-url URL and --served-model NAME (the "
+                                 "`model` field the server expects); a local folder needs --path")
+    if not MODEL_ID_RE.match(args.id):
+        raise ModelRegistryError(f"--id {args.id!r} must be 1-128 letters, digits, '.', '_', ':' "
+                                 f"or '-', starting with a letter or digit; e.g. "
+                                 f"--id {safe_model_id(args.id) if args.id.strip('-/ ') else 'my-model'}")
+    if args.path:
+        return ModelSpec(model_id=args.id, kind="local", path=str(check_model_folder(args.path)),
+                         served_model=args.served_model, baseline=args.baseline)
+    return ModelSpec(model_id=args.id, kind="endpoint", base_url=check_base_url(args.base_url),
+                     served_model=args.served_model, api_key_env=args.api_key_env,
+                     baseline=args.baseline)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.models add|remove|list``. A mistake prints one line saying what to do
+    and exits 2 (no traceback)."""
     import argparse
+    import sys
 
     parser = argparse.ArgumentParser(prog="python -m eval.models")
     sub = parser.add_subparsers(dest="cmd", required=True)
     add = sub.add_parser("add", help="register an endpoint or a local model folder")
-    add.add_argument("--id", required=True)
-    add.add_argument("--base-url", default="")
-    add.add_argument("--served-model", default="")
-    add.add_argument("--path", default="")
-    add.add_argument("--api-key-env", default="")
-    add.add_argument("--baseline", action="store_true")
+    add.add_argument("--id", required=True, help="model id (the `model` partition), e.g. qwen3-8b")
+    add.add_argument("--base-url", default="", help="OpenAI-compatible URL, e.g. http://host:8000/v1")
+    add.add_argument("--served-model", default="", help="the `model` name the endpoint expects")
+    add.add_argument("--path", default="", help="a local model folder (served on demand)")
+    add.add_argument("--api-key-env", default="", help="name of the env var holding the key")
+    add.add_argument("--baseline", action="store_true", help="re-evaluated every night")
+    add.add_argument("--check", action="store_true",
+                     help="ask the endpoint (GET /models) before registering")
+    rm = sub.add_parser("remove", help="unregister a model (its results stay in the warehouse)")
+    rm.add_argument("id")
     sub.add_parser("list", help="list registered models")
     args = parser.parse_args(argv)
-    if args.cmd == "add":
-        kind = "local" if args.path else "endpoint"
-        spec = register_model(ModelSpec(model_id=args.id, kind=kind, base_url=args.base_url,
-                                        served_model=args.served_model, path=args.path,
-                                        api_key_env=args.api_key_env, baseline=args.baseline))
-        print(f"registered {spec.model_id} ({spec.kind}); the Dagster sensor adds its partition")
-    else:
-        for spec in list_models():
-            where = spec.base_url or spec.path
-            print(f"{spec.model_id}\t{spec.kind}\t{where}\t{'baseline' if spec.baseline else ''}")
+    try:
+        if args.cmd == "add":
+            spec = _spec_from_args(args)
+            if args.check and spec.kind == "endpoint":
+                served = probe_endpoint(spec)
+                print(f"{spec.base_url} answers and serves {served or 'an unnamed model'}")
+            spec = register_model(spec)
+            print(f"registered {spec.model_id} ({spec.kind}); the models sensor adds its "
+                  f"partition, or now: `weft add-model-partition {spec.model_id}`")
+        elif args.cmd == "remove":
+            spec = remove_model(args.id)
+            print(f"removed {spec.model_id} from the registry; its eval results stay in the "
+                  "warehouse and its Dagster partition stays until you delete it in the UI")
+        else:
+            for spec in list_models():
+                where = spec.base_url or spec.path
+                print(f"{spec.model_id}\t{spec.kind}\t{where}\t"
+                      f"{'baseline' if spec.baseline else ''}")
+    except (ModelRegistryError, UnknownModelError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -99,6 +99,7 @@ from pipelines.mosaic_records import (  # re-exported: one import for callers
     training_mask,
     validate_trajectory_rows,
 )
+from pipelines.progress import gather_with_progress
 from pipelines.sandbox.result import ExecResult, render_observation
 from pipelines.tir import KIND_ANSWER, KIND_CODE, Step, neutralize_tags
 
@@ -367,6 +368,6 @@ async def synthesize_many(problems: Sequence[ProblemInput], make: Callable[[Prob
         async with semaphore:
             return await make(item)
 
-    return list(await asyncio.gather(*(one(p) for p in problems)))
+    return await gather_with_progress([one(p) for p in problems], desc="mosaic synthesis")
 
 

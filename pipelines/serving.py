@@ -280,7 +280,8 @@ class LocalModelServer:
                     f"last lines of {self.log_path}:\n{tail}"
                 )
             if self.is_ready():
-                log.info("server ready at %s", self.base_url)
+                log.info("local vLLM server started at %s serving model %r (from %s)",
+                         self.base_url, self.served_name, self.model_path)
                 return
             time.sleep(1.0)
         self.stop()

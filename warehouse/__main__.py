@@ -3,10 +3,12 @@
     python -m warehouse sql "SELECT * FROM latest_scores"
     python -m warehouse sql --format csv "SELECT * FROM eval_samples LIMIT 5"
     python -m warehouse tables
+    python -m warehouse samples --benchmark gsm8k --model smollm2-135m-instruct --wrong --limit 3
 
 Queries are read-only and confined to the warehouse folder (see ``warehouse.store``): one
 SELECT-family statement per call. Exit status: 0 success, 1 SQL error, 2 refused query (empty,
 several statements, a write or other non-SELECT statement, a file outside the warehouse).
+``samples`` prints whole evaluation samples (``warehouse.samples``); it exits 1 when none match.
 """
 
 from __future__ import annotations
@@ -57,6 +59,27 @@ def format_result(table: pa.Table, fmt: str) -> str:
     return format_table(table)
 
 
+def _print_samples(wh: Warehouse, args: argparse.Namespace) -> int:
+    from warehouse.samples import SamplesQueryError, format_sample, read_samples
+
+    try:
+        rows = read_samples(wh, args.benchmark, args.model, wrong=args.wrong, limit=args.limit,
+                            problem_id=args.problem)
+    except SamplesQueryError as err:
+        print(err, file=sys.stderr)
+        return 1
+    if not rows:
+        what = "graded wrong " if args.wrong else ""
+        print(f"no samples {what}of {args.benchmark} / {args.model}"
+              + (f" for problem {args.problem}" if args.problem else ""), file=sys.stderr)
+        return 1
+    print("\n\n".join(format_sample(r, width=max(20, args.width)) for r in rows))
+    print(f"\n({len(rows)} sample{'s' if len(rows) != 1 else ''}"
+          + (f", at most {args.limit}: raise --limit for more" if len(rows) == args.limit else "")
+          + ")")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m warehouse")
     parser.add_argument("--root", default=None, help="warehouse folder (default WEFT_HOME/warehouse)")
@@ -65,9 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("query")
     q.add_argument("--format", choices=["table", "csv", "json"], default="table")
     sub.add_parser("tables", help="list tables with row counts")
+    smp = sub.add_parser("samples", help="print whole evaluation samples (prompt, output, "
+                                         "extracted answer, gold, correct)")
+    smp.add_argument("--benchmark", required=True)
+    smp.add_argument("--model", required=True, help="model id (python -m eval.models list)")
+    smp.add_argument("--wrong", action="store_true", help="only samples graded wrong")
+    smp.add_argument("--limit", type=int, default=10, help="at most this many (default 10)")
+    smp.add_argument("--problem", default=None, help="only this problem_id")
+    smp.add_argument("--width", type=int, default=100, help="wrap text at this many characters")
     args = parser.parse_args(argv)
     wh = Warehouse(args.root)
     try:
+        if args.cmd == "samples":
+            return _print_samples(wh, args)
         if args.cmd == "tables":
             with wh.connect() as con:
                 names = [r[0] for r in con.execute(

@@ -1,0 +1,324 @@
+"""The one Dagster instance of a weft home, and the `weft` command that runs against it.
+
+``ensure_dagster_home`` prepares ``DAGSTER_HOME`` (default ``WEFT_HOME/dagster``): telemetry off,
+run monitoring on, the first-run modal dismissed, and weft's own loggers
+(``pipelines.progress.WEFT_LOGGERS``) captured into every run's log at INFO
+(``python_logs.managed_python_loggers``), so progress lines of long steps show in the UI. `make ui`,
+`make demo` and the `weft` command all use it, so a run started from the shell is listed in the
+UI. ``weft`` wraps Dagster's CLI with that environment and checks what weft can check first:
+
+    weft materialize --select eval_samples,eval_scores --partition 'gsm8k|smollm2-135m-instruct'
+    weft job ingest_job              # dagster job execute on the shared instance
+    weft add-model-partition MODEL   # the `model` partition of a registered model
+    weft ui [--port 3000]            # dagster dev, after checking that the port is free
+    weft home                        # prepare DAGSTER_HOME and print it
+    weft dagster ARGS...             # any other dagster command on the shared instance
+
+Evaluation partitions are keyed ``benchmark|model`` (Dagster writes a two-dimensional key as its
+dimension values joined by ``|``, in dimension-name order); ``parse_eval_partition`` explains a
+malformed or unknown key. Not guaranteed: keys of other partitioned assets are passed to Dagster
+unchecked; a port can be taken between the check and ``dagster dev`` binding it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from pipelines.settings import weft_home
+
+ENV_MAX_RUN_SECONDS = "WEFT_MAX_RUN_SECONDS"
+DEFINITIONS_MODULE = "assets.definitions"
+EVAL_ASSETS = ("eval_samples", "eval_scores")
+DEFAULT_UI_PORT = 3000
+
+
+class WeftUsageError(ValueError):
+    """A mistake in what the user asked for; the message says what to do instead."""
+
+
+# ------------------------------------------------------------------------------- the instance
+
+
+def run_monitoring_settings() -> dict:
+    """Dagster run monitoring (keys checked against dagster 1.13's instance schema), run by the
+    daemon that `dagster dev` starts: runs stuck starting or cancelling are failed after 3
+    minutes. The default run launcher cannot probe a run worker's health, so a killed run is
+    marked failed when it passes ``max_runtime_seconds`` (default 6 h; override with
+    WEFT_MAX_RUN_SECONDS, or per run with the tag ``dagster/max_runtime_seconds``)."""
+    max_runtime = int(os.environ.get(ENV_MAX_RUN_SECONDS) or 6 * 3600)
+    if max_runtime < 1:
+        raise ValueError(f"{ENV_MAX_RUN_SECONDS} must be a positive number of seconds, "
+                         f"got {max_runtime}")
+    return {"enabled": True, "start_timeout_seconds": 180, "cancel_timeout_seconds": 180,
+            "max_runtime_seconds": max_runtime, "poll_interval_seconds": 30}
+
+
+def python_logs_settings() -> dict:
+    """Capture weft's own loggers into the Dagster run log at INFO (dagster.yaml
+    ``python_logs``; keys checked against dagster 1.13's instance schema)."""
+    from pipelines.progress import WEFT_LOGGERS
+
+    return {"managed_python_loggers": list(WEFT_LOGGERS), "python_log_level": "INFO"}
+
+
+def dagster_home() -> Path:
+    """``DAGSTER_HOME`` when set, else ``WEFT_HOME/dagster`` (what `make ui` uses)."""
+    return Path(os.environ.get("DAGSTER_HOME") or weft_home() / "dagster").absolute()
+
+
+def ensure_dagster_home() -> Path:
+    """A persistent DAGSTER_HOME under WEFT_HOME (telemetry off, run monitoring on, weft's
+    loggers captured, first-run modal dismissed), exported as ``DAGSTER_HOME``. An existing
+    dagster.yaml keeps its settings and gains the missing ones."""
+    import yaml
+
+    home = dagster_home()
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    settings = (yaml.safe_load(cfg.read_text()) if cfg.exists() else None) or {}
+    if not isinstance(settings, dict):
+        raise TypeError(f"{cfg} is not a YAML mapping; fix or remove it (weft recreates it)")
+    defaults = {"telemetry": {"enabled": False}, "run_monitoring": run_monitoring_settings(),
+                "python_logs": python_logs_settings()}
+    missing = [key for key in defaults if key not in settings]
+    if missing:
+        for key in missing:
+            settings[key] = defaults[key]
+        cfg.write_text(yaml.safe_dump(settings, sort_keys=False))
+    nux = home / ".nux" / "nux.yaml"
+    nux.parent.mkdir(exist_ok=True)
+    if not nux.exists():
+        nux.write_text("seen: 1\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+# --------------------------------------------------------------------------- partition keys
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    return f" Did you mean {' or '.join(close)}?" if close else ""
+
+
+def parse_eval_partition(key: str, registered: list[str] | None = None) -> tuple[str, str]:
+    """(benchmark, model) of an evaluation partition key ``benchmark|model``; WeftUsageError
+    saying what is wrong and how to fix it otherwise. With ``registered`` (model ids of the
+    registry) the model must be one of them."""
+    from eval.benchmarks import BENCHMARKS
+    from eval.models import MODEL_ID_RE
+
+    example = "e.g. 'gsm8k|smollm2-135m-instruct' (quote it: | is a pipe in the shell)"
+    parts = key.split("|") if isinstance(key, str) else []
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise WeftUsageError(f"evaluation partition key {key!r} is not 'benchmark|model', "
+                             f"{example}")
+    benchmark, model = (p.strip() for p in parts)
+    if benchmark not in BENCHMARKS:
+        if model in BENCHMARKS:
+            raise WeftUsageError(f"partition key {key!r} has its parts swapped: the benchmark "
+                                 f"comes first, '{model}|{benchmark}'")
+        raise WeftUsageError(f"unknown benchmark {benchmark!r} in partition key {key!r}."
+                             f"{_did_you_mean(benchmark, sorted(BENCHMARKS))} "
+                             f"Benchmarks: {', '.join(sorted(BENCHMARKS))}")
+    if not MODEL_ID_RE.match(model):
+        raise WeftUsageError(f"model id {model!r} in partition key {key!r} must be 1-128 letters, "
+                             "digits, '.', '_', ':' or '-'")
+    if registered is not None and model not in registered:
+        raise WeftUsageError(
+            f"model {model!r} is not registered.{_did_you_mean(model, registered)} Registered: "
+            f"{', '.join(registered) or 'none'}. Register it first: `python -m eval.models add "
+            "--id ID --base-url URL --served-model NAME` (an endpoint) or `--path FOLDER`")
+    return benchmark, model
+
+
+def add_model_partition(instance, model_id: str, registered: list[str]) -> bool:
+    """Add ``model_id`` to the instance's `models` partitions (True if it was new)."""
+    from assets.evaluation import model_partitions
+
+    if model_id not in registered:
+        raise WeftUsageError(
+            f"model {model_id!r} is not registered.{_did_you_mean(model_id, registered)} "
+            "Register it with `python -m eval.models add ...` (the models sensor then adds "
+            "its partition by itself)")
+    if instance.has_dynamic_partition(model_partitions.name, model_id):
+        return False
+    instance.add_dynamic_partitions(model_partitions.name, [model_id])
+    return True
+
+
+def _registered_models() -> list[str]:
+    from eval.models import list_models
+
+    return [spec.model_id for spec in list_models()]
+
+
+def _selects_eval(select: str) -> bool:
+    """Whether the selection names an evaluation asset (e.g. 'eval_samples,eval_scores')."""
+    names = {part.strip().strip("*+").split(":")[-1] for part in select.split(",")}
+    return bool(names & set(EVAL_ASSETS))
+
+
+# ------------------------------------------------------------------------------------ the UI
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why ``dagster dev`` could not serve on host:port (something listens there already), or
+    None when the port is free."""
+    if not 0 < port < 65536:
+        return f"port {port} is not a TCP port (1-65535)"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        listening = probe.connect_ex((host, port)) == 0
+    if not listening:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError as err:
+                return f"port {port} on {host} cannot be bound ({err.strerror})"
+        return None
+    what = "another program"
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/server_info", timeout=2) as resp:
+            if b"dagster" in resp.read(4096).lower():
+                what = "a Dagster UI (probably an earlier `make ui`)"
+    except (OSError, ValueError):
+        pass
+    return (f"port {port} on {host} is already in use by {what}. Open http://{host}:{port} if "
+            f"it is weft's UI, stop the other process first, or use another port: "
+            f"`make ui UI_PORT={port + 1}` / `weft ui --port {port + 1}`")
+
+
+# ------------------------------------------------------------------------------- the command
+
+
+def _dagster_bin() -> str:
+    local = Path(sys.executable).with_name("dagster")
+    found = str(local) if local.exists() else shutil.which("dagster")
+    if not found:
+        raise WeftUsageError("the `dagster` command is not installed in this environment; "
+                             "run `make setup` (or `pip install -e .`) first")
+    return found
+
+
+def _run_dagster(args: list[str]) -> int:
+    env = dict(os.environ, DAGSTER_HOME=str(ensure_dagster_home()))
+    print(f"[weft] DAGSTER_HOME={env['DAGSTER_HOME']} (the instance `make ui` shows)",
+          file=sys.stderr, flush=True)
+    return subprocess.call([_dagster_bin(), *args], env=env)
+
+
+def _config_args(args: argparse.Namespace) -> list[str]:
+    out = ["--config-json", args.config_json] if args.config_json else []
+    for path in args.config or []:
+        if not Path(path).is_file():
+            raise WeftUsageError(f"run config file {path} does not exist")
+        out += ["-c", path]
+    return out
+
+
+def materialize(args: argparse.Namespace) -> int:
+    import dagster as dg
+
+    extra = []
+    if args.partition is not None:
+        if _selects_eval(args.select) or "|" in args.partition:
+            registered = _registered_models()
+            _, model = parse_eval_partition(args.partition, registered)
+            ensure_dagster_home()
+            with dg.DagsterInstance.get() as instance:
+                if add_model_partition(instance, model, registered):
+                    print(f"[weft] added model partition {model!r}", file=sys.stderr)
+        extra = ["--partition", args.partition]
+    elif _selects_eval(args.select):
+        raise WeftUsageError(f"{', '.join(EVAL_ASSETS)} are partitioned: add --partition "
+                             "'benchmark|model', e.g. --partition 'gsm8k|smollm2-135m-instruct'")
+    return _run_dagster(["asset", "materialize", "-m", DEFINITIONS_MODULE,
+                         "--select", args.select, *extra, *_config_args(args)])
+
+
+def ui(host: str, port: int) -> int:
+    problem = port_problem(host, port)
+    if problem:
+        raise WeftUsageError(problem)
+    env = dict(os.environ, DAGSTER_HOME=str(ensure_dagster_home()))
+    print(f"[weft] Dagster UI on http://{host}:{port} (DAGSTER_HOME={env['DAGSTER_HOME']})",
+          flush=True)
+    dagster = _dagster_bin()
+    os.execve(dagster, [dagster, "dev", "-m", DEFINITIONS_MODULE, "-h", host, "-p", str(port)],
+              env)
+    return 0  # not reached
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="weft", description="Run Dagster commands on weft's instance (the one `make ui` "
+                                 "shows: DAGSTER_HOME, default WEFT_HOME/dagster).")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    mat = sub.add_parser("materialize", help="dagster asset materialize on weft's instance")
+    mat.add_argument("--select", required=True, help="asset selection, e.g. 'problems' or "
+                                                     "'eval_samples,eval_scores'")
+    mat.add_argument("--partition", default=None,
+                     help="partition key; evaluation assets: 'benchmark|model'")
+    mat.add_argument("--config-json", default=None, help="run config as JSON")
+    mat.add_argument("-c", "--config", action="append", help="run config YAML file(s)")
+    job = sub.add_parser("job", help="dagster job execute on weft's instance")
+    job.add_argument("name", help="e.g. ingest_job")
+    job.add_argument("--config-json", default=None)
+    job.add_argument("-c", "--config", action="append")
+    part = sub.add_parser("add-model-partition", help="add a registered model's partition")
+    part.add_argument("model_id")
+    ui_p = sub.add_parser("ui", help="dagster dev on weft's instance, if the port is free")
+    ui_p.add_argument("--host", default="127.0.0.1")
+    ui_p.add_argument("--port", type=int, default=DEFAULT_UI_PORT)
+    port = sub.add_parser("check-port", help="exit 1 with a message when the UI port is taken")
+    port.add_argument("--host", default="127.0.0.1")
+    port.add_argument("--port", type=int, default=DEFAULT_UI_PORT)
+    sub.add_parser("home", help="prepare DAGSTER_HOME and print its path")
+    raw = sub.add_parser("dagster", help="any dagster command on weft's instance")
+    raw.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd == "materialize":
+            return materialize(args)
+        if args.cmd == "job":
+            return _run_dagster(["job", "execute", "-m", DEFINITIONS_MODULE, "-j", args.name,
+                                 *_config_args(args)])
+        if args.cmd == "add-model-partition":
+            import dagster as dg
+
+            ensure_dagster_home()
+            with dg.DagsterInstance.get() as instance:
+                new = add_model_partition(instance, args.model_id, _registered_models())
+            print(f"{'added' if new else 'already present'}: model partition {args.model_id!r}")
+            return 0
+        if args.cmd == "ui":
+            return ui(args.host, args.port)
+        if args.cmd == "check-port":
+            problem = port_problem(args.host, args.port)
+            if problem:
+                raise WeftUsageError(problem)
+            return 0
+        if args.cmd == "home":
+            print(ensure_dagster_home())
+            return 0
+        return _run_dagster(args.args)
+    except WeftUsageError as err:
+        print(f"weft: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

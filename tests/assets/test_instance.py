@@ -1,0 +1,189 @@
+"""weft's Dagster instance and the `weft` command: DAGSTER_HOME preparation, captured weft logs,
+partition-key validation, the busy-port check of `make ui`, and a real shell materialization
+that lands in the instance the UI reads."""
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from assets.instance import (
+    WeftUsageError,
+    add_model_partition,
+    ensure_dagster_home,
+    main,
+    parse_eval_partition,
+    port_problem,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def dagster_home(weft_home, monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    return weft_home / "dagster"
+
+
+def test_home_defaults_under_weft_home_and_captures_weft_loggers(dagster_home):
+    assert ensure_dagster_home() == dagster_home.absolute()
+    assert os.environ["DAGSTER_HOME"] == str(dagster_home.absolute())
+    settings = yaml.safe_load((dagster_home / "dagster.yaml").read_text())
+    assert settings["python_logs"]["python_log_level"] == "INFO"
+    assert {"pipelines", "eval", "training"} <= set(settings["python_logs"]["managed_python_loggers"])
+    assert (dagster_home / ".nux" / "nux.yaml").read_text() == "seen: 1\n"
+    # a user's own python_logs settings are kept
+    (dagster_home / "dagster.yaml").write_text("python_logs:\n  python_log_level: WARNING\n")
+    ensure_dagster_home()
+    kept = yaml.safe_load((dagster_home / "dagster.yaml").read_text())
+    assert kept["python_logs"] == {"python_log_level": "WARNING"} and "telemetry" in kept
+
+
+@dg.asset
+def _chatty_asset() -> None:
+    logging.getLogger("eval.runner").info("weft progress line 7/9")
+
+
+def _run_log_messages(instance, run_id) -> list[str]:
+    return [e.message or "" for e in instance.all_logs(run_id)]
+
+
+def test_weft_loggers_reach_the_dagster_run_log(dagster_home):
+    with dg.DagsterInstance.from_config(str(ensure_dagster_home())) as instance:
+        result = dg.materialize([_chatty_asset], instance=instance)
+        assert any("weft progress line 7/9" in m for m in _run_log_messages(instance, result.run_id))
+    # the setting is what routes them: an instance without it does not capture the line
+    bare = dagster_home.parent / "bare"
+    bare.mkdir()
+    (bare / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    with dg.DagsterInstance.from_config(str(bare)) as instance:
+        result = dg.materialize([_chatty_asset], instance=instance)
+        assert not any("weft progress" in m for m in _run_log_messages(instance, result.run_id))
+
+
+@pytest.mark.parametrize("key, message", [
+    ("gsm8k", "is not 'benchmark|model'"),
+    ("gsm8k|", "is not 'benchmark|model'"),
+    ("gsm8k|a|b", "is not 'benchmark|model'"),
+    ("gsm8kk|m1", "Did you mean gsm8k"),
+    ("m1|gsm8k", "parts swapped"),
+    ("gsm8k|bad model", "must be 1-128 letters"),
+    ("gsm8k|m2", "model 'm2' is not registered. Did you mean m1?"),
+])
+def test_bad_partition_keys_get_a_helpful_message(key, message):
+    with pytest.raises(WeftUsageError, match=message.replace("|", r"\|").replace("?", r"\?")
+                       .replace("(", r"\(")):
+        parse_eval_partition(key, registered=["m1", "smollm2-135m-instruct"])
+
+
+def test_good_partition_key_parses():
+    assert parse_eval_partition("math500|m1", registered=["m1"]) == ("math500", "m1")
+
+
+def test_add_model_partition_needs_a_registered_model(dagster_home):
+    with dg.DagsterInstance.from_config(str(ensure_dagster_home())) as instance:
+        with pytest.raises(WeftUsageError, match="not registered"):
+            add_model_partition(instance, "ghost", ["m1"])
+        assert add_model_partition(instance, "m1", ["m1"]) is True
+        assert add_model_partition(instance, "m1", ["m1"]) is False
+        assert instance.get_dynamic_partitions("models") == ["m1"]
+
+
+def test_busy_port_is_detected_and_explained(capsys):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        problem = port_problem("127.0.0.1", port)
+        assert problem and f"port {port} on 127.0.0.1 is already in use" in problem
+        assert f"UI_PORT={port + 1}" in problem
+        assert main(["check-port", "--port", str(port)]) == 2
+        assert "already in use" in capsys.readouterr().err
+        assert main(["ui", "--port", str(port)]) == 2  # refuses before starting dagster dev
+    assert port_problem("127.0.0.1", port) is None
+    assert main(["check-port", "--port", str(port)]) == 0
+
+
+def _weft(args, env):
+    return subprocess.run([sys.executable, "-m", "assets.instance", *args], check=False, cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_shell_materialize_lands_in_the_ui_instance(weft_home, shared_data, monkeypatch):
+    """`weft materialize` (what the README tells users to run) with DAGSTER_HOME unset writes its
+    run into WEFT_HOME/dagster, the instance `make ui` serves, and explains bad keys up front."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["WEFT_HOME"] = str(weft_home)
+    config = {"ops": {"gsm8k_problems": {"config": {"limit": 3}}}}
+    done = _weft(["materialize", "--select", "gsm8k_problems", "--config-json",
+                  json.dumps(config)], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "DAGSTER_HOME is not set" not in done.stderr  # no temporary-instance banner
+    home = weft_home / "dagster"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = instance.get_runs()
+        assert len(runs) == 1 and runs[0].is_success
+        event = instance.get_latest_materialization_event(dg.AssetKey("gsm8k_problems"))
+        assert event is not None and event.run_id == runs[0].run_id
+
+
+
+def test_any_dagster_command_runs_on_the_weft_instance(dagster_home, capfd):
+    assert main(["dagster", "instance", "info"]) == 0
+    out = capfd.readouterr().out
+    assert f"$DAGSTER_HOME: {dagster_home.absolute()}" in out
+    assert "python_logs" in out and "managed_python_loggers" in out
+
+
+def test_materialize_refuses_bad_eval_partitions_before_dagster_runs(dagster_home, capsys):
+    assert main(["materialize", "--select", "eval_samples", "--partition", "gsm8k"]) == 2
+    assert "is not 'benchmark|model'" in capsys.readouterr().err
+    assert main(["materialize", "--select", "eval_samples,eval_scores"]) == 2
+    assert "add --partition 'benchmark|model'" in capsys.readouterr().err
+    assert main(["materialize", "--select", "eval_samples", "--partition",
+                 "gsm8k|not-registered"]) == 2
+    assert "is not registered" in capsys.readouterr().err
+    assert not (dagster_home / "history").exists()  # no run was started
+
+
+@pytest.mark.slow
+def test_weft_ui_serves_and_a_second_one_refuses(weft_home):
+    """`weft ui` (what `make ui` runs) starts `dagster dev` on WEFT_HOME/dagster; a second one
+    on the same port exits 2 naming the Dagster UI that holds it. ~90 s on a busy 2-core box."""
+    import signal
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["WEFT_HOME"] = str(weft_home)
+    first = subprocess.Popen([sys.executable, "-m", "assets.instance", "ui", "--port", str(port)],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, up = time.monotonic() + 240, False
+        while time.monotonic() < deadline and not up and first.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
+                    up = True
+            except OSError:
+                time.sleep(2)
+        assert up, "dagster dev did not answer /server_info"
+        assert (weft_home / "dagster" / "dagster.yaml").is_file()
+        second = _weft(["ui", "--port", str(port)], env)
+        assert second.returncode == 2 and "already in use by a Dagster UI" in second.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        try:
+            first.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            first.kill()
+            first.wait()
