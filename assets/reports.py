@@ -7,8 +7,12 @@ pairs to ``eval_pairwise`` (view ``pairwise``), the budget curves of budgeted ru
 Eq. 12, accuracy gained per 1,000 tokens against the no-thinking baseline on the same problems)
 to ``eff_scores`` (view ``eff_curve``); draws the plots of ``eval.reports`` into
 ``WEFT_HOME/reports/<run id>/`` (and ``reports/latest/``), and shows the leaderboard table and
-the images in the asset's metadata. The budget and Eff views reflect the last run of this asset.
-Each run replaces the single ``all`` partition of the tables it writes.
+the images in the asset's metadata: ``plot_<name>`` is a small copy the UI shows directly on
+the asset page, ``plot_<name>_full`` the full-size image (behind "Show Markdown": Dagster 1.13
+renders only short Markdown inline), and ``plots_skipped`` says which plots were not drawn and
+why. The leaderboard plot compares the models of a benchmark on the problems all of them were
+scored on and labels every bar with its problem count. The budget and Eff views reflect the
+last run of this asset. Each run replaces the single ``all`` partition of the tables it writes.
 """
 
 import base64
@@ -27,6 +31,28 @@ def _image_md(path) -> str:
     return f"![{path.stem}](data:image/png;base64,{data})"
 
 
+def skip_reasons(samples: list[dict], latency: list[dict], budget_curve: list[dict],
+                 eff_curve: list[dict], no_baseline: list) -> dict[str, str]:
+    """Why each optional plot has nothing to draw (only the plots that are skipped)."""
+    reasons = {}
+    if not latency:
+        reasons["latency_pareto"] = ("no interleaved samples yet: evaluate with eval_samples "
+                                     "mode 'interleaved' (or set tokenizer_path in 'single' "
+                                     "mode) to record ARI/ABO/AIRW")
+    if not budget_curve:
+        reasons["budget_curves"] = ("no budgeted samples yet: evaluate with eval_samples mode "
+                                    "'budgeted' and a list of budgets")
+    if not any(s["thinking_cap"] is not None and s["correct"] is not None for s in samples):
+        reasons["thinking_sweep"] = ("no thinking-cap samples yet: evaluate with eval_samples "
+                                     "thinking_caps (e.g. [0, 64, 256])")
+    if not eff_curve:
+        reasons["eff_curve"] = (
+            f"thinking-cap sweeps without a no-thinking baseline: {no_baseline} (add cap 0 or "
+            "set eff_baselines)" if no_baseline else
+            "no thinking-cap sweep with a no-thinking run (cap 0) yet")
+    return reasons
+
+
 class EvalReportsConfig(dg.Config):
     # model -> the model whose no-thinking run is its Eff baseline (default: the model's own
     # thinking_cap=0 rows); the baseline model's cap-0 rows, else its plain rows, are used
@@ -40,12 +66,15 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
                  warehouse: WarehouseResource) -> dg.MaterializeResult:
     from eval.budget import budget_score_rows, eff_score_rows, thinking_budget_sweep
     from eval.reports import (
+        comparable_board,
+        inline_image_md,
         pairwise_rows,
         plot_budget_curves,
         plot_eff_curve,
         plot_latency_pareto,
         plot_leaderboard,
         plot_thinking_sweep,
+        shared_problem_leaderboard,
     )
     from pipelines.settings import weft_home
 
@@ -76,17 +105,24 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
             sweeps[f"{s['model']} {s['benchmark']}"].append(
                 {"cap": s["thinking_cap"], "problem_id": s["problem_id"], "correct": bool(s["correct"]),
                  "tokens": s["completion_tokens"] or 0})
+    shared = shared_problem_leaderboard(samples)
+    latency = wh.sql("SELECT * FROM latency").to_pylist()
+    curve = wh.sql("SELECT * FROM budget_curve").to_pylist()
+    eff = wh.sql("SELECT * FROM eff_curve").to_pylist()
     plots = {
-        "leaderboard": plot_leaderboard(board, out_dir / "leaderboard.png"),
-        "latency_pareto": plot_latency_pareto(wh.sql("SELECT * FROM latency").to_pylist(),
-                                              out_dir / "latency_pareto.png"),
-        "budget_curves": plot_budget_curves(wh.sql("SELECT * FROM budget_curve").to_pylist(),
-                                            out_dir / "budget_curves.png"),
+        "leaderboard": plot_leaderboard(comparable_board(board, shared),
+                                        out_dir / "leaderboard.png"),
+        "latency_pareto": plot_latency_pareto(latency, out_dir / "latency_pareto.png"),
+        "budget_curves": plot_budget_curves(curve, out_dir / "budget_curves.png"),
         "thinking_sweep": plot_thinking_sweep({k: thinking_budget_sweep(v) for k, v in sweeps.items()},
                                               out_dir / "thinking_sweep.png"),
-        "eff_curve": plot_eff_curve(wh.sql("SELECT * FROM eff_curve").to_pylist(),
-                                    out_dir / "eff_curve.png"),
+        "eff_curve": plot_eff_curve(eff, out_dir / "eff_curve.png"),
     }
+    skipped = {name: reason for name, reason in
+               skip_reasons(samples, latency, curve, eff, no_baseline).items()
+               if plots.get(name) is None}
+    for name, reason in skipped.items():
+        context.log.info(f"plot {name} skipped: {reason}")
     latest = weft_home() / "reports" / "latest"
     shutil.rmtree(latest, ignore_errors=True)
     shutil.copytree(out_dir, latest)
@@ -94,6 +130,9 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
                rows_written=len(pairs) + len(budget_rows) + len(eff_rows))
     meta = {
         "leaderboard": md_table(board, ["benchmark", "model", "accuracy", "ci_low", "ci_high", "pass_at_1", "n_problems"]),
+        "leaderboard_shared_problems": md_table(
+            shared, ["benchmark", "model", "n_problems", "n_shared", "accuracy", "ci_low",
+                     "ci_high"]),
         "pairwise": md_table(pairs, ["benchmark", "model_a", "model_b", "n", "diff", "ci_low", "ci_high",
                                      "p_bootstrap", "p_ttest"]),
         "report_dir": dg.MetadataValue.path(str(out_dir)),
@@ -108,7 +147,12 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
     }
     for name, path in plots.items():
         if path is not None:
-            meta[f"plot_{name}"] = dg.MetadataValue.md(_image_md(path))
+            inline = inline_image_md(path, name)
+            if inline is not None:
+                meta[f"plot_{name}"] = dg.MetadataValue.md(inline)
+            meta[f"plot_{name}_full"] = dg.MetadataValue.md(_image_md(path))
+    meta["plots_skipped"] = (md_table([{"plot": k, "reason": v} for k, v in skipped.items()],
+                                      ["plot", "reason"]) if skipped else "none")
     return dg.MaterializeResult(metadata=meta)
 
 

@@ -112,8 +112,11 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
     wh.write("rejects", rejects, lineage=lineage(context, config.model_dump(), partition="sxs_alignments"))
     record_run(wh, lin, started_at=started, rows_written=len(out), config=config.model_dump())
     summary = summarize_alignments(alignments)
+    from warehouse.samples import sxs_preview
+
     return dg.MaterializeResult(metadata={
         "samples": len(out), "rejected": len(rejects), "judge_model": model,
+        "alignments_preview": dg.MetadataValue.md(sxs_preview(out)),
         **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in summary.items() if v is not None},
     })
 

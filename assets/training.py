@@ -1,4 +1,13 @@
-"""Training assets: `sft_checkpoint` → `grpo_checkpoint`, launched through Dagster Pipes.
+"""Training assets: one checkpoint asset per recipe family, launched through Dagster Pipes.
+
+Families (:data:`FAMILIES`, built by :func:`checkpoint_asset`): ``sft_checkpoint`` (SxS SFT on
+``sxs_sft_dataset``) → ``grpo_checkpoint`` (GRPO on ``problems``), and ``tir_sft_checkpoint``
+(MOSAIC SFT on ``tir_sft_dataset``) → ``process_grpo_checkpoint`` (process-supervised GRPO on
+``step_instances``). Each declares its data and its parent checkpoint as upstream assets, so the
+UI shows what trained a checkpoint and marks it stale when that data changes; the metadata says
+which dataset spec the run really read (a built-in fallback or another family's recipe is
+flagged, with a warning in the run log) and links the evaluation partitions that the models
+sensor creates for the registered checkpoint.
 
 Each asset checks its recipe in-process (a bad recipe fails here, naming the field, before any
 process or pod starts), then runs ``python -m training.sft|grpo --recipe R key=value ...``
@@ -6,16 +15,18 @@ through :class:`TrainerLauncher`: ``PipesSubprocessClient`` locally (``mode="sub
 ``dagster_k8s.PipesK8sClient`` in a GPU pod (``mode="k8s"``; ``accelerate launch`` when
 ``gpus > 1``). The script streams progress and metrics back and reports the final checkpoint
 (path, id, last metrics, a table of logged steps), which becomes this asset's materialization
-metadata. ``grpo_checkpoint`` starts from the checkpoint of the latest ``sft_checkpoint``
-materialization unless ``from_sft`` is false (the plain RLVR baseline starts from the base
-model). The rows of ``train_metrics`` and ``checkpoints`` are written by the script itself.
+metadata. A GRPO asset starts from the checkpoint of its parent's latest materialization unless
+``from_sft`` is false (the plain RLVR baseline starts from the base model). The rows of
+``train_metrics`` and ``checkpoints`` are written by the script itself.
 
-:func:`demo_chain` materializes both with CPU recipes (minutes on a laptop) for ``make demo``.
+:func:`demo_chain` materializes ``sft_checkpoint`` → ``grpo_checkpoint`` with CPU recipes
+(minutes on a laptop) for ``make demo``.
 """
 
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +61,14 @@ class TrainerLauncher(dg.ConfigurableResource):
     env: dict[str, str] = {}
     kubeconfig_file: str = ""
     load_incluster_config: bool | None = None
+    # Multi-GPU: an accelerate config (ddp, fsdp, zero2, zero3 from training/accelerate/, or a
+    # path) for both modes; GPUs kept for the vLLM rollout server (GRPO, TRL server mode):
+    # subprocess mode adds them after `processes`, k8s mode takes them out of `gpus`; the server
+    # runs as a `process` of the training script or (k8s) a sidecar `container`.
+    accelerate_config: str = ""
+    vllm_gpus: int = 0
+    vllm_server: str = "process"
+    vllm_image: str = ""
 
     def command(self, kind: str, recipe: str, overrides: list[str]) -> list[str]:
         from training.launch import pod_command, script_command
@@ -57,7 +76,8 @@ class TrainerLauncher(dg.ConfigurableResource):
         if self.mode == "k8s":
             return pod_command(kind, recipe, overrides, self.pod_settings())
         return script_command(kind, recipe, overrides, processes=self.processes,
-                              python=self.python or sys.executable)
+                              python=self.python or sys.executable,
+                              accelerate_config=self.accelerate_config, vllm_gpus=self.vllm_gpus)
 
     def pod_settings(self):
         from training.launch import PodSettings
@@ -67,7 +87,8 @@ class TrainerLauncher(dg.ConfigurableResource):
             memory=self.memory, shm_size=self.shm_size, weft_home_claim=self.weft_home_claim,
             weft_home_path=self.weft_home_path, service_account=self.service_account,
             image_pull_secrets=tuple(self.image_pull_secrets), node_selector=self.node_selector,
-            env=self.env)
+            env=self.env, accelerate_config=self.accelerate_config, vllm_gpus=self.vllm_gpus,
+            vllm_server=self.vllm_server, vllm_image=self.vllm_image)
 
     def launch(self, context: dg.AssetExecutionContext, kind: str, recipe: str,
                overrides: list[str], extras: dict[str, Any] | None = None):
@@ -118,7 +139,58 @@ class SFTCheckpointConfig(dg.Config):
 class GRPOCheckpointConfig(dg.Config):
     recipe: str = DEFAULT_GRPO_RECIPE
     overrides: list[str] = []
-    from_sft: bool = True  # start from the latest sft_checkpoint (False: the recipe's model)
+    from_sft: bool = True  # start from the latest parent checkpoint (False: the recipe's model)
+
+
+class TIRSFTCheckpointConfig(SFTCheckpointConfig):
+    recipe: str = "tir_sft_preserved.cpu"
+
+
+class ProcessGRPOCheckpointConfig(GRPOCheckpointConfig):
+    recipe: str = "process_grpo.cpu"
+
+
+@dataclass(frozen=True)
+class CheckpointFamily:
+    """One recipe family's checkpoint asset: what it trains on and what it starts from.
+
+    ``data`` are the warehouse assets the family's recipes read (``dataset:
+    warehouse:<table>`` or ``problems:<split>``); they become the asset's upstream edges, so the
+    UI shows what trained a checkpoint and marks it stale when that data changes. ``parent`` is
+    the checkpoint asset a GRPO stage starts from (``from_sft``)."""
+
+    name: str
+    kind: str  # "sft" or "grpo"
+    default_recipe: str
+    data: tuple[str, ...]
+    recipes: tuple[str, ...]  # the recipe names of this family (documentation and checks)
+    parent: str | None = None
+    description: str = ""
+    config: type[dg.Config] = SFTCheckpointConfig
+
+
+FAMILIES = (
+    CheckpointFamily(
+        "sft_checkpoint", "sft", DEFAULT_SFT_RECIPE, ("sxs_sft_dataset",), ("sxs_sft",),
+        description="SxS supervised fine-tuning (think/speak streams of sxs_sft_dataset)"),
+    CheckpointFamily(
+        "grpo_checkpoint", "grpo", DEFAULT_GRPO_RECIPE, ("problems",),
+        ("sxs_grpo", "sxs_grpo_shaped", "rlvr_grpo", "budget_grpo", "duet_grpo"),
+        parent="sft_checkpoint",
+        description="GRPO with verifiable rewards on problems with gold answers, started from "
+                    "the SxS SFT checkpoint (from_sft: false = the plain RLVR baseline)",
+        config=GRPOCheckpointConfig),
+    CheckpointFamily(
+        "tir_sft_checkpoint", "sft", "tir_sft_preserved.cpu", ("tir_sft_dataset",),
+        ("tir_sft_preserved", "tir_sft_discarded"),
+        description="MOSAIC tool-integrated SFT (state_preserved or state_discarded renderings "
+                    "of tir_sft_dataset)", config=TIRSFTCheckpointConfig),
+    CheckpointFamily(
+        "process_grpo_checkpoint", "grpo", "process_grpo.cpu", ("step_instances",),
+        ("process_grpo",), parent="tir_sft_checkpoint",
+        description="process-supervised GRPO on MOSAIC step_instances, started from the TIR "
+                    "SFT checkpoint", config=ProcessGRPOCheckpointConfig),
+)
 
 
 def check_recipe(kind: str, recipe: str, overrides: list[str]):
@@ -131,19 +203,71 @@ def check_recipe(kind: str, recipe: str, overrides: list[str]):
         raise dg.Failure(description=f"bad training recipe: {exc}") from exc
 
 
+def dataset_asset(spec: str) -> str | None:
+    """The warehouse asset a dataset spec reads (``warehouse:T?…`` → T, ``problems:…`` →
+    problems), or None for data that no asset produces (``builtin:…``, files, the hub)."""
+    scheme, _, rest = spec.partition(":")
+    if scheme == "warehouse" and rest:
+        return rest.split("?", 1)[0]
+    if scheme == "problems":
+        return "problems"
+    return None
+
+
+def data_lineage(family: CheckpointFamily, config: Any) -> dict[str, Any]:
+    """Metadata saying which data the run really trained on, and whether it is one of the
+    asset's upstream assets (a recipe of another family, or a built-in fallback, is not)."""
+    spec = str(getattr(config, "dataset", "") or "")
+    fallback = str(getattr(config, "dataset_fallback", "") or "")
+    source = dataset_asset(spec)
+    meta: dict[str, Any] = {
+        "dataset": spec,
+        "upstream_data": dg.MetadataValue.json(list(family.data)),
+        "dataset_is_upstream": source in family.data,
+    }
+    if fallback:
+        meta["dataset_fallback"] = fallback
+    return meta
+
+
+def evaluation_links(checkpoint_id: str) -> dict[str, Any]:
+    """Links to the evaluation partitions the models sensor creates for a registered
+    checkpoint (one per suite benchmark), shown on the checkpoint's asset page."""
+    from urllib.parse import quote
+
+    from assets.schedules import eval_suite
+
+    keys = [f"{bench}|{checkpoint_id}" for bench in eval_suite()]
+    links = [f"[{key}](/assets/eval_samples?view=partitions&partition={quote(key, safe='')})"
+             for key in keys]
+    return {"evaluation_partitions": dg.MetadataValue.md(
+                "Evaluated by `models_sensor` (or `nightly_eval`) as: " + ", ".join(links)),
+            "evaluation_asset": dg.MetadataValue.asset(dg.AssetKey("eval_samples"))}
+
+
 def _run(context: dg.AssetExecutionContext, kind: str, recipe: str, overrides: list[str],
          trainer: TrainerLauncher, warehouse: WarehouseResource,
-         extra_metadata: dict[str, Any] | None = None) -> dg.MaterializeResult:
+         extra_metadata: dict[str, Any] | None = None,
+         family: CheckpointFamily | None = None) -> dg.MaterializeResult:
     started = now()
     # A model path handed to a pod lives on the pod's volume, not here: check the rest.
     local = overrides if trainer.mode != "k8s" else [
         o for o in overrides if not o.startswith("model_name_or_path=")]
     config = check_recipe(kind, recipe, local)
+    lineage_meta: dict[str, Any] = {}
+    if family is not None:
+        lineage_meta = data_lineage(family, config)
+        if not lineage_meta["dataset_is_upstream"]:
+            context.log.warning(
+                f"{family.name} trains on {lineage_meta['dataset']!r}, which is not one of its "
+                f"upstream assets {list(family.data)}; the graph's lineage does not cover this "
+                f"run (recipes of this family: {', '.join(family.recipes)})")
     settings = {"recipe": recipe, "overrides": overrides}
     invocation = trainer.launch(context, kind, recipe, overrides)
     reported = invocation.get_materialize_result()
     metadata = dict(reported.metadata or {})
     metadata.update(extra_metadata or {})
+    metadata.update(lineage_meta)
     metadata["recipe"] = recipe
     metadata["overrides"] = dg.MetadataValue.json(list(overrides))
     metadata["launcher"] = trainer.mode
@@ -161,18 +285,8 @@ def _run(context: dg.AssetExecutionContext, kind: str, recipe: str, overrides: l
                                  served_model=checkpoint_id, checkpoint_id=checkpoint_id),
                        warehouse.get(), run_id=context.run_id)
         metadata["registered_model"] = checkpoint_id
+        metadata.update(evaluation_links(checkpoint_id))
     return dg.MaterializeResult(metadata=metadata)
-
-
-@dg.asset(
-    group_name="train",
-    kinds={"pytorch", "python"},
-    description="A supervised fine-tuning checkpoint (TRL SFT on a prompt/completion table), "
-                "trained through Dagster Pipes; rows in train_metrics and checkpoints.",
-)
-def sft_checkpoint(context: dg.AssetExecutionContext, config: SFTCheckpointConfig,
-                   trainer: TrainerLauncher, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    return _run(context, "sft", config.recipe, list(config.overrides), trainer, warehouse)
 
 
 def latest_checkpoint(context: dg.AssetExecutionContext, asset: str) -> tuple[str, str]:
@@ -188,25 +302,44 @@ def latest_checkpoint(context: dg.AssetExecutionContext, asset: str) -> tuple[st
     return str(meta["checkpoint_path"].value), str(meta["checkpoint_id"].value)
 
 
-@dg.asset(
-    deps=[sft_checkpoint],
-    group_name="train",
-    kinds={"pytorch", "python"},
-    description="A GRPO checkpoint (RL with verifiable rewards) started from the SFT checkpoint, "
-                "trained through Dagster Pipes; rows in train_metrics and checkpoints.",
-)
-def grpo_checkpoint(context: dg.AssetExecutionContext, config: GRPOCheckpointConfig,
+def checkpoint_asset(family: CheckpointFamily) -> dg.AssetsDefinition:
+    """The Dagster asset of one recipe family: upstream edges from its data (and its parent
+    checkpoint), the family's default recipe, and the shared Pipes launch of :func:`_run`."""
+    deps = [dg.AssetKey(name) for name in family.data]
+    if family.parent:
+        deps.append(dg.AssetKey(family.parent))
+    trained = ("TRL SFT on a prompt/completion table" if family.kind == "sft"
+               else "RL with verifiable or process rewards")
+    description = (f"A checkpoint of {family.description} ({trained}); recipes "
+                   f"{', '.join(family.recipes)}; trained through Dagster Pipes; rows in "
+                   "train_metrics and checkpoints; registered as a model for evaluation.")
+    config_cls = family.config
+    if config_cls.model_fields["recipe"].default != family.default_recipe:
+        raise ValueError(f"{family.name}: its config's default recipe differs from "
+                         f"{family.default_recipe!r}")
+
+    @dg.asset(name=family.name, deps=deps, group_name="train", kinds={"pytorch", "python"},
+              description=description)
+    def _checkpoint(context: dg.AssetExecutionContext, config: config_cls,  # type: ignore[valid-type]
                     trainer: TrainerLauncher, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    overrides = list(config.overrides)
-    extra: dict[str, Any] = {}
-    if config.from_sft:
-        path, parent = latest_checkpoint(context, "sft_checkpoint")
-        overrides = [f"model_name_or_path={path}", f"parent_checkpoint={parent}", *overrides]
-        extra["started_from"] = dg.MetadataValue.path(path)
-    return _run(context, "grpo", config.recipe, overrides, trainer, warehouse, extra)
+        recipe = config.recipe
+        overrides = list(config.overrides)
+        extra: dict[str, Any] = {}
+        if family.kind == "grpo" and family.parent and config.from_sft:
+            path, parent = latest_checkpoint(context, family.parent)
+            overrides = [f"model_name_or_path={path}", f"parent_checkpoint={parent}", *overrides]
+            extra["started_from"] = dg.MetadataValue.path(path)
+        return _run(context, family.kind, recipe, overrides, trainer, warehouse, extra, family)
+
+    return _checkpoint
 
 
-TRAINING_ASSETS = [sft_checkpoint, grpo_checkpoint]
+CHECKPOINT_ASSETS = {family.name: checkpoint_asset(family) for family in FAMILIES}
+sft_checkpoint = CHECKPOINT_ASSETS["sft_checkpoint"]
+grpo_checkpoint = CHECKPOINT_ASSETS["grpo_checkpoint"]
+tir_sft_checkpoint = CHECKPOINT_ASSETS["tir_sft_checkpoint"]
+process_grpo_checkpoint = CHECKPOINT_ASSETS["process_grpo_checkpoint"]
+TRAINING_ASSETS = list(CHECKPOINT_ASSETS.values())
 
 
 def demo_chain(instance: dg.DagsterInstance | None = None, *,
@@ -225,7 +358,7 @@ def demo_chain(instance: dg.DagsterInstance | None = None, *,
     print(f"[demo] training: {sft_recipe} -> {grpo_recipe} (CPU, through Dagster Pipes) ...",
           flush=True)
     result = dg.materialize(
-        TRAINING_ASSETS, instance=instance, run_config=run_config,
+        [sft_checkpoint, grpo_checkpoint], instance=instance, run_config=run_config,
         resources=resources or {"trainer": TrainerLauncher(), "warehouse": WarehouseResource()},
         tags={"weft/demo": "train"})
     if not result.success:

@@ -10,6 +10,12 @@ thinking-budget sweep, and the token cost-effectiveness curve (DeepTool Eq. 12, 
 ``eff_curve`` view; y in accuracy gained per 1,000 tokens, accuracy as a fraction). A plot
 function returns None when there is nothing to draw.
 
+The leaderboard compares models of a benchmark only on the problems all of them were scored on
+(``shared_problem_leaderboard``; the same pairing as the paired tests), and each bar says how
+many problems it covers. ``inline_image_md`` makes a small copy of a plot that the Dagster UI
+shows directly on the asset page (it renders Markdown metadata inline only below
+``UI_INLINE_MD_LIMIT`` characters, so the copy is shrunk and reduced to a few colours).
+
 Not guaranteed: corrections for multiple comparisons (see ``eval.compare``).
 """
 
@@ -22,6 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from eval.compare import paired_bootstrap, paired_t_test
+from eval.metrics import bootstrap_ci
+
+# Dagster 1.13's asset page renders a Markdown metadata value inline when it is shorter than
+# 1,000 characters (ui-core MetadataEntry: `expandSmallValues && mdStr.length < 1000`), and
+# behind a "[Show Markdown]" link otherwise.
+UI_INLINE_MD_LIMIT = 1000
 
 
 def per_problem_scores(samples: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
@@ -58,6 +70,76 @@ def pairwise_rows(samples: Iterable[Mapping[str, Any]], *, n_boot: int = 5000, s
     return out
 
 
+def shared_problem_leaderboard(samples: Iterable[Mapping[str, Any]], *, n_boot: int = 2000,
+                               seed: int = 0) -> list[dict[str, Any]]:
+    """Per benchmark, each model's accuracy on the problems every model of that benchmark was
+    scored on (plain samples; per-problem score = mean correctness, as in ``pairwise_rows``),
+    with a percentile-bootstrap 95% CI over those problems. ``n_problems``: problems the model
+    was scored on; ``n_shared``: problems in the comparison (0: nothing to compare on, then
+    accuracy and CI are None)."""
+    scores = per_problem_scores(samples)
+    by_bench: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for (bench, model), probs in scores.items():
+        by_bench[bench][model] = probs
+    out = []
+    for bench, models in sorted(by_bench.items()):
+        shared = sorted(set.intersection(*(set(p) for p in models.values())))
+        for model, probs in sorted(models.items()):
+            row: dict[str, Any] = {"benchmark": bench, "model": model, "n_problems": len(probs),
+                                   "n_shared": len(shared), "models_compared": len(models),
+                                   "accuracy": None, "ci_low": None, "ci_high": None}
+            if shared:
+                mean, low, high = bootstrap_ci([probs[p] for p in shared], n_boot=n_boot,
+                                               seed=seed)
+                row.update(accuracy=mean, ci_low=low, ci_high=high)
+            out.append(row)
+    return out
+
+
+def comparable_board(board: Sequence[Mapping[str, Any]],
+                     shared: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Leaderboard rows to draw: where a benchmark has several models with shared problems,
+    their accuracy and CI on the shared problems (``n_shared`` set); otherwise the row as the
+    leaderboard view has it (``n_shared`` None), always with ``n_problems``."""
+    by_key = {(r["benchmark"], r["model"]): r for r in shared}
+    out = []
+    for r in board:
+        row = dict(r)
+        s = by_key.get((r["benchmark"], r["model"]))
+        row["n_shared"] = None
+        if s is not None:
+            row["n_problems"] = row.get("n_problems") or s["n_problems"]
+            if s["models_compared"] > 1 and s["n_shared"] > 0:
+                row.update(accuracy=s["accuracy"], ci_low=s["ci_low"], ci_high=s["ci_high"],
+                           n_shared=s["n_shared"])
+        out.append(row)
+    return out
+
+
+def inline_image_md(path: Path, label: str, limit: int = UI_INLINE_MD_LIMIT) -> str | None:
+    """Markdown showing a shrunk copy of the PNG at ``path`` as a data URI, below ``limit``
+    characters (the widest of a few sizes and colour counts that fits), or None if none fits."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+        rgb = image.convert("RGB")
+    for width, colours in ((360, 3), (320, 3), (320, 2), (280, 2), (240, 2), (200, 2),
+                           (160, 2)):
+        thumb = rgb.copy()
+        thumb.thumbnail((width, width))
+        small = thumb.quantize(colors=colours, dither=Image.Dither.NONE)
+        buf = io.BytesIO()
+        small.save(buf, "PNG", optimize=True)
+        md = f"![{label}](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
+        if len(md) < limit:
+            return md
+    return None
+
+
 def _pyplot():
     import matplotlib
 
@@ -67,13 +149,25 @@ def _pyplot():
     return plt
 
 
+def _board_label(r: Mapping[str, Any]) -> str:
+    n, shared = r.get("n_problems"), r.get("n_shared")
+    if shared is not None:
+        count = f"n={shared} shared of {n}"
+    else:
+        count = f"n={n}" if n is not None else "n=?"
+    return f"{r['benchmark']} · {r['model']} ({count})"
+
+
 def plot_leaderboard(board: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
-    """Horizontal bars: accuracy per (benchmark, model) with its 95% CI."""
+    """Horizontal bars: accuracy per (benchmark, model) with its 95% CI, labelled with the
+    number of problems; rows with ``n_shared`` (see :func:`comparable_board`) are scored on
+    the problems all models of their benchmark share."""
+    board = [r for r in board if r.get("accuracy") is not None]
     if not board:
         return None
     plt = _pyplot()
     rows = sorted(board, key=lambda r: (r["benchmark"], r["model"]))
-    labels = [f"{r['benchmark']} · {r['model']}" for r in rows]
+    labels = [_board_label(r) for r in rows]
     values = [r["accuracy"] for r in rows]
     err = [[r["accuracy"] - r["ci_low"] for r in rows], [r["ci_high"] - r["accuracy"] for r in rows]]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
@@ -82,7 +176,9 @@ def plot_leaderboard(board: Sequence[Mapping[str, Any]], path: Path) -> Path | N
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("accuracy (avg@k) with bootstrap 95% CI")
-    ax.set_title("weft leaderboard")
+    paired = any(r.get("n_shared") is not None for r in rows)
+    ax.set_title("weft leaderboard" + (" (models compared on their shared problems)"
+                                       if paired else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

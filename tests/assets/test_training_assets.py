@@ -10,8 +10,11 @@ from safetensors.torch import load_file
 
 from assets.resources import WarehouseResource
 from assets.training import (
+    FAMILIES,
     TRAINING_ASSETS,
     TrainerLauncher,
+    data_lineage,
+    dataset_asset,
     grpo_checkpoint,
     k8s_client,
     sft_checkpoint,
@@ -33,7 +36,61 @@ def test_definitions_load():
     defs = dg.Definitions(assets=TRAINING_ASSETS, resources=_resources())
     dg.Definitions.validate_loadable(defs)
     assert defs.resolve_asset_graph().get(dg.AssetKey("grpo_checkpoint")).parent_keys == {
-        dg.AssetKey("sft_checkpoint")}
+        dg.AssetKey("sft_checkpoint"), dg.AssetKey("problems")}
+
+
+def test_each_recipe_family_declares_the_data_it_trains_on():
+    """The train group has incoming edges in the code location's graph: each checkpoint asset
+    depends on the data its recipes read, and GRPO stages on the SFT checkpoint they start
+    from (the recipe files are read independently here, not through the asset code)."""
+    from assets.definitions import defs
+    from training.config import read_recipe
+
+    graph = defs.resolve_asset_graph()
+    parents = {name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}
+               for name in ("sft_checkpoint", "grpo_checkpoint", "tir_sft_checkpoint",
+                            "process_grpo_checkpoint", "tandem_checkpoint")}
+    assert parents == {
+        "sft_checkpoint": {"sxs_sft_dataset"},
+        "grpo_checkpoint": {"problems", "sft_checkpoint"},
+        "tir_sft_checkpoint": {"tir_sft_dataset"},
+        "process_grpo_checkpoint": {"step_instances", "tir_sft_checkpoint"},
+        "tandem_checkpoint": {"problems", "sft_checkpoint"},
+    }
+    from assets.tandem import TANDEM_FAMILY
+
+    for family in (*FAMILIES, TANDEM_FAMILY):
+        for recipe in family.recipes:  # the full (GPU) recipe of the family reads its data
+            spec = read_recipe(recipe).values["dataset"]
+            table = spec.split(":", 1)[1].split("?")[0] if spec.startswith("warehouse:") else (
+                "problems" if spec.startswith("problems:") else spec)
+            assert table in family.data, (family.name, recipe, spec)
+
+
+@pytest.mark.parametrize(("spec", "asset"), [
+    ("warehouse:sxs_sft_dataset?variant=sxs", "sxs_sft_dataset"),
+    ("warehouse:tir_sft_dataset?rendering=state_discarded", "tir_sft_dataset"),
+    ("warehouse:step_instances", "step_instances"),
+    ("problems:math_train", "problems"),
+    ("builtin:arith", None),
+    ("builtin:sxs_sft", None),
+    ("", None),
+])
+def test_dataset_asset(spec, asset):
+    assert dataset_asset(spec) == asset
+
+
+def test_data_lineage_flags_data_outside_the_graph():
+    from types import SimpleNamespace
+
+    sft = next(f for f in FAMILIES if f.name == "sft_checkpoint")
+    inside = data_lineage(sft, SimpleNamespace(dataset="warehouse:sxs_sft_dataset?variant=sxs",
+                                               dataset_fallback="builtin:sxs_sft"))
+    assert inside["dataset_is_upstream"] is True
+    assert inside["dataset_fallback"] == "builtin:sxs_sft"
+    outside = data_lineage(sft, SimpleNamespace(dataset="warehouse:tir_sft_dataset",
+                                                dataset_fallback=""))
+    assert outside["dataset_is_upstream"] is False and "dataset_fallback" not in outside
 
 
 def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
@@ -50,8 +107,8 @@ def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
         "sft_checkpoint": {"config": {"recipe": "sxs_sft.cpu", "overrides": sft_overrides}},
         "grpo_checkpoint": {"config": {"recipe": "rlvr_grpo.cpu", "overrides": grpo_overrides}},
     }}
-    result = dg.materialize(TRAINING_ASSETS, resources=_resources(), run_config=run_config,
-                            instance=instance)
+    result = dg.materialize([sft_checkpoint, grpo_checkpoint], resources=_resources(),
+                            run_config=run_config, instance=instance)
     assert result.success
     (sft_mat,) = result.asset_materializations_for_node("sft_checkpoint")
     (grpo_mat,) = result.asset_materializations_for_node("grpo_checkpoint")
@@ -67,6 +124,12 @@ def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
     assert grpo_mat.metadata["parent_checkpoint"].value == sft_id
     assert grpo_mat.metadata["started_from"].value == str(sft_path)
     assert grpo_mat.metadata["launcher"].value == "subprocess"
+    # lineage: the data each run really read, and links to the checkpoint's evaluation partitions
+    assert sft_mat.metadata["dataset"].value == "builtin:arith_sft"
+    assert sft_mat.metadata["dataset_is_upstream"].value is False  # not sxs_sft_dataset
+    assert grpo_mat.metadata["upstream_data"].value == ["problems"]
+    links = grpo_mat.metadata["evaluation_partitions"].value
+    assert f"gsm8k|{grpo_id}" in links and "/assets/eval_samples?view=partitions" in links
     # progress lines streamed from the script into the run's log
     messages = [e.message for e in instance.all_logs(result.run_id)]
     assert any(f"{grpo_id} step 2/2" in m for m in messages)

@@ -1,4 +1,6 @@
-"""The Dagster webserver serves weft's code location: assets and the schedule over GraphQL."""
+"""The Dagster webserver serves weft's code location: assets and the schedule over GraphQL, and
+(slow) the UI pages a researcher opens, rendered in headless Chromium over a small materialized
+graph, with screenshots kept under WEFT_HOME/screenshots for a person to look at."""
 
 import json
 import os
@@ -29,28 +31,47 @@ def _graphql(port: int, query: str) -> dict:
         return json.loads(resp.read())
 
 
-def test_webserver_lists_assets_and_schedule(tmp_path):
-    home = tmp_path / "dagster_home"
-    (home / ".nux").mkdir(parents=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    (home / ".nux" / "nux.yaml").write_text("seen: 1\n")
-    port = _free_port()
-    env = dict(os.environ, DAGSTER_HOME=str(home), WEFT_HOME=str(tmp_path / "weft"))
+def _dagster_home(path: Path) -> Path:
+    (path / ".nux").mkdir(parents=True)
+    (path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (path / ".nux" / "nux.yaml").write_text("seen: 1\n")  # no first-run modal over the UI
+    return path
+
+
+def _start_webserver(home: Path, weft_home: Path, port: int) -> subprocess.Popen:
+    env = dict(os.environ, DAGSTER_HOME=str(home), WEFT_HOME=str(weft_home))
     exe = Path(sys.executable).with_name("dagster-webserver")
     proc = subprocess.Popen(
         [str(exe), "-m", "assets.definitions", "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
+                return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _stop(proc)
+                out = proc.stdout.read().decode(errors="replace")[-3000:]
+                pytest.fail(f"webserver did not start (rc={proc.poll()}):\n{out}")
+            time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_webserver_lists_assets_and_schedule(tmp_path):
+    home = _dagster_home(tmp_path / "dagster_home")
+    port = _free_port()
+    proc = _start_webserver(home, tmp_path / "weft", port)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    out = proc.stdout.read().decode(errors="replace")[-3000:] if proc.poll() is not None else ""
-                    pytest.fail(f"webserver did not start (rc={proc.poll()}):\n{out}")
-                time.sleep(0.5)
         assets = _graphql(port, "{ assetNodes { assetKey { path } groupName } }")
         keys = {"/".join(n["assetKey"]["path"]) for n in assets["data"]["assetNodes"]}
         assert {"problems", "eval_samples", "eval_scores", "gsm8k_problems"} <= keys
@@ -64,10 +85,87 @@ def test_webserver_lists_assets_and_schedule(tmp_path):
         ]
         assert ("nightly_eval", "0 2 * * *") in names
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     assert proc.returncode is not None
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+PAGE_TIMEOUT_MS = 180_000  # a loaded 2-core machine renders the UI slowly
+
+
+@pytest.mark.slow
+def test_ui_pages_in_headless_chromium(tmp_path, weft_home, shared_data, embedded_model_dir,
+                                       monkeypatch):
+    """The asset graph, an asset page with metadata and the plot image, the automation page
+    and the runs page, as a browser renders them (Debian's chromium driven by Playwright)."""
+    import dagster as dg
+
+    from pipelines.llm_fake import FakeLLMServer
+    from tests.assets.small_graph import materialize_small_graph, responder
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs Playwright: `make test-slow` installs it "
+                    "(or: .venv/bin/pip install playwright==1.65.2)")
+    if not CHROMIUM.is_file():
+        pytest.fail("the browser test needs Debian's chromium: `make test-slow` installs it "
+                    "as root (or: apt-get install -y chromium)")
+    home = _dagster_home(tmp_path / "dagster_home")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    instance = dg.DagsterInstance.get()
+    with FakeLLMServer(models=("scripted",), responder=responder) as server:
+        materialize_small_graph(instance, server.base_url, embedded_model_dir, sxs_chain=False)
+    run_ids = [r.run_id for r in instance.get_runs()]
+    assert run_ids
+    shots = weft_home / "screenshots"
+    shots.mkdir()
+    port = _free_port()
+    proc = _start_webserver(home, weft_home, port)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=str(CHROMIUM),
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
+
+            # the asset graph: every stage, and the train group with its upstream data
+            page.goto(f"{base}/asset-groups", timeout=PAGE_TIMEOUT_MS)
+            for group in ("ingest", "synthesize", "mosaic", "train", "evaluate", "report"):
+                page.get_by_text(group, exact=True).filter(visible=True).first.wait_for()
+            page.screenshot(path=str(shots / "asset_graph.png"))
+            page.goto(f"{base}/locations/assets.definitions/asset-groups/train/lineage",
+                      timeout=PAGE_TIMEOUT_MS)
+            for name in ("sft_checkpoint", "grpo_checkpoint", "sxs_sft_dataset", "problems",
+                         "tir_sft_checkpoint", "tir_sft_dataset", "step_instances"):
+                page.get_by_text(name, exact=True).filter(visible=True).first.wait_for()
+            page.screenshot(path=str(shots / "train_lineage.png"))
+
+            # an asset page: its metadata, the skipped plots with reasons, the plot inline
+            page.goto(f"{base}/assets/eval_reports", timeout=PAGE_TIMEOUT_MS)
+            page.get_by_text("plots_skipped", exact=True).filter(visible=True).first.wait_for()
+            page.get_by_text("no interleaved samples yet", exact=False).filter(visible=True).first.wait_for()
+            image = page.locator('img[alt="leaderboard"]').first
+            image.wait_for()
+            assert image.get_attribute("src").startswith("data:image/png;base64,")
+            image.scroll_into_view_if_needed()
+            assert image.evaluate("img => img.complete && img.naturalWidth") > 100
+            page.screenshot(path=str(shots / "asset_eval_reports.png"))
+
+            # automation: the nightly schedule and the models sensor
+            page.goto(f"{base}/automation", timeout=PAGE_TIMEOUT_MS)
+            page.get_by_text("nightly_eval", exact=True).filter(visible=True).first.wait_for()
+            page.get_by_text("models_sensor", exact=True).filter(visible=True).first.wait_for()
+            page.screenshot(path=str(shots / "automation.png"))
+
+            # runs: the runs that materialized the graph
+            page.goto(f"{base}/runs", timeout=PAGE_TIMEOUT_MS)
+            page.get_by_text(run_ids[0][:8], exact=False).filter(visible=True).first.wait_for()
+            page.screenshot(path=str(shots / "runs.png"))
+            browser.close()
+    finally:
+        _stop(proc)
+    for name in ("asset_graph", "train_lineage", "asset_eval_reports", "automation", "runs"):
+        assert (shots / f"{name}.png").stat().st_size > 10_000, name

@@ -77,7 +77,17 @@ def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
     assert pair == [{"model_a": "a", "model_b": "b", "n": 8, "diff": 0.5}]
     assert (weft_home / "reports" / "latest" / "leaderboard.png").stat().st_size > 1000
     mat = result.asset_materializations_for_node("eval_reports")[0]
-    assert mat.metadata["plot_leaderboard"].value.startswith("![leaderboard](data:image/png;base64,")
+    # a small copy the UI renders on the asset page (Markdown under 1,000 characters) and the
+    # full-size image behind "Show Markdown"
+    inline = mat.metadata["plot_leaderboard"].value
+    assert inline.startswith("![leaderboard](data:image/png;base64,") and len(inline) < 1000
+    full = mat.metadata["plot_leaderboard_full"].value
+    assert full.startswith("![leaderboard](data:image/png;base64,") and len(full) > len(inline)
+    # the plots that had nothing to draw are named with the reason
+    skipped = mat.metadata["plots_skipped"].value
+    for name in ("latency_pareto", "budget_curves", "thinking_sweep", "eff_curve"):
+        assert name in skipped and f"plot_{name}_full" not in mat.metadata
+    assert "no interleaved samples yet" in skipped and "leaderboard |" not in skipped
 
 
 def test_plot_eff_curve(tmp_path):
@@ -128,3 +138,64 @@ def test_eval_reports_writes_budget_and_eff_curves(weft_home):
     meta = result.asset_materializations_for_node("eval_reports")[0].metadata
     assert meta["plot_eff_curve"].value.startswith("![eff_curve](data:image/png;base64,")
     assert "per 1,000 tokens" in meta["eff_units"].value
+
+
+def _mixed_samples():
+    """Model a scored on p0..p19 (wrong on p0..p4, right on the rest: 15/20 overall), model b
+    only on p0..p4 (right on all): on their 5 shared problems a scores 0 and b scores 1."""
+    rows = [{"model": "a", "benchmark": "g", "problem_id": f"p{i}", "sample_index": 0,
+             "correct": i >= 5} for i in range(20)]
+    rows += [{"model": "b", "benchmark": "g", "problem_id": f"p{i}", "sample_index": 0,
+              "correct": True} for i in range(5)]
+    rows.append({"model": "c", "benchmark": "other", "problem_id": "q0", "sample_index": 0,
+                 "correct": True})
+    return rows
+
+
+def test_shared_problem_leaderboard_compares_on_common_problems():
+    from eval.reports import shared_problem_leaderboard
+
+    rows = {(r["benchmark"], r["model"]): r for r in shared_problem_leaderboard(_mixed_samples())}
+    a, b, c = rows[("g", "a")], rows[("g", "b")], rows[("other", "c")]
+    assert (a["n_problems"], a["n_shared"], a["accuracy"]) == (20, 5, 0.0)
+    assert (b["n_problems"], b["n_shared"], b["accuracy"]) == (5, 5, 1.0)
+    assert (c["n_problems"], c["n_shared"], c["models_compared"]) == (1, 1, 1)
+
+
+def test_leaderboard_plot_rows_use_shared_problems_and_show_counts(tmp_path):
+    from eval.reports import _board_label, comparable_board, shared_problem_leaderboard
+
+    board = [{"benchmark": "g", "model": "a", "accuracy": 0.75, "ci_low": 0.5, "ci_high": 0.9,
+              "n_problems": 20},
+             {"benchmark": "g", "model": "b", "accuracy": 1.0, "ci_low": 1.0, "ci_high": 1.0,
+              "n_problems": 5},
+             {"benchmark": "other", "model": "c", "accuracy": 1.0, "ci_low": 1.0,
+              "ci_high": 1.0, "n_problems": 1}]
+    drawn = {r["model"]: r for r in comparable_board(board, shared_problem_leaderboard(
+        _mixed_samples()))}
+    assert drawn["a"]["accuracy"] == 0.0 and drawn["a"]["n_shared"] == 5  # not 0.75 on 20
+    assert drawn["b"]["accuracy"] == 1.0 and drawn["b"]["n_shared"] == 5
+    assert drawn["c"]["n_shared"] is None and drawn["c"]["accuracy"] == 1.0  # alone: as is
+    assert _board_label(drawn["a"]) == "g · a (n=5 shared of 20)"
+    assert _board_label(drawn["c"]) == "other · c (n=1)"
+    path = plot_leaderboard(list(drawn.values()), tmp_path / "l.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inline_image_md_fits_the_ui_limit(tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    from eval.reports import inline_image_md
+
+    board = [{"benchmark": "gsm8k", "model": f"m{i}", "accuracy": 0.1 * i, "ci_low": 0.0,
+              "ci_high": 0.1 * i + 0.05, "n_problems": 20} for i in range(4)]
+    path = plot_leaderboard(board, tmp_path / "l.png")
+    md = inline_image_md(path, "leaderboard")
+    assert md is not None and len(md) < 1000 and md.startswith("![leaderboard](data:image/png;")
+    data = base64.b64decode(md.split("base64,", 1)[1].rstrip(")"))
+    with Image.open(io.BytesIO(data)) as image:
+        assert 160 <= image.width <= 360
+    assert inline_image_md(path, "leaderboard", limit=100) is None
