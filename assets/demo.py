@@ -1,81 +1,312 @@
 """`make demo`: the main job on the embedded model, offline, on a laptop CPU.
 
 Converts the embedded model (once), starts the local vLLM server, materializes the ingestion
-assets (the built-in generator plus every shared benchmark file that is present), evaluates the
-embedded model on a small slice of GSM8K and MATH-500 (20 problems each, k=2) by materializing
-`eval_samples`, `eval_scores` and `eval_reports` into a persistent Dagster instance under
-WEFT_HOME (so the runs appear in the UI), prints the scores from DuckDB with SQL, stops the
-server it started, then trains a short SFT -> GRPO chain on CPU through Dagster Pipes.
+assets (the built-in reasoning-gym generator plus every benchmark file under WEFT_DATA_DIR:
+math, multiple choice and code; not the training pools), evaluates the embedded model on a
+small slice of GSM8K and MATH-500 (20 problems each, k=2) by materializing `eval_samples`,
+`eval_scores` and `eval_reports` into a persistent Dagster instance under WEFT_HOME (so the runs
+appear in the UI), prints the scores from DuckDB with SQL and stops the server it started.
+
+Then it trains and checks that training helped: SFT (`demo_sft`: the boxed answer format on
+built-in two-digit arithmetic) -> GRPO (`demo_grpo`: outcome reward on one-digit problems, where
+the model is right some of the time; groups of 4 rollouts, degenerate groups dropped as in SxS
+§3.2) through Dagster Pipes, prints the logged steps (reward, share of dropped groups), and
+scores the base, SFT and trained models on held-out one-digit problems no recipe trained on
+(avg@k at the GRPO temperature, graded by the reward's own grader), comparing them with paired
+bootstraps over problems (`eval.compare`).
+The last lines say whether the trained model is measurably better than the base model, and
+whether GRPO itself added anything over its SFT start; neither is assumed.
+
+Not guaranteed: that a few CPU steps of GRPO move held-out accuracy beyond noise; the demo
+reports what it measured either way.
 """
 
 import argparse
+import json
 import logging
-import os
+import random
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
+# DAGSTER_HOME preparation lives in assets.instance (shared with `make ui` and `weft`)
+from assets.instance import (  # noqa: F401 - re-exported for callers of assets.demo
+    ENV_MAX_RUN_SECONDS,
+    ensure_dagster_home,
+    run_monitoring_settings,
+)
 from pipelines.settings import data_dir, weft_home
 
 DEMO_BENCHMARKS = ("gsm8k", "math500")
-
-
-ENV_MAX_RUN_SECONDS = "WEFT_MAX_RUN_SECONDS"
-
-
-def run_monitoring_settings() -> dict:
-    """Dagster run monitoring (keys checked against dagster 1.13's instance schema), run by the
-    daemon that `dagster dev` starts: runs stuck starting or cancelling are failed after 3
-    minutes. The default run launcher cannot probe a run worker's health, so a killed run is
-    marked failed when it passes ``max_runtime_seconds`` (default 6 h; override with
-    WEFT_MAX_RUN_SECONDS, or per run with the tag ``dagster/max_runtime_seconds``)."""
-    max_runtime = int(os.environ.get(ENV_MAX_RUN_SECONDS) or 6 * 3600)
-    if max_runtime < 1:
-        raise ValueError(f"{ENV_MAX_RUN_SECONDS} must be a positive number of seconds, "
-                         f"got {max_runtime}")
-    return {"enabled": True, "start_timeout_seconds": 180, "cancel_timeout_seconds": 180,
-            "max_runtime_seconds": max_runtime, "poll_interval_seconds": 30}
-
-
-def ensure_dagster_home() -> Path:
-    """A persistent DAGSTER_HOME under WEFT_HOME (telemetry off, run monitoring on, first-run
-    modal dismissed). An existing dagster.yaml keeps its settings and gains the missing ones."""
-    import yaml
-
-    home = Path(os.environ.get("DAGSTER_HOME") or weft_home() / "dagster")
-    home.mkdir(parents=True, exist_ok=True)
-    cfg = home / "dagster.yaml"
-    settings = (yaml.safe_load(cfg.read_text()) if cfg.exists() else None) or {}
-    if not isinstance(settings, dict):
-        raise TypeError(f"{cfg} is not a YAML mapping; fix or remove it (weft recreates it)")
-    if "telemetry" not in settings or "run_monitoring" not in settings:
-        settings.setdefault("telemetry", {"enabled": False})
-        settings.setdefault("run_monitoring", run_monitoring_settings())
-        cfg.write_text(yaml.safe_dump(settings, sort_keys=False))
-    nux = home / ".nux" / "nux.yaml"
-    nux.parent.mkdir(exist_ok=True)
-    if not nux.exists():
-        nux.write_text("seen: 1\n")
-    os.environ["DAGSTER_HOME"] = str(home)
-    return home
+DEMO_SFT_RECIPE = "demo_sft"
+DEMO_GRPO_RECIPE = "demo_grpo"
+GRPO_SEED = 2  # order of the one-digit GRPO problems; held-out ones exclude them
+GRPO_PROBLEMS = 96
+HELDOUT_SEED = 1
+HELDOUT_PROBLEMS = 48
+HELDOUT_K = 2
+HELDOUT_TEMPERATURE = 1.0  # the GRPO sampling temperature: the score GRPO's reward estimates
+HELDOUT_MAX_TOKENS = 32  # = demo_grpo's max_completion_length
 
 
 def demo_sources() -> list[str]:
+    """What the demo ingests: the built-in reasoning-gym generator plus every benchmark (the
+    test-split sources: math, multiple choice and code) whose file is under WEFT_DATA_DIR. The
+    training pools (GSM8K/MATH train, DAPO, DeepScaleR) are left out: the demo trains on
+    built-in arithmetic, and they are materialized on request (``<name>_problems``)."""
     from pipelines.ingest import SOURCES
 
     sources = ["reasoning_gym"]
     root = data_dir()
-    for name in ("gsm8k", "math500", "aime24", "aime25", "amc23", "minerva_math",
-                 "olympiadbench", "gpqa_diamond"):
-        spec = SOURCES[name]
-        if root is not None and spec.local_path and (root / spec.local_path).exists():
+    for name, spec in SOURCES.items():
+        if spec.split != "test" or root is None or not spec.local_path:
+            continue
+        if (root / spec.local_path).exists():
             sources.append(name)
     return sources
 
 
-def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True) -> int:
+# ------------------------------------------------------------------ did training help?
+
+
+@dataclass(frozen=True)
+class LearningCheck:
+    """Per-problem avg@k of three models on the same held-out problems, and paired tests."""
+
+    base: dict[str, float]
+    sft: dict[str, float]
+    trained: dict[str, float]
+    k: int
+    temperature: float
+    trained_vs_base: Any  # eval.compare.PairedResult
+    trained_vs_sft: Any
+
+    @property
+    def improved(self) -> bool:
+        """The trained model beats the base model: the 95% CI of the difference is above 0."""
+        return self.trained_vs_base.ci_low > 0.0
+
+
+def problem_text(row: dict[str, Any]) -> str:
+    """The problem of a training row: its ``problem`` column, or the last user message of its
+    ``prompt`` (SFT rows)."""
+    if "problem" in row:
+        return str(row["problem"])
+    from training.data import as_messages
+
+    prompt = as_messages(row["prompt"], "prompt")
+    if isinstance(prompt, str):
+        return prompt
+    return [m["content"] for m in prompt if m["role"] == "user"][-1]
+
+
+def training_problems(runs: list[tuple[str, list[str]]]) -> set[str]:
+    """Every problem text the (recipe, overrides) runs train on (read through their dataset
+    specs)."""
+    from training.config import load_config
+    from training.data import load_dataset
+
+    seen: set[str] = set()
+    for recipe, overrides in runs:
+        config = load_config(recipe, overrides)
+        data = load_dataset(config.dataset, fallback=config.dataset_fallback,
+                            limit=config.dataset_limit, seed=config.seed)
+        seen.update(problem_text(r) for r in data.rows)
+    return seen
+
+
+def single_digit_arith(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()
+                       ) -> list[dict]:
+    """``n`` distinct one-digit problems (``a + b``, ``a - b`` with ``a >= b``, ``a * b``;
+    ``a, b`` in 1..9; 207 exist) in a seeded order, worded like ``training.data.builtin_arith``
+    (``What is 7 times 8?``), with gold ``answer`` and a boxed ``solution``; problems whose text
+    is in ``exclude`` are skipped. The demo's SFT teaches the format on two-digit problems, where
+    the embedded model is almost always wrong; on these it is right some of the time (measured:
+    about 25% plus, 56% times at temperature 1), which is what GRPO needs."""
+    words = {"+": "plus", "-": "minus", "*": "times"}
+    pool = [(a, op, b) for op in "+-*" for a in range(1, 10) for b in range(1, 10)
+            if op != "-" or a >= b]
+    random.Random(seed).shuffle(pool)
+    rows = []
+    for a, op, b in pool:
+        text = f"What is {a} {words[op]} {b}?"
+        if text in exclude:
+            continue
+        value = a + b if op == "+" else a - b if op == "-" else a * b
+        sign = "\\times" if op == "*" else op
+        rows.append({"problem_id": f"arith1-{a}{op}{b}", "problem": text, "answer": str(value),
+                     "solution": f"We compute ${a} {sign} {b} = {value}$.\n\n"
+                                 f"The answer is $\\boxed{{{value}}}$."})
+        if len(rows) == n:
+            return rows
+    raise ValueError(f"only {len(rows)} one-digit problems are left after excluding "
+                     f"{len(exclude)}; ask for at most {len(rows)}")
+
+
+def write_grpo_problems(n: int = GRPO_PROBLEMS, seed: int = GRPO_SEED) -> str:
+    """Write the demo's GRPO problems to WEFT_HOME/demo/ and return their dataset spec."""
+    path = weft_home() / "demo" / f"single_digit_arith_{seed}_{n}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in single_digit_arith(n, seed)))
+    return f"jsonl:{path}"
+
+
+def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] = frozenset()) -> list[dict]:
+    """``n`` one-digit problems (:func:`single_digit_arith`, seed ``seed``) whose text is not
+    in ``exclude`` (the training problems)."""
+    if n < 2:
+        raise ValueError(f"held-out problems: need at least 2 for a paired test, got {n}")
+    return single_digit_arith(n, seed, frozenset(exclude))
+
+
+def sample_scores(model_path: str, rows: list[dict], *, k: int, temperature: float,
+                  max_new_tokens: int, seed: int = 0, batch_size: int = 32,
+                  threads: int = 1) -> dict[str, float]:
+    """avg@k per problem: ``k`` sampled completions per problem from the model at
+    ``model_path`` (transformers, CPU, the boxed-format prompt GRPO trains on), each graded by
+    ``training.rewards.is_correct`` (the reward's grader). Deterministic for a given seed."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.data import grpo_examples
+    from training.rewards import is_correct
+
+    torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    prompts = [tokenizer.apply_chat_template(e["prompt"], tokenize=False,
+                                             add_generation_prompt=True)
+               for e in grpo_examples(rows, "boxed")]
+    torch.manual_seed(seed)
+    scores: dict[str, float] = {}
+    for start in range(0, len(rows), batch_size):
+        batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
+                          add_special_tokens=False)
+        with torch.inference_mode():
+            out = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0,
+                                 top_k=0, max_new_tokens=max_new_tokens, num_return_sequences=k,
+                                 pad_token_id=tokenizer.pad_token_id)
+        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:],
+                                       skip_special_tokens=True)
+        for i, row in enumerate(rows[start:start + batch_size]):
+            right = sum(is_correct(t, row["answer"], "boxed") for t in texts[i * k:(i + 1) * k])
+            scores[row["problem_id"]] = right / k
+    return scores
+
+
+def learning_check(base: str, sft: str, trained: str, rows: list[dict], *, k: int,
+                   temperature: float, max_new_tokens: int) -> LearningCheck:
+    """Score the base, SFT and trained models on the same held-out rows and compare them with
+    paired bootstraps over problems (``eval.compare.paired_bootstrap``: 95% CI of the mean
+    difference, two-sided p)."""
+    from eval.compare import paired_bootstrap
+
+    scores = {name: sample_scores(path, rows, k=k, temperature=temperature,
+                                  max_new_tokens=max_new_tokens)
+              for name, path in (("base", base), ("sft", sft), ("trained", trained))}
+    return LearningCheck(scores["base"], scores["sft"], scores["trained"], k, temperature,
+                         paired_bootstrap(scores["trained"], scores["base"]),
+                         paired_bootstrap(scores["trained"], scores["sft"]))
+
+
+def describe_learning(check: LearningCheck, n_steps: int, reward_first: float | None,
+                      reward_last: float | None) -> list[str]:
+    """The demo's closing lines: what was measured and whether the model got better."""
+
+    def line(label: str, r: Any) -> str:
+        return (f"  {label}: {r.mean_a:.3f} vs {r.mean_b:.3f}, difference {r.diff:+.3f} "
+                f"(95% CI {r.ci_low:+.3f} to {r.ci_high:+.3f}, p={r.p_value:.3g}, "
+                f"n={r.n} problems, paired bootstrap)")
+
+    n = check.trained_vs_base.n
+    out = [(f"[demo] held-out arithmetic ({n} problems never trained on), avg@{check.k} at "
+            f"temperature {check.temperature:g}:"),
+           line("trained (SFT+GRPO) vs base model", check.trained_vs_base),
+           line("trained vs its SFT start (what GRPO added)", check.trained_vs_sft)]
+    if reward_first is not None and reward_last is not None:
+        out.append(f"  GRPO reward over {n_steps} steps: {reward_first:.3f} (first third) -> "
+                   f"{reward_last:.3f} (last third)")
+    if check.improved:
+        out.append("[demo] the pipeline trained a model and measured that it got better: the "
+                   "trained model beats the base model on held-out problems (CI above 0).")
+    else:
+        out.append("[demo] the pipeline trained a model but did NOT measure an improvement over "
+                   "the base model on held-out problems (the CI includes 0 or lies below it).")
+    gain = check.trained_vs_sft
+    out.append("[demo] GRPO on its own: " + (
+        "improved on its SFT start (CI above 0)." if gain.ci_low > 0 else
+        "made it worse than its SFT start (CI below 0)." if gain.ci_high < 0 else
+        "no change measurable at this size (the CI includes 0)."))
+    return out
+
+
+def reward_thirds(checkpoint_id: str) -> tuple[int, float | None, float | None]:
+    """(steps, mean reward of the first third of the logged GRPO steps, of the last third)."""
+    from warehouse import Warehouse
+
+    rows = Warehouse().sql("SELECT step, reward_mean FROM train_metrics WHERE checkpoint_id = "
+                           "$id AND reward_mean IS NOT NULL ORDER BY step",
+                           {"id": checkpoint_id}).to_pylist()
+    rewards = [float(r["reward_mean"]) for r in rows]
+    if len(rewards) < 3:
+        return len(rewards), None, None
+    third = len(rewards) // 3
+    return (len(rewards), sum(rewards[:third]) / third, sum(rewards[-third:]) / third)
+
+
+def checkpoint_of(instance: dg.DagsterInstance, asset: str) -> tuple[str, str]:
+    """(path, checkpoint id) of the latest materialization of a checkpoint asset."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    meta = event.asset_materialization.metadata  # type: ignore[union-attr]
+    return str(meta["checkpoint_path"].value), str(meta["checkpoint_id"].value)
+
+
+def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PROBLEMS,
+                      k: int = HELDOUT_K, stages: dict[str, float] | None = None) -> bool:
+    """SFT on two-digit, GRPO on one-digit arithmetic through Dagster Pipes (``demo_sft``,
+    ``demo_grpo``), then the base, SFT and trained models on held-out one-digit problems with
+    paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
+    from assets.training import demo_chain
+    from training.run import resolve_model
+
+    stages = stages if stages is not None else {}
+    started = time.perf_counter()
+    grpo_overrides = [f"dataset={write_grpo_problems()}"]
+    if not demo_chain(instance, sft_recipe=DEMO_SFT_RECIPE, grpo_recipe=DEMO_GRPO_RECIPE,
+                      grpo_overrides=grpo_overrides):
+        return False
+    stages["train"] = time.perf_counter() - started
+    started = time.perf_counter()
+    sft_path, _ = checkpoint_of(instance, "sft_checkpoint")
+    trained_path, trained_id = checkpoint_of(instance, "grpo_checkpoint")
+    rows = heldout_arith(n_heldout, exclude=training_problems(
+        [(DEMO_SFT_RECIPE, []), (DEMO_GRPO_RECIPE, grpo_overrides)]))
+    print(f"\n[demo] measuring the base, SFT and trained models on {len(rows)} held-out "
+          f"arithmetic problems x {k} samples ...", flush=True)
+    check = learning_check(resolve_model("embedded"), sft_path, trained_path, rows, k=k,
+                           temperature=HELDOUT_TEMPERATURE, max_new_tokens=HELDOUT_MAX_TOKENS)
+    steps, first, last = reward_thirds(trained_id)
+    print("\n".join(describe_learning(check, steps, first, last)))
+    stages["heldout_eval"] = time.perf_counter() - started
+    out = weft_home() / "reports" / "demo_learning.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "trained_checkpoint": trained_id, "k": check.k, "temperature": check.temperature,
+        "improved": check.improved, "reward_first_third": first, "reward_last_third": last,
+        "trained_vs_base": check.trained_vs_base.as_dict(),
+        "trained_vs_sft": check.trained_vs_sft.as_dict(),
+        "scores": {"base": check.base, "sft": check.sft, "trained": check.trained},
+    }, indent=2, sort_keys=True))
+    print(f"[demo] per-problem scores and both comparisons: {out}")
+    return True
+
+
+def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True,
+        heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K) -> int:
     from assets import evaluation, ingest, reports
     from assets.resources import GraderResource, LLMResource, WarehouseResource
     from assets.sandbox_resource import SandboxResource
@@ -85,6 +316,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     from warehouse.__main__ import format_table
 
     started = time.perf_counter()
+    stages: dict[str, float] = {}
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     # On the default port the evaluation assets find and reuse this server.
@@ -147,11 +379,10 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         print(format_table(wh.sql("SELECT * FROM sample_stats ORDER BY benchmark")))
     finally:
         server.stop()  # free the CPU for training
-    if train:
-        from assets.training import demo_chain
-
-        if not demo_chain(instance):
-            return 1
+    stages["ingest_and_eval"] = time.perf_counter() - started
+    if train and not train_and_measure(instance, heldout, heldout_k, stages=stages):
+        return 1
+    print("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items()))
     print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
     print(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
     print("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
@@ -165,7 +396,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--port", type=int, default=None)
-    parser.add_argument("--no-train", action="store_true", help="skip the SFT -> GRPO chain")
+    parser.add_argument("--no-train", action="store_true",
+                        help="skip the SFT -> GRPO chain and the held-out comparison")
+    parser.add_argument("--heldout", type=int, default=HELDOUT_PROBLEMS,
+                        help="held-out arithmetic problems for the before/after comparison")
+    parser.add_argument("--heldout-k", type=int, default=HELDOUT_K,
+                        help="samples per held-out problem (avg@k)")
     parser.add_argument("--prepare-dagster-home", action="store_true",
                         help="only create WEFT_HOME/dagster (used by `make ui`) and exit")
     args = parser.parse_args(argv)
@@ -173,7 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         print(ensure_dagster_home())
         return 0
     logging.basicConfig(level=logging.WARNING)
-    return run(args.limit, args.k, args.max_tokens, args.port, train=not args.no_train)
+    if args.heldout < 2 or args.heldout_k < 1:
+        parser.error("--heldout needs at least 2 problems and --heldout-k at least 1 sample")
+    return run(args.limit, args.k, args.max_tokens, args.port, train=not args.no_train,
+               heldout=args.heldout, heldout_k=args.heldout_k)
 
 
 if __name__ == "__main__":

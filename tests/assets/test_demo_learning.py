@@ -1,0 +1,118 @@
+"""`make demo`: what it ingests, the held-out set it measures learning on, its verdict lines, and
+(real TRL, slow) that its training recipes give GRPO groups that are not all right or all wrong."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from assets.demo import (
+    DEMO_GRPO_RECIPE,
+    DEMO_SFT_RECIPE,
+    GRPO_PROBLEMS,
+    GRPO_SEED,
+    LearningCheck,
+    demo_sources,
+    describe_learning,
+    heldout_arith,
+    sample_scores,
+    single_digit_arith,
+    training_problems,
+    write_grpo_problems,
+)
+from eval.compare import paired_bootstrap
+
+
+def test_demo_ingests_every_shared_benchmark_file_and_no_training_pool(shared_data):
+    sources = demo_sources()
+    # Independent listing: the benchmark files on disk, named as the ingestion sources are.
+    on_disk = {p.name for p in (shared_data / "benchmarks").iterdir()}
+    expected = {"gsm8k": "gsm8k_test.jsonl", "math500": "math500.jsonl", "aime24": "aime24.jsonl",
+                "aime25": "aime25.jsonl", "amc23": "amc23.jsonl",
+                "minerva_math": "minerva_math.jsonl", "olympiadbench": "olympiadbench.jsonl",
+                "gpqa_diamond": "gpqa_diamond.jsonl.gz", "humaneval": "humaneval.jsonl.gz",
+                "mbppplus": "mbppplus.jsonl", "livecodebench": "livecodebench_279.json"}
+    assert sources[0] == "reasoning_gym"
+    assert set(sources[1:]) == {name for name, f in expected.items() if f in on_disk}
+    assert {"humaneval", "mbppplus", "livecodebench"} <= set(sources)  # the code benchmarks
+    assert not {"gsm8k_train", "math_train", "dapo_math_17k", "deepscaler"} & set(sources)
+
+
+def test_heldout_problems_are_one_digit_and_disjoint_from_what_the_demo_trains_on(weft_home):
+    grpo = [(DEMO_GRPO_RECIPE, [f"dataset={write_grpo_problems()}"])]
+    trained_on = training_problems([(DEMO_SFT_RECIPE, []), *grpo])
+    rows = heldout_arith(64, exclude=trained_on)
+    assert len(rows) == 64 and len({r["problem_id"] for r in rows}) == 64
+    assert not {r["problem"] for r in rows} & trained_on
+    assert rows == heldout_arith(64, exclude=trained_on)  # deterministic
+    grpo_texts = {r["problem"] for r in single_digit_arith(GRPO_PROBLEMS, GRPO_SEED)}
+    assert grpo_texts <= trained_on and len(grpo_texts) == GRPO_PROBLEMS
+    for r in rows:  # one-digit operands, no negative results, right gold answers
+        _, _, a, word, b = r["problem"].rstrip("?").split()
+        a, b = int(a), int(b)
+        assert 1 <= a <= 9 and 1 <= b <= 9
+        value = {"plus": a + b, "minus": a - b, "times": a * b}[word]
+        assert value >= 0 and r["answer"] == str(value)
+    # 9 x 9 sums and products, 45 differences with a >= b: 207 problems in all
+    assert len(single_digit_arith(207, 0)) == 207
+    with pytest.raises(ValueError, match="only 0 one-digit problems are left"):
+        single_digit_arith(1, 0, exclude={r["problem"] for r in single_digit_arith(207, 0)})
+    with pytest.raises(ValueError, match="at least 2"):
+        heldout_arith(1)
+
+
+def _check(base, sft, trained) -> LearningCheck:
+    ids = [f"p{i}" for i in range(len(base))]
+    b, s, t = (dict(zip(ids, x)) for x in (base, sft, trained))
+    return LearningCheck(b, s, t, 4, 1.0, paired_bootstrap(t, b), paired_bootstrap(t, s))
+
+
+def test_verdict_says_better_only_when_the_ci_is_above_zero():
+    better = _check([0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10)
+    lines = describe_learning(better, 12, 0.3, 0.5)
+    assert better.improved
+    assert "measured that it got better" in lines[-2]
+    assert "improved on its SFT start" in lines[-1]
+    assert "0.300 (first third) -> 0.500 (last third)" in "\n".join(lines)
+    same = _check([0.25, 0.5] * 10, [0.25, 0.5] * 10, [0.5, 0.25] * 10)
+    lines = describe_learning(same, 12, None, None)
+    assert not same.improved
+    assert "did NOT measure an improvement" in lines[-2]
+    assert "no change measurable" in lines[-1]
+    noisy = _check([0.0] * 20, [0.0] * 20, [0.5] + [0.0] * 19)  # higher mean, CI reaches 0
+    assert noisy.trained_vs_base.diff > 0 and not noisy.improved
+    assert "did NOT measure an improvement" in describe_learning(noisy, 12, None, None)[-2]
+    worse = _check([0.5] * 20, [0.75] * 20, [0.25, 0.0] * 10)
+    assert "worse than its SFT start" in describe_learning(worse, 12, None, None)[-1]
+
+
+def test_sample_scores_grades_real_generations(embedded_model_dir):
+    """The base model on two held-out problems: k scores per problem in [0, 1] steps of 1/k."""
+    rows = heldout_arith(2)
+    scores = sample_scores(str(embedded_model_dir), rows, k=2, temperature=1.0, max_new_tokens=8)
+    assert set(scores) == {r["problem_id"] for r in rows}
+    assert all(s in (0.0, 0.5, 1.0) for s in scores.values())
+
+
+@pytest.mark.slow
+def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_model_dir):
+    """Real TRL on the embedded model: the demo's SFT recipe teaches the boxed format well enough
+    that the demo's GRPO recipe sees groups with right AND wrong answers in its first steps
+    (the old demo chain dropped every group from its second step on)."""
+    from training.config import load_config
+    from training.grpo import run_grpo
+    from training.sft import run_sft
+    from warehouse import Warehouse
+
+    sft = run_sft(load_config(DEMO_SFT_RECIPE, {"model_name_or_path": str(embedded_model_dir)}))
+    grpo = run_grpo(load_config(DEMO_GRPO_RECIPE, {
+        "model_name_or_path": sft.path, "dataset": write_grpo_problems(), "max_steps": 2,
+        "save_steps": 2}))
+    rows = Warehouse().sql("SELECT step, filtered_group_share, reward_mean FROM train_metrics "
+                           "WHERE checkpoint_id = $id ORDER BY step",
+                           {"id": grpo.checkpoint_id}).to_pylist()
+    assert [r["step"] for r in rows] == [1, 2]
+    assert min(r["filtered_group_share"] for r in rows) < 1.0  # some group was kept
+    assert any(0.0 < r["reward_mean"] < 1.0 for r in rows)  # right and wrong answers in a step
+    meta = json.loads((Path(grpo.path) / "weft-checkpoint.json").read_text())
+    assert meta["recipe"] == DEMO_GRPO_RECIPE
