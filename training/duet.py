@@ -491,14 +491,22 @@ class RolloutGate:
        (force EOS now, ``aborted``);
     3. trim (line 20): if the marker was seen, no coin was drawn, and ``t >= tau + G``: end now.
 
-    The coin is the pre-drawn uniform ``u`` (kept iff ``u < eps_abort``), so outcomes are
-    reproducible from a seed. ``tail`` is a callable returning the last ``n`` tokens (or text)
-    for the marker, so callers only decode when a poll happens.
+    The coin is the uniform ``u`` (kept iff ``u < eps_abort``): a pre-drawn number, or a
+    callable ``t -> u`` called once, when the coin is drawn (the vLLM processor derives ``u``
+    from a seeded hash of the prefix there; ``training.duet_generate.prefix_coin``), so outcomes
+    are reproducible from a seed. ``tail`` is a callable returning the last ``n`` tokens (or
+    text) for the marker, so callers only decode when a poll happens.
+
+    This class is the one state machine of the abort rule: the transformers processor
+    (``training.duet_generate.MarkerAbortProcessor``), the vLLM processor
+    (``training.duet_vllm.DuetAbortLogitsProcessor``) and the replay of a finished rollout
+    (``training.duet_generate.replay_gate``) all drive it.
     """
 
-    def __init__(self, params: GateParams, marker: Callable[[Any], bool], u: float):
-        if not 0 <= u < 1:
-            raise ValueError(f"the coin's uniform draw must be in [0, 1), got {u!r}")
+    def __init__(self, params: GateParams, marker: Callable[[Any], bool],
+                 u: float | Callable[[int], float]):
+        if not callable(u):
+            _check_coin(u)
         self.params, self.marker, self.u = params, marker, u
         self.tau: int | None = None  # first poll at which the marker was seen
         self.coin_drawn = False  # keep_decided
@@ -523,6 +531,8 @@ class RolloutGate:
             self.tau = t
         if t >= p.k2 + p.grace and self.tau is None and not self.coin_drawn:
             self.coin_drawn = True
+            if callable(self.u):
+                self.u = _check_coin(self.u(t))
             if not self.u < p.eps_abort:
                 self.aborted = True
                 self.stopped_at = t
@@ -531,6 +541,12 @@ class RolloutGate:
             self.stopped_at = t
             return True
         return False
+
+
+def _check_coin(u: Any) -> float:
+    if not (isinstance(u, (int, float)) and 0 <= u < 1):
+        raise ValueError(f"the coin's uniform draw must be in [0, 1), got {u!r}")
+    return float(u)
 
 
 def coin_draws(seed: int, step: int, count: int) -> list[float]:

@@ -48,7 +48,9 @@ Departures, and why:
 - ``n_min`` defaults to 2 (the paper does not give its value): a single rollout has a zero
   group-normalised advantage and spends tokens for no gradient. ``n_max`` = ``num_generations``.
 - Single process only, transformers generation only (vLLM and multi-process runs are refused
-  at construction with what to change).
+  at construction with what to change). The vLLM form of the abort rule is ready in
+  ``training.duet_vllm`` (processor) and ``training.duet_generate`` (``gate_request_args``,
+  ``replay_gate``, ``vllm_logits_processors``) for when TRL's vLLM rollouts are wired here.
 
 Not guaranteed: unbiasedness under group-normalised advantages (paper, App. A.2.6); the
 ``tokens_generated`` metric of ``WeftGRPOTrainer`` counts one placeholder token per unallocated

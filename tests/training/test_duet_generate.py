@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.duet import GateParams, coin_draws
-from training.duet_generate import MarkerAbortProcessor
+from training.duet import GateParams, RolloutGate, coin_draws
+from training.duet_generate import MarkerAbortProcessor, gate_request_args, replay_gate
 
 VOCAB, EOS, MARK, FILL = 12, 11, 5, 1
 
@@ -45,7 +45,70 @@ def _scripted_generate(streams, processor, prompt_len=3, max_new=200):
     return out
 
 
-def test_batched_processor_matches_algorithm1_stop_times():
+def _vllm_scripted_generate(streams, processor, params, coins, prompt_len=3, max_new=200):
+    """The same scripted model under vLLM's V1 persistent-batch protocol: requests are added
+    with their SamplingParams (the gate in ``extra_args``) and live output lists, finished
+    ones are removed (and the last request moved into the hole, as vLLM condenses the batch);
+    ``update_state`` then ``apply`` run before each token."""
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    outputs = [[] for _ in streams]
+    slot_of = {}  # batch index -> request
+    added = []
+    for r, coin in enumerate(coins):
+        extra = gate_request_args(params, "boxed", eos_token_id=EOS, coin=coin)
+        added.append((r, SamplingParams(max_tokens=max_new, extra_args=extra),
+                      [0] * prompt_len, outputs[r]))
+        slot_of[r] = r
+    update = BatchUpdate(batch_size=len(streams), removed=[], added=added, moved=[])
+    for _ in range(max_new):
+        processor.update_state(update)
+        update = None
+        logits = torch.full((len(slot_of), VOCAB), -10.0)
+        for slot, r in slot_of.items():
+            t = len(outputs[r])
+            logits[slot, streams[r][t] if t < len(streams[r]) else EOS] = 10.0
+        logits = processor.apply(logits)
+        finished = []
+        for slot, r in slot_of.items():
+            outputs[r].append(int(logits[slot].argmax()))
+            if outputs[r][-1] == EOS:
+                finished.append(slot)
+        if finished:
+            removed, moved = [], []
+            for slot in sorted(finished, reverse=True):
+                last = len(slot_of) - 1
+                slot_of.pop(slot)
+                removed.append(slot)
+                if slot != last:
+                    slot_of[slot] = slot_of.pop(last)
+                    moved.append((last, slot, MoveDirectionality.UNIDIRECTIONAL))
+            update = BatchUpdate(batch_size=len(slot_of), removed=removed, added=[], moved=moved)
+        if not slot_of:
+            break
+    return [out.index(EOS) for out in outputs]
+
+
+def _run_engine(engine, streams, params, coins):
+    """(lengths, gates) from the transformers or the vLLM processor over scripted streams."""
+    if engine == "transformers":
+        proc = MarkerAbortProcessor.for_batch(params, [_marker] * len(coins), coins, 3, EOS,
+                                              _decode)
+        return _scripted_generate(streams, proc), proc.gates
+    pytest.importorskip("vllm")
+    from training.duet_vllm import DuetAbortLogitsProcessor
+
+    proc = DuetAbortLogitsProcessor(None, torch.device("cpu"), False, decode=_decode,
+                                    marker=_marker, record=True)
+    return _vllm_scripted_generate(streams, proc, params, coins), proc.gates
+
+
+ENGINES = ["transformers", "vllm"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batched_processor_matches_algorithm1_stop_times(engine):
     params = GateParams(k1=16, k2=64, grace=10, poll_every=8, eps_abort=0.1)
 
     def stream(length, marker_at=None):
@@ -63,23 +126,27 @@ def test_batched_processor_matches_algorithm1_stop_times():
         stream(300, marker_at=3),  # marker before K1: seen at the first poll, 16 -> 26
     ]
     coins = [0.5, 0.5, 0.5, 0.01, 0.5, 0.5]
-    proc = MarkerAbortProcessor.for_batch(params, [_marker] * 6, coins, 3, EOS, _decode)
-    lengths = _scripted_generate(streams, proc)
+    lengths, gates = _run_engine(engine, streams, params, coins)
     assert lengths == [34, 34, 74, 120, 40, 26]
-    gates = proc.gates
     assert [g.aborted for g in gates] == [False, False, True, False, False, False]
     assert [g.coin_drawn for g in gates] == [False, False, True, True, False, False]
     assert [g.p_abort for g in gates] == [1.0, 1.0, 0.1, 0.1, 1.0, 1.0]
     assert [g.stopped_at for g in gates] == [34, 34, 74, None, None, 26]
+    # The replay of each finished rollout recovers the processor's outcome.
+    for s, n, g, u in zip(streams, lengths, gates, coins, strict=True):
+        tokens = s[:n] + [EOS]
+        again = replay_gate(RolloutGate(params, _marker, u), tokens, [EOS], _decode)
+        assert (again.aborted, again.coin_drawn, again.tau, again.stopped_at) == \
+            (g.aborted, g.coin_drawn, g.tau, g.stopped_at)
 
 
-def test_processor_is_reproducible_from_a_seed():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_processor_is_reproducible_from_a_seed(engine):
     params = GateParams(k1=4, k2=8, grace=2, poll_every=2, eps_abort=0.5)
 
     def run(seed):
         coins = coin_draws(seed, step=1, count=32)
-        proc = MarkerAbortProcessor.for_batch(params, [_marker] * 32, coins, 3, EOS, _decode)
-        return _scripted_generate([[FILL] * 40] * 32, proc)
+        return _run_engine(engine, [[FILL] * 40] * 32, params, coins)[0]
 
     first = run(5)
     assert first == run(5)
