@@ -33,6 +33,13 @@ reward of that format grades, with the same grader.
   policy ``state_preserved`` keeps earlier thoughts, ``state_discarded`` keeps only code and
   outputs. ``thinking_caps`` cap each turn's thinking (the thinking-budget sweep).
 
+- ``handoff``: Tandem RL §4.3 handoff robustness. The evaluated model (senior) and a partner
+  model (``handoff_partner``, the junior) take turns at every ``"\n\n"`` reasoning step of one
+  shared answer (format ``boxed``), strictly alternating or by a seeded draw per step
+  (``handoff_schedule``: ``alternate`` | ``bernoulli`` with ``handoff_p``, App. B.3), with the
+  senior or the junior writing the first step (``handoff_starts``). Run by ``eval.handoff``;
+  the client passed to the runner is an ``eval.handoff.HandoffTeam`` of the two clients.
+
 A sweep over ``thinking_caps`` repeats the chosen mode (``single`` or ``tool``) once per cap
 (``thinking_cap`` column). A cap limits the THINKING of each answer or turn, not the whole
 reply (DeepTool §3.4, a per-step thinking budget): the reply is generated up to the cap, an
@@ -66,10 +73,11 @@ from pipelines.formats import (
     parse_tagged,
 )
 
-MODES = ("single", "interleaved", "budgeted", "tool")
+MODES = ("single", "interleaved", "budgeted", "tool", "handoff")
 # The answer format of each mode's outputs (pipelines.formats): its answer region is graded,
 # exactly as the RL reward of that format reads it.
-MODE_FORMATS = {"single": BOXED, "budgeted": BOXED, "interleaved": SXS, "tool": TIR}
+MODE_FORMATS = {"single": BOXED, "budgeted": BOXED, "interleaved": SXS, "tool": TIR,
+                "handoff": BOXED}
 # Modes whose outputs get content-latency metrics (SxS Table 1 has both kinds of rows).
 LATENCY_MODES = ("single", "interleaved")
 # Budgeted mode's default decoding limit is this many times the largest budget (the paper's
@@ -100,6 +108,11 @@ class ModeConfig:
     max_turns: int = 6
     tokenizer_path: str | None = None
     budget_prompt: str = "urgency"  # pipelines.formats.BUDGET_PROMPT_STYLES: urgency | numeric
+    # handoff mode (eval.handoff): the partner's label, who writes the first step, the schedule
+    handoff_partner: str = ""
+    handoff_starts: str = "senior"  # senior | junior
+    handoff_schedule: str = "alternate"  # alternate (§4.3) | bernoulli (App. B.3)
+    handoff_p: float = 0.5  # bernoulli: the senior's probability at each step
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -125,6 +138,10 @@ class ModeConfig:
                              f"got {self.budget_limit!r}")
         if self.max_turns < 1:
             raise ValueError("max_turns must be >= 1")
+        if self.mode == "handoff":
+            from eval.handoff import check_handoff_settings
+
+            check_handoff_settings(self.handoff_schedule, self.handoff_starts, self.handoff_p)
         if self.budget_prompt not in BUDGET_PROMPT_STYLES:
             raise ValueError(f"budget_prompt must be one of {BUDGET_PROMPT_STYLES} (the paper's "
                              f"urgency words, or our wording with the number), "

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -167,6 +167,13 @@ async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: Eva
             finally:
                 await asyncio.to_thread(session.close)
             row.update(out, context_policy=mode.context_policy)
+            return row
+        if mode.mode == "handoff":  # senior and partner alternate at reasoning steps
+            from eval.handoff import handoff_sample
+
+            row.update(await handoff_sample(client, messages, params, mode, tag=tag,
+                                            sample_index=variant))
+            row.update(output_fields(mode.mode, row["output"], tokenizer))
             return row
         if job.cap is None:
             result = (await client.chat(messages, params, tag=tag, sample_index=variant))[0]
@@ -322,7 +329,16 @@ def _majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
 
 async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str, Any]],
                    cfg: EvalConfig, *, model_label: str, pool: Any | None = None,
-                   sandbox: Any | None = None, checkpoint_id: str | None = None) -> EvalResult:
+                   sandbox: Any | None = None, checkpoint_id: str | None = None,
+                   progress: Callable[[str], None] | None = None,
+                   heartbeat_s: float = 20.0) -> EvalResult:
+    """Generate, grade and score. Generation progress (done/total, failures, tokens/s, ETA)
+    goes where the client sends it (``LLMClient.progress``); the grading phase logs its start,
+    a heartbeat every ``heartbeat_s`` and its duration to ``progress`` (default: this module's
+    logger, which reaches the Dagster run log or stderr, ``pipelines.progress``)."""
+    from pipelines.progress import heartbeat
+
+    emit = progress or log.info
     chosen = select_problems(problems, cfg.limit)
     if not chosen:
         raise ValueError(
@@ -331,7 +347,13 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
     t0 = time.perf_counter()
     rows = await generate(client, bench, chosen, cfg, model_label=model_label, sandbox=sandbox)
     t1 = time.perf_counter()
-    grade(rows, bench, pool, problems={p["problem_id"]: p for p in chosen}, sandbox=sandbox)
+    failed = sum(1 for r in rows if r.get("gen_error") is not None)
+    tokens = sum(int(r.get("completion_tokens") or 0) for r in rows)
+    emit(f"generated {len(rows)} samples of {model_label} on {bench.name} in {t1 - t0:.1f}s "
+         f"({failed} failed, {tokens / max(t1 - t0, 1e-9):.1f} tokens/s)")
+    with heartbeat(f"grading {len(rows)} {bench.name} samples ({bench.grader} grader)", emit,
+                   every_s=heartbeat_s):
+        grade(rows, bench, pool, problems={p["problem_id"]: p for p in chosen}, sandbox=sandbox)
     t2 = time.perf_counter()
     for row in rows:
         row["checkpoint_id"] = checkpoint_id

@@ -18,16 +18,33 @@ Pure functions over models and token ids (torch/transformers; no dagster, no war
 Choices (the paper's values are not legible in our copy): marginals use add-``smoothing``
 (default 0.5) counts over the whole vocabulary so that log-ratios and the KL stay finite;
 "frequent" is ``min_count`` (default 20) occurrences in the junior's outputs.
-Not guaranteed: anything about the warehouse rows or plots these feed (not built yet).
+Warehouse-facing helpers (plain rows; ``assets/tandem.py`` writes them and draws the plots):
+
+- :func:`legibility_rows` / :func:`drift_rows` / :func:`drift_summary`: per-sample §4.5 rows,
+  per-token §4.4 rows (counts, signed log-ratio) and one summary row (KL, survival curve at
+  :data:`SURVIVAL_THRESHOLDS`, mean cross-entropy and overlap).
+- :func:`per_problem` and :func:`paired_tandem_tests` (§5.3): per-problem statistics (the
+  unbiased pass@k of Chen et al. for handoff samples, the mean over samples for cross-entropy
+  and overlap) compared between two trained models with ``eval.compare``'s paired one-sided
+  t-test and paired bootstrap, each in the paper's claimed direction (handoff pass@k and
+  overlap: A greater; cross-entropy: A less).
+
+Not guaranteed: the rows say nothing about samples that failed to generate (left out).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+# |log-ratio| thresholds of the §4.4 survival curve (nats): 0 to 3 in steps of 0.25.
+SURVIVAL_THRESHOLDS = tuple(i / 4 for i in range(13))
+# The direction each §5.3 claim is tested in (alternative of eval.compare, about A - B).
+CLAIMED_DIRECTION = {"handoff_pass@k": "greater", "junior_ce_nats": "less", "overlap": "greater"}
 
 
 @dataclass(frozen=True)
@@ -116,3 +133,92 @@ def survival(deviations: Sequence[float], thresholds: Sequence[float]) -> list[f
         return [math.nan for _ in thresholds]
     dev = torch.tensor([abs(d) for d in deviations], dtype=torch.float64)
     return [float((dev > t).double().mean()) for t in thresholds]
+
+
+# ------------------------------------------------------------------ warehouse rows (§4.4, §4.5)
+
+
+def legibility_rows(samples: Sequence[Mapping[str, Any]], stats: Sequence[Legibility], *,
+                    model: str, junior: str) -> list[dict[str, Any]]:
+    """One ``tandem_legibility`` row per scored sample (``stats[i]`` belongs to ``samples[i]``)."""
+    if len(samples) != len(stats):
+        raise ValueError(f"one Legibility per sample: {len(samples)} samples, {len(stats)} stats")
+    return [{"model": model, "junior": junior, "benchmark": s["benchmark"],
+             "problem_id": s["problem_id"], "sample_index": int(s["sample_index"]),
+             "tokens": st.tokens, "junior_ce_nats": st.junior_ce_nats, "overlap": st.overlap,
+             "checkpoint_id": s.get("checkpoint_id")}
+            for s, st in zip(samples, stats)]
+
+
+def drift_rows(drift: Drift, senior_counts: torch.Tensor, junior_counts: torch.Tensor, *,
+               model: str, junior: str, benchmark: str,
+               decode: Callable[[int], str] | None = None) -> list[dict[str, Any]]:
+    """One ``tandem_drift`` row per token frequent in the junior's outputs."""
+    return [{"model": model, "junior": junior, "benchmark": benchmark, "token_id": int(t),
+             "token": decode(int(t)) if decode else None,
+             "senior_count": int(senior_counts[t]), "junior_count": int(junior_counts[t]),
+             "log_ratio": float(r), "abs_log_ratio": abs(float(r))}
+            for t, r in zip(drift.token_ids, drift.log_ratio)]
+
+
+def drift_summary(drift: Drift, legibility_stats: Sequence[Legibility], *, model: str,
+                  junior: str, benchmark: str, min_count: int,
+                  thresholds: Sequence[float] = SURVIVAL_THRESHOLDS) -> dict[str, Any]:
+    """The ``tandem_summary`` row: §4.4 KL and survival curve, §4.5 means over samples."""
+    scored = [s for s in legibility_stats if s.tokens > 0]
+    return {"model": model, "junior": junior, "benchmark": benchmark,
+            "kl": drift.kl, "frequent_tokens": len(drift.token_ids), "min_count": min_count,
+            "survival_thresholds": [float(t) for t in thresholds],
+            "survival": survival(drift.log_ratio, thresholds),
+            "samples": len(scored),
+            "junior_ce_nats": (sum(s.junior_ce_nats for s in scored) / len(scored)
+                               if scored else math.nan),
+            "overlap": sum(s.overlap for s in scored) / len(scored) if scored else math.nan}
+
+
+# ------------------------------------------------------------------ paired tests (§5.3)
+
+
+def per_problem(rows: Iterable[Mapping[str, Any]], statistic: str,
+                k: int | None = None) -> dict[str, float]:
+    """Per-problem statistic: ``pass@k`` (unbiased estimator from the ``correct`` column, for
+    problems with at least k answered samples) or the mean of a numeric column over samples
+    (``junior_ce_nats``, ``overlap``); failed generations and NaN values are left out."""
+    from eval.metrics import pass_at_k
+
+    groups: dict[str, list[Any]] = {}
+    for r in rows:
+        if statistic == "pass@k":
+            if r.get("gen_error") is None and r.get("correct") is not None:
+                groups.setdefault(r["problem_id"], []).append(bool(r["correct"]))
+        else:
+            value = r.get(statistic)
+            if value is not None and not math.isnan(float(value)):
+                groups.setdefault(r["problem_id"], []).append(float(value))
+    if statistic == "pass@k":
+        if not k or k < 1:
+            raise ValueError("pass@k needs k >= 1")
+        return {p: pass_at_k(len(c), sum(c), k) for p, c in groups.items() if len(c) >= k}
+    return {p: sum(v) / len(v) for p, v in groups.items()}
+
+
+def paired_tandem_tests(a: Mapping[str, float], b: Mapping[str, float], *, statistic: str,
+                        n_boot: int = 5000, seed: int = 0) -> dict[str, Any]:
+    """§5.3's paired one-sided tests of model A against model B on one per-problem statistic
+    (``handoff_pass@k``, ``junior_ce_nats`` or ``overlap``), on the problems both have, in the
+    claimed direction (:data:`CLAIMED_DIRECTION`)."""
+    from eval.compare import paired_bootstrap, paired_t_test
+
+    if statistic not in CLAIMED_DIRECTION:
+        raise ValueError(f"statistic must be one of {sorted(CLAIMED_DIRECTION)}, got {statistic!r}")
+    alternative = CLAIMED_DIRECTION[statistic]
+    shared = sorted(set(a) & set(b))
+    if len(shared) < 2:
+        raise ValueError(f"{statistic}: the two models share {len(shared)} problem(s); a paired "
+                         "test needs at least 2 (evaluate both on the same benchmark slice)")
+    sa, sb = {p: a[p] for p in shared}, {p: b[p] for p in shared}
+    t = paired_t_test(sa, sb, alternative=alternative)
+    boot = paired_bootstrap(sa, sb, n_boot=n_boot, seed=seed, alternative=alternative)
+    return {"statistic": statistic, "alternative": alternative, "n": t.n, "mean_a": t.mean_a,
+            "mean_b": t.mean_b, "diff": t.diff, "ci_low": t.ci_low, "ci_high": t.ci_high,
+            "t": t.statistic, "p_ttest": t.p_value, "p_bootstrap": boot.p_value}

@@ -1,0 +1,531 @@
+"""Tandem RL assets (tandem.txt §3-5): train, evaluate on the paper's axes, compare two models.
+
+- ``tandem_checkpoint`` (group ``train``, beside ``grpo_checkpoint``): a Tandem RL run
+  (``tandem_grpo*`` recipes) or the KL-to-junior ablation (``kl_junior_grpo*``, §5.2), launched
+  through Dagster Pipes by ``assets.training``'s ``TrainerLauncher``; the checkpoint is
+  registered as a model. Its junior (the frozen partner) is the run's starting checkpoint
+  unless the recipe names another one (§3.2); the path is in the metadata (``junior_path``).
+- ``tandem_eval`` (group ``evaluate``): the senior (default: the latest ``tandem_checkpoint``;
+  any registered model, e.g. a GRPO baseline, via ``model``) solo (§4.2), the junior solo, and
+  the two in handoff mode (§4.3) with the senior starting and with the junior starting. Every
+  run writes ordinary ``eval_samples`` / ``eval_scores`` partitions ``<benchmark>@<label>``
+  (the team's label is ``eval.handoff.handoff_label``), so the leaderboard, ``eval_reports``
+  and its paired tests cover them.
+- ``tandem_legibility`` (group ``evaluate``): §4.5 junior cross-entropy and distribution
+  overlap on the senior's solo outputs, §4.4 marginal drift of the senior from the junior
+  (tables ``tandem_legibility``, ``tandem_drift``, ``tandem_summary``; views in
+  ``warehouse/migrations/005_tandem.sql``), with the drift survival curve and legibility per
+  model as plots in the metadata (every model evaluated against the same junior on the
+  benchmark, so a TRL and a GRPO senior share one plot).
+- ``tandem_comparison`` (group ``report``): §5.3 paired one-sided tests of model A against
+  model B on per-problem handoff pass@k (both starts, each k), cross-entropy and overlap
+  (table ``tandem_pairwise``, view ``tandem_pairwise_latest``).
+
+Not guaranteed: legibility and drift need the weights (local models only); everything here on
+CPU is a smoke-sized run of the paper's protocol, not its numbers.
+"""
+
+
+import asyncio
+import base64
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.ingest import problems
+from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.training import (
+    CheckpointFamily,
+    TrainerLauncher,
+    _run,
+    check_recipe,
+    latest_checkpoint,
+)
+
+DEFAULT_TANDEM_RECIPE = "tandem_grpo.cpu"
+STARTS = ("senior", "junior")
+
+
+class TandemCheckpointConfig(dg.Config):
+    # tandem_grpo(.cpu): Tandem RL; kl_junior_grpo(.cpu): the KL-to-junior ablation (§5.2)
+    recipe: str = DEFAULT_TANDEM_RECIPE
+    overrides: list[str] = []  # key=value, YAML values (e.g. "max_steps=20")
+    from_sft: bool = False  # start from the latest sft_checkpoint (the paper starts from base)
+
+
+def recipe_method(config: Any) -> str:
+    """``tandem`` or ``kl_junior`` for a resolved GRPO config; ValueError for other recipes."""
+    if getattr(config, "tandem", None) is not None:
+        return "tandem"
+    if float(getattr(config, "beta", 0.0) or 0.0) > 0.0:
+        return "kl_junior"
+    raise ValueError("tandem_checkpoint trains Tandem RL (recipe tandem_grpo or .cpu) or the "
+                     "KL-to-junior ablation (kl_junior_grpo or .cpu, beta > 0); this recipe is "
+                     "plain GRPO: materialize grpo_checkpoint for it instead")
+
+
+TANDEM_FAMILY = CheckpointFamily(
+    "tandem_checkpoint", "grpo", DEFAULT_TANDEM_RECIPE, ("problems",),
+    ("tandem_grpo", "kl_junior_grpo"), parent="sft_checkpoint",
+    description="Tandem RL or its KL-to-junior ablation on problems with gold answers",
+    config=TandemCheckpointConfig)
+
+
+@dg.asset(
+    deps=[dg.AssetKey(name) for name in (*TANDEM_FAMILY.data, TANDEM_FAMILY.parent)],
+    group_name="train",
+    kinds={"pytorch", "python"},
+    description="A Tandem RL checkpoint (senior + frozen junior rollouts, senior-only GRPO loss) "
+                "or its KL-to-junior ablation, trained through Dagster Pipes.",
+)
+def tandem_checkpoint(context: dg.AssetExecutionContext, config: TandemCheckpointConfig,
+                      trainer: TrainerLauncher, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from training.run import resolve_model
+
+    overrides = list(config.overrides)
+    extra: dict[str, Any] = {}
+    if config.from_sft:
+        path, parent = latest_checkpoint(context, "sft_checkpoint")
+        overrides = [f"model_name_or_path={path}", f"parent_checkpoint={parent}", *overrides]
+        extra["started_from"] = dg.MetadataValue.path(path)
+    resolved = check_recipe("grpo", config.recipe, overrides)
+    try:
+        method = recipe_method(resolved)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from exc
+    junior = ((resolved.tandem or {}).get("junior") if method == "tandem" else "") or ""
+    extra["method"] = method
+    extra["junior_path"] = resolve_model(junior or resolved.model_name_or_path)
+    return _run(context, "grpo", config.recipe, overrides, trainer, warehouse, extra,
+                TANDEM_FAMILY)
+
+
+# ------------------------------------------------------------------ evaluation (§4.2, §4.3)
+
+
+class TandemEvalConfig(dg.Config):
+    model: str = ""  # registered model id of the senior; "" = the latest tandem_checkpoint
+    junior: str = ""  # registered model id or local folder; "" = the checkpoint's junior
+    benchmark: str = "gsm8k"
+    limit: int | None = 20  # problems (deterministic slice); None = all
+    k: int = 4  # samples per problem (pass@k for k = 1, 2, 4, ... <= k)
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 256  # per answer; a team shares it
+    seed: int = 0
+    schedule: str = "alternate"  # alternate (§4.3) | bernoulli (App. B.3)
+    handoff_p: float = 0.5
+    starts: list[str] = list(STARTS)
+    solo: bool = True  # also evaluate senior and junior alone (§4.2; drift needs the junior's)
+    max_concurrency: int = 8
+
+
+def _model_specs(context: dg.AssetExecutionContext, model: str, junior: str, wh: Any):
+    """(senior spec, junior spec) from the config, defaulting to the latest tandem_checkpoint."""
+    from eval.models import (
+        ModelSpec,
+        embedded_spec,
+        get_model,
+        list_models,
+        register_model,
+        safe_model_id,
+    )
+    from pipelines.models import embedded_model_dir
+    from warehouse.store import config_hash
+
+    junior_path = ""
+    if not model:
+        event = context.instance.get_latest_materialization_event(dg.AssetKey("tandem_checkpoint"))
+        meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
+        if "registered_model" not in meta:
+            raise dg.Failure("no registered tandem_checkpoint: materialize tandem_checkpoint "
+                             "first, or set `model` to a registered model id")
+        model = str(meta["registered_model"].value)
+        junior_path = str(meta["junior_path"].value) if "junior_path" in meta else ""
+    try:
+        senior = get_model(model, wh)
+    except KeyError as exc:
+        raise dg.Failure(str(exc.args[0])) from exc
+    target = junior or junior_path or str(embedded_model_dir())
+    by_id = {s.model_id: s for s in list_models(wh)}
+    if target in by_id:
+        return senior, by_id[target]
+    for spec in by_id.values():
+        if spec.kind == "local" and Path(spec.path).resolve() == Path(target).resolve():
+            return senior, spec
+    if Path(target).is_dir() and (Path(target) / "config.json").is_file():
+        if Path(target).resolve() == Path(embedded_model_dir()).resolve():
+            return senior, embedded_spec()
+        # register the folder, so tandem_legibility finds the junior by the id the rows carry
+        model_id = safe_model_id(Path(target).name)
+        if model_id in by_id:
+            model_id = safe_model_id(f"{model_id}-{config_hash(str(Path(target).resolve()))[:8]}")
+        spec = ModelSpec(model_id=model_id, kind="local", path=str(target),
+                         served_model=model_id)
+        return senior, register_model(spec, wh, run_id=context.run_id)
+    raise dg.Failure(f"junior {target!r} is neither a registered model id nor a model folder")
+
+
+def _write_eval(context, wh, result, calls: list[dict], label: str, bench: str, config: dict,
+                started, checkpoint_id: str | None) -> None:
+    """One evaluation's rows, written as the `eval_samples` asset writes its partitions
+    (``<benchmark>@<label>``: llm_calls, then samples and scores, then the runs row), so the
+    checks and views over `eval_samples` treat them like any other evaluation."""
+    from warehouse import Lineage, config_hash
+
+    lin = Lineage(run_id=context.run_id, asset="eval_samples", partition=f"{bench}@{label}",
+                  config_hash=config_hash(config))
+    write_llm_calls(wh, calls, lin)
+    wh.write("eval_samples", result.samples, lineage=lin)
+    scores = [dict(s, checkpoint_id=checkpoint_id) for s in result.scores]
+    wh.write("eval_scores", scores, lineage=dataclasses.replace(lin, asset="eval_scores"))
+    record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config)
+
+
+@dg.asset(
+    deps=[tandem_checkpoint, problems],
+    group_name="evaluate",
+    kinds={"python", "parquet"},
+    description="Tandem RL §4.2-4.3: the senior and junior solo and as a handoff team (senior "
+                "first, junior first); ordinary eval_samples / eval_scores rows.",
+)
+def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
+                warehouse: WarehouseResource, grader: GraderResource,
+                llm: LLMResource) -> dg.MaterializeResult:
+    from eval.benchmarks import get as get_benchmark
+    from eval.handoff import HandoffTeam, handoff_label
+    from eval.modes import ModeConfig
+    from eval.runner import EvalConfig, evaluate
+    from pipelines.llm import LLMClient
+
+    started = now()
+    wh = warehouse.get()
+    bench = get_benchmark(config.benchmark)
+    rows = wh.read("problems", partition=bench.source).to_pylist()
+    if not rows:
+        raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
+                         "and `problems` first")
+    bad = [s for s in config.starts if s not in STARTS]
+    if bad or not config.starts:
+        raise dg.Failure(f"starts must be a non-empty list of {STARTS}, got {config.starts}")
+    senior_spec, junior_spec = _model_specs(context, config.model, config.junior, wh)
+    runs: list[tuple[str, ModeConfig]] = []
+    if config.solo:
+        runs += [("senior", ModeConfig()), ("junior", ModeConfig())]
+    for who in config.starts:
+        try:
+            runs.append(("team", ModeConfig(mode="handoff", handoff_partner=junior_spec.model_id,
+                                            handoff_starts=who, handoff_schedule=config.schedule,
+                                            handoff_p=config.handoff_p)))
+        except ValueError as exc:
+            raise dg.Failure(f"bad handoff settings: {exc}") from exc
+    settings = llm.client_settings(config.max_tokens, progress=context.log.info,
+                                   max_concurrency=config.max_concurrency)
+    summary: list[dict[str, Any]] = []
+    with senior_spec.serve() as (s_url, s_model, s_key), \
+            junior_spec.serve() as (j_url, j_model, j_key):
+        senior = LLMClient(s_url, s_model, api_key=s_key, **settings)
+        junior = LLMClient(j_url, j_model, api_key=j_key, **settings)
+        for client in (senior, junior):
+            client.check_reachable()
+        plans = []
+        for who, mode in runs:
+            if who == "team":
+                client: Any = HandoffTeam(senior, junior)
+                label = handoff_label(senior_spec.model_id, junior_spec.model_id,
+                                      mode.handoff_starts, mode.handoff_schedule, mode.handoff_p)
+            else:
+                client = senior if who == "senior" else junior
+                label = (senior_spec if who == "senior" else junior_spec).model_id
+            checkpoint = (senior_spec if who != "junior" else junior_spec).checkpoint_id or None
+            cfg = EvalConfig(k=config.k, temperature=config.temperature,
+                             top_p=config.top_p if config.temperature > 0 else 1.0,
+                             max_tokens=config.max_tokens, seed=config.seed, limit=config.limit,
+                             mode=mode)
+            plans.append((client, cfg, label, checkpoint))
+
+        async def run_all() -> list[Any]:
+            results = []
+            try:
+                with grader.pool() as pool:
+                    for client, cfg, label, checkpoint in plans:
+                        context.log.info(f"tandem_eval: {label} on {bench.name} "
+                                         f"({cfg.mode.mode})")
+                        result = await evaluate(client, bench, rows, cfg, model_label=label,
+                                                pool=pool, checkpoint_id=checkpoint)
+                        calls = senior.drain_records() + junior.drain_records()
+                        results.append((result, calls))
+            finally:
+                await senior.aclose()
+                await junior.aclose()
+            return results
+
+        try:
+            results = asyncio.run(run_all())
+        except Exception:
+            # the calls of the evaluation that failed are still recorded
+            lin = lineage(context, config.model_dump(),
+                          partition=f"{bench.name}@{senior_spec.model_id}")
+            write_llm_calls(wh, senior.drain_records() + junior.drain_records(), lin)
+            raise
+    for (_, cfg, label, checkpoint), (result, calls) in zip(plans, results):
+        _write_eval(context, wh, result, calls, label, bench.name, config.model_dump(), started,
+                    checkpoint)
+        metrics = {(s["metric"], s["k"]): s["value"] for s in result.scores}
+        summary.append({"model": label, "mode": cfg.mode.mode, "samples": len(result.samples),
+                        "failed": result.errors, "pass@1": metrics.get(("pass@k", 1)),
+                        f"pass@{config.k}": metrics.get(("pass@k", config.k)),
+                        "senior_share": _mean(r.get("senior_share") for r in result.samples)})
+    return dg.MaterializeResult(metadata={
+        "model": senior_spec.model_id, "junior": junior_spec.model_id, "benchmark": bench.name,
+        "results": md_table(summary, ["model", "mode", "samples", "failed", "pass@1",
+                                      f"pass@{config.k}", "senior_share"]),
+        **{f"{r['model']} pass@1": float(r["pass@1"]) for r in summary
+           if r["pass@1"] is not None}})
+
+
+def _mean(values) -> float | None:
+    xs = [float(v) for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+# ------------------------------------------------------------------ legibility and drift
+
+
+class TandemLegibilityConfig(dg.Config):
+    model: str = ""  # "" = the senior of the latest tandem_eval
+    junior: str = ""  # "" = the junior of that tandem_eval
+    benchmark: str = ""  # "" = that tandem_eval's benchmark
+    max_samples: int = 64  # senior solo outputs scored for legibility (first by problem, index)
+    min_count: int = 20  # §4.4 "frequent": occurrences in the junior's own outputs
+    smoothing: float = 0.5
+
+
+def _latest_eval(context: dg.AssetExecutionContext) -> dict[str, str]:
+    event = context.instance.get_latest_materialization_event(dg.AssetKey("tandem_eval"))
+    meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    return {k: str(meta[k].value) for k in ("model", "junior", "benchmark") if k in meta}
+
+
+def _load_pair(senior_path: str, junior_path: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(senior_path)
+    load = {"dtype": torch.float32}
+    senior = AutoModelForCausalLM.from_pretrained(senior_path, **load).eval()
+    junior = AutoModelForCausalLM.from_pretrained(junior_path, **load).eval()
+    return tok, senior, junior
+
+
+@dg.asset(
+    deps=[tandem_eval],
+    group_name="evaluate",
+    kinds={"pytorch", "parquet"},
+    description="Tandem RL §4.4-4.5: junior cross-entropy and overlap on the senior's outputs, "
+                "marginal drift from the junior; survival-curve and legibility plots.",
+)
+def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilityConfig,
+                      warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from eval.benchmarks import get as get_benchmark
+    from eval.models import get_model
+    from eval.tandem_metrics import (
+        drift_rows,
+        drift_summary,
+        legibility,
+        legibility_rows,
+        marginal_drift,
+        token_counts,
+    )
+
+    started = now()
+    wh = warehouse.get()
+    latest = _latest_eval(context)
+    model = config.model or latest.get("model", "")
+    junior = config.junior or latest.get("junior", "")
+    bench = get_benchmark(config.benchmark or latest.get("benchmark", "gsm8k"))
+    if not model or not junior:
+        raise dg.Failure("no senior/junior: materialize tandem_eval first, or set model and junior")
+    try:
+        specs = [get_model(m, wh) for m in (model, junior)]
+    except KeyError as exc:
+        raise dg.Failure(str(exc.args[0])) from exc
+    if any(s.kind != "local" for s in specs):
+        raise dg.Failure("legibility and drift read the models' weights: both senior and junior "
+                         "must be local model folders (registered with --path)")
+    samples = {m: [r for r in wh.read("eval_samples", partition=f"{bench.name}@{m}").to_pylist()
+                   if r.get("gen_error") is None and r.get("mode") in (None, "single")]
+               for m in (model, junior)}
+    for m, got in samples.items():
+        if not got:
+            raise dg.Failure(f"no solo eval_samples of {m} on {bench.name}: materialize "
+                             "tandem_eval (solo: true) for this senior and junior first")
+    problems = {p["problem_id"]: p for p in wh.read("problems", partition=bench.source).to_pylist()}
+    tok, senior, junior_model = _load_pair(specs[0].path, specs[1].path)
+    scored = sorted(samples[model], key=lambda r: (r["problem_id"], r["sample_index"]))
+    scored = scored[:max(1, config.max_samples)]
+    prompts = [_prompt_ids(tok, bench, problems, r) for r in scored]
+    completions = [tok.encode(r["output"] or "", add_special_tokens=False) for r in scored]
+    stats = legibility(senior, junior_model, prompts, completions)
+    vocab = int(senior.config.vocab_size)
+    counts = {m: token_counts([tok.encode(r["output"] or "", add_special_tokens=False)
+                               for r in samples[m]], vocab) for m in (model, junior)}
+    drift = marginal_drift(counts[model], counts[junior], min_count=config.min_count,
+                           smoothing=config.smoothing)
+    part = f"{bench.name}@{model}@{junior}"
+    lin = lineage(context, config.model_dump(), partition=part)
+    leg_rows = legibility_rows(scored, stats, model=model, junior=junior)
+    d_rows = drift_rows(drift, counts[model], counts[junior], model=model, junior=junior,
+                        benchmark=bench.name, decode=lambda t: tok.decode([t]))
+    summary = drift_summary(drift, stats, model=model, junior=junior, benchmark=bench.name,
+                            min_count=config.min_count)
+    summary["checkpoint_id"] = specs[0].checkpoint_id or None
+    wh.write("tandem_legibility", leg_rows, lineage=lin)
+    if d_rows:
+        wh.write("tandem_drift", d_rows, lineage=lin)
+    else:
+        wh.delete_partition("tandem_drift", part)
+        context.log.warning(f"no token occurs {config.min_count}+ times in the junior's outputs: "
+                            "no drift rows (lower min_count or evaluate more problems)")
+    wh.write("tandem_summary", [summary], lineage=lin)
+    record_run(wh, lin, started_at=started, rows_written=len(leg_rows) + len(d_rows) + 1,
+               config=config.model_dump())
+    plots = _tandem_plots(wh, bench.name, junior, context.run_id)
+    meta: dict[str, Any] = {
+        "model": model, "junior": junior, "benchmark": bench.name,
+        "samples": summary["samples"], "junior_ce_nats": float(summary["junior_ce_nats"]),
+        "overlap": float(summary["overlap"]), "kl": float(summary["kl"]),
+        "frequent_tokens": summary["frequent_tokens"],
+        "survival": md_table([{"threshold": t, "share": s} for t, s in
+                              zip(summary["survival_thresholds"], summary["survival"])],
+                             ["threshold", "share"]),
+    }
+    for name, path in plots.items():
+        if path is not None:
+            data = base64.b64encode(path.read_bytes()).decode()
+            meta[f"plot_{name}"] = dg.MetadataValue.md(f"![{name}](data:image/png;base64,{data})")
+    return dg.MaterializeResult(metadata=meta)
+
+
+def _prompt_ids(tok, bench, problems: dict, row: dict) -> list[int]:
+    """The prompt the senior answered (chat template, generation prompt), as token ids."""
+    from eval.modes import Job, ModeConfig, messages_for
+
+    problem = problems.get(row["problem_id"])
+    messages = (messages_for(bench, Job(problem, 0), ModeConfig()) if problem is not None
+                else [{"role": "user", "content": row.get("prompt") or ""}])
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+def _tandem_plots(wh: Any, benchmark: str, junior: str, run_id: str) -> dict[str, Path | None]:
+    """Survival curves and legibility bars of every model evaluated against this junior."""
+    from pipelines.settings import weft_home
+
+    rows = wh.sql("SELECT * FROM tandem_summary_latest WHERE benchmark = $b AND junior = $j "
+                  "ORDER BY model", {"b": benchmark, "j": junior}).to_pylist()
+    if not rows:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    out = weft_home() / "reports" / "tandem" / run_id
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        ax.plot(r["survival_thresholds"], r["survival"], marker="o", ms=3, label=r["model"])
+    ax.set_xlabel("|log q_senior(v) - log q_junior(v)| (nats)")
+    ax.set_ylabel("share of frequent junior tokens above")
+    ax.set_title(f"drift from {junior} on {benchmark} (§4.4)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    survival_png = out / "drift_survival.png"
+    fig.savefig(survival_png, dpi=110)
+    plt.close(fig)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 0.4 * len(rows) + 2))
+    names = [r["model"] for r in rows]
+    ax1.barh(names, [r["junior_ce_nats"] for r in rows], color="#4C72B0")
+    ax1.set_xlabel("junior cross-entropy (nats/token, lower = more legible)")
+    ax2.barh(names, [r["overlap"] for r in rows], color="#55A868")
+    ax2.set_xlabel("distribution overlap (higher = closer)")
+    ax2.set_yticks([])
+    fig.suptitle(f"junior legibility ({junior}, {benchmark}, §4.5)")
+    fig.tight_layout()
+    legibility_png = out / "legibility.png"
+    fig.savefig(legibility_png, dpi=110)
+    plt.close(fig)
+    return {"drift_survival": survival_png, "legibility": legibility_png}
+
+
+# ------------------------------------------------------------------ paired tests (§5.3)
+
+
+class TandemComparisonConfig(dg.Config):
+    model_a: str  # the model claimed better (e.g. the Tandem RL checkpoint)
+    model_b: str  # the baseline (e.g. the GRPO or KL-to-junior checkpoint)
+    junior: str
+    benchmark: str = "gsm8k"
+    ks: list[int] = [1, 2, 4]
+    schedule: str = "alternate"
+    handoff_p: float = 0.5
+    n_boot: int = 5000
+
+
+@dg.asset(
+    deps=[tandem_eval, tandem_legibility],
+    group_name="report",
+    kinds={"python", "duckdb"},
+    description="Tandem RL §5.3: paired one-sided tests of model A vs model B on per-problem "
+                "handoff pass@k, junior cross-entropy and distribution overlap.",
+)
+def tandem_comparison(context: dg.AssetExecutionContext, config: TandemComparisonConfig,
+                      warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from eval.handoff import handoff_label
+    from eval.tandem_metrics import paired_tandem_tests, per_problem
+
+    started = now()
+    wh = warehouse.get()
+    a, b, bench = config.model_a, config.model_b, config.benchmark
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+
+    def add(statistic: str, rows_a, rows_b, stat: str, k: int | None, starts: str | None):
+        sa, sb = per_problem(rows_a, stat, k), per_problem(rows_b, stat, k)
+        try:
+            res = paired_tandem_tests(sa, sb, statistic=statistic, n_boot=config.n_boot)
+        except ValueError as exc:
+            skipped.append(f"{statistic} k={k} starts={starts}: {exc}")
+            return
+        out.append({"benchmark": bench, "model_a": a, "model_b": b, "junior": config.junior,
+                    "k": k, "starts": starts, **res})
+
+    for starts in STARTS:
+        team = {m: wh.read("eval_samples", partition=f"{bench}@" + handoff_label(
+            m, config.junior, starts, config.schedule, config.handoff_p)).to_pylist()
+            for m in (a, b)}
+        for k in config.ks:
+            add("handoff_pass@k", team[a], team[b], "pass@k", k, starts)
+    leg = {m: wh.read("tandem_legibility", partition=f"{bench}@{m}@{config.junior}").to_pylist()
+           for m in (a, b)}
+    for stat in ("junior_ce_nats", "overlap"):
+        add(stat, leg[a], leg[b], stat, None, None)
+    if not out:
+        raise dg.Failure("nothing to compare: " + "; ".join(skipped) + ". Materialize tandem_eval "
+                         "and tandem_legibility for both models with the same junior first.")
+    lin = lineage(context, config.model_dump(), partition=f"{bench}@{a}@vs@{b}@{config.junior}")
+    wh.write("tandem_pairwise", out, lineage=lin)
+    record_run(wh, lin, started_at=started, rows_written=len(out), config=config.model_dump())
+    for s in skipped:
+        context.log.warning(f"skipped {s}")
+    return dg.MaterializeResult(metadata={
+        "tests": md_table(out, ["statistic", "starts", "k", "alternative", "n", "mean_a",
+                                "mean_b", "diff", "p_ttest", "p_bootstrap"]),
+        "skipped": len(skipped)})
+
+
+TANDEM_ASSETS = [tandem_checkpoint, tandem_eval, tandem_legibility, tandem_comparison]
