@@ -1,4 +1,5 @@
-"""``python -m pipelines.engagement toy --env deliberation|patrol``: print the toy tables.
+"""``python -m pipelines.engagement toy|llm``: print the toy tables (§5.1) or an LLM-experiment
+comparison (§5.2).
 
 Examples::
 
@@ -7,7 +8,13 @@ Examples::
     python -m pipelines.engagement toy --env patrol --setting module
     python -m pipelines.engagement toy --env patrol --setting state --depth 3
 
+    python -m pipelines.engagement llm --env assistant --scripted --setting single
+    python -m pipelines.engagement llm --env kitchen --scripted --setting multi
+    python -m pipelines.engagement llm --env assistant --method ep --seeds 1 --episodes 1
+
 ``--train`` / ``--eval`` override the episode counts of the configuration; ``--seed`` its seed.
+``llm`` without ``--scripted`` uses ``--base-url``/``--model`` (or ``WEFT_LLM_BASE_URL`` /
+``WEFT_LLM_MODEL``), else starts (or reuses) the local server of the embedded model.
 """
 
 from __future__ import annotations
@@ -41,8 +48,28 @@ def main(argv: list[str] | None = None) -> int:
     toy.add_argument("--seed", type=int, default=None)
     toy.add_argument("--modes", action="store_true",
                      help="deliberation: also print mode shares per urgency level (Figs 3-4)")
+    llm = sub.add_parser("llm", help="run an LLM experiment of §5.2 and print its table")
+    llm.add_argument("--env", choices=("assistant", "kitchen"), required=True)
+    llm.add_argument("--method", action="append", default=None,
+                     help="a method to run (repeatable; default all): assistant: agentloop, "
+                          "poll, ep; kitchen: agentloop, poll, reflexpatch, ep")
+    llm.add_argument("--setting", default=None,
+                     help="assistant: single|milestones (default milestones); "
+                          "kitchen: one|multi (default one)")
+    llm.add_argument("--scripted", action="store_true", help="scripted policies, no model")
+    llm.add_argument("--seeds", type=int, default=None, help="assistant: seeds (default 20)")
+    llm.add_argument("--episodes", type=int, default=None,
+                     help="assistant: episodes per seed (default 5)")
+    llm.add_argument("--cases", type=int, default=None, help="kitchen: cases per cell")
+    llm.add_argument("--main-tokens", type=int, default=300,
+                     help="assistant: max tokens per main-task milestone (LLM outputs)")
+    llm.add_argument("--base-url", default=None)
+    llm.add_argument("--model", default=None)
+    llm.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
 
+    if args.command == "llm":
+        return _llm(parser, args)
     if args.env == "deliberation":
         setting = args.setting or "single"
         if setting not in ("single", "sequential"):
@@ -67,6 +94,49 @@ def main(argv: list[str] | None = None) -> int:
         title = ("Patrol, module-level interruption (Table 2a / 14)" if setting == "module"
                  else f"Patrol, state-level interruption, depth {args.depth} (Table 2b)")
         print(format_table(patrol_rows(pcfg, args.train, args.eval), title))
+    return 0
+
+
+def _llm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from pipelines.engagement.llm_runs import methods_for, run_comparison, score_table
+
+    settings = ("single", "milestones") if args.env == "assistant" else ("one", "multi")
+    if args.setting is not None and args.setting not in settings:
+        parser.error(f"--setting for {args.env} is {' or '.join(settings)}, not {args.setting!r}")
+    bad = [m for m in args.method or () if m not in methods_for(args.env)]
+    if bad:
+        parser.error(f"--method for {args.env} is one of {methods_for(args.env)}, not {bad}")
+    client, server = None, None
+    if not args.scripted:
+        from pipelines.llm import LLMClient
+
+        if args.base_url or args.model:
+            if not (args.base_url and args.model):
+                parser.error("--base-url and --model go together")
+            client = LLMClient(args.base_url, args.model)
+        else:
+            import os
+
+            from pipelines.llm_endpoint import ENV_MODEL
+
+            if os.environ.get(ENV_MODEL):
+                client = LLMClient.from_env()
+            else:
+                from pipelines.serving import LocalModelServer
+
+                server = LocalModelServer().start()
+                client = LLMClient(server.base_url, str(server.served_name))
+    try:
+        comp = run_comparison(args.env, args.method, setting=args.setting, client=client,
+                              n_seeds=args.seeds, episodes_per_seed=args.episodes,
+                              cases_per_cell=args.cases, main_tokens=args.main_tokens,
+                              log=False, seed=args.seed)
+    finally:
+        if server is not None:
+            server.stop()
+    title = (f"{args.env}, {comp.setting}, policy {comp.policy} "
+             f"(LLM calls {comp.llm['calls']}, unusable replies {comp.llm['failures']})")
+    print(format_table(score_table(comp), title))
     return 0
 
 

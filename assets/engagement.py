@@ -1,0 +1,157 @@
+"""Engagement Process assets (engagement.txt §5.2, App. D-E): LLM-workflow comparisons.
+
+- ``ep_episodes`` (group ``evaluate``), partitioned by ``<environment>.<method>``: every episode
+  of one interface in the digital-assistant (§5.2.1) or embodied-scheduling (§5.2.2)
+  environment, one row each in ``ep_episodes``, and the event timelines of the first
+  ``timeline_episodes`` episodes in ``ep_timelines`` (tick, kind, name, payload). With
+  ``policy: scripted`` (default; fast, no model) the scripted policies decide; with
+  ``policy: llm`` the ``llm`` resource (the embedded model unless configured) writes the main-task
+  outputs and makes every triage / controller decision, cached, its calls in ``llm_calls``.
+  Every partition of one configuration uses the same seeds, so methods share episodes, email
+  streams and main-task outputs (generated once per model and cached).
+- ``ep_scores`` (group ``report``): the Table 3 / 18 and 20 / 22 cells (mean and bootstrap 95%
+  interval per metric) for every (environment, setting, policy, method) in ``ep_episodes``, in
+  table ``ep_scores`` and view ``ep_leaderboard`` (``warehouse/migrations/007_engagement.sql``),
+  with plots of utility and timeout / critical-failure rate per method and a timeline picture
+  of one episode in the metadata.
+
+Not guaranteed: the paper's numbers (our configurations, see ``pipelines.engagement``).
+"""
+
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.resources import LLMResource, WarehouseResource
+
+EP_PARTITIONS = ["assistant.agentloop", "assistant.poll", "assistant.ep", "kitchen.agentloop",
+                 "kitchen.poll", "kitchen.reflexpatch", "kitchen.ep"]
+ep_partitions = dg.StaticPartitionsDefinition(EP_PARTITIONS)
+
+
+class EpEpisodesConfig(dg.Config):
+    policy: str = "scripted"  # scripted | llm
+    setting: str = ""  # assistant: single|milestones (default milestones); kitchen: one|multi
+    n_seeds: int = 20  # assistant
+    episodes_per_seed: int = 5  # assistant
+    cases_per_cell: int = 5  # kitchen
+    main_tokens: int = 300  # assistant, LLM main-task tokens per milestone
+    timeline_episodes: int = 2
+    seed: int = 42
+
+
+def _image_md(path: Path) -> str:
+    return f"![{path.stem}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
+
+
+@dg.asset(
+    group_name="evaluate",
+    partitions_def=ep_partitions,
+    kinds={"python"},
+    description="Engagement Process episodes of one environment x interface (§5.2): one row per "
+                "episode, plus event timelines of the first episodes.",
+)
+def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
+                llm: LLMResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from pipelines.engagement.llm_runs import run_comparison
+
+    environment, method = context.partition_key.split(".")
+    if config.policy not in ("scripted", "llm"):
+        raise dg.Failure(f"policy must be 'scripted' or 'llm', got {config.policy!r}")
+    started = now()
+    client = llm.client(max_tokens=max(config.main_tokens, 64)) if config.policy == "llm" else None
+    try:
+        comp = run_comparison(environment, [method], setting=config.setting or None,
+                              client=client, n_seeds=config.n_seeds,
+                              episodes_per_seed=config.episodes_per_seed,
+                              cases_per_cell=config.cases_per_cell,
+                              main_tokens=config.main_tokens, seed=config.seed, log=True)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from exc
+    wh = warehouse.get()
+    lin = lineage(context, config.model_dump())
+    calls = client.drain_records() if client is not None else []
+    write_llm_calls(wh, calls, lin)
+    wh.write("ep_episodes", comp.episodes, lineage=lin)
+    timeline = [dict(row, environment=environment, setting=comp.setting, policy=comp.policy)
+                for episode in comp.timelines[method][: config.timeline_episodes]
+                for row in episode]
+    wh.write("ep_timelines", timeline, lineage=lin)
+    record_run(wh, lin, started_at=started, rows_written=len(comp.episodes),
+               config=config.model_dump())
+    cells = {s["metric"]: s for s in comp.scores}
+    return dg.MaterializeResult(metadata={
+        "episodes": len(comp.episodes), "setting": comp.setting, "policy": comp.policy,
+        "llm_calls": comp.llm["calls"], "llm_unusable_replies": comp.llm["failures"],
+        "timeline_rows": len(timeline),
+        "scores": md_table([{"metric": k, "value": v["value"], "ci_low": v["low"],
+                             "ci_high": v["high"]} for k, v in cells.items()],
+                           ["metric", "value", "ci_low", "ci_high"]),
+    })
+
+
+def score_rows(episodes: list[dict[str, Any]], seed: int = 42) -> list[dict[str, Any]]:
+    """Recompute the CIs from stored episode rows, per (environment, setting, policy, method)."""
+    from pipelines.engagement.assistant import AssistantResult
+    from pipelines.engagement.kitchen import KitchenResult
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in episodes:
+        key = (row["environment"], row["setting"], row["policy"], row["method"])
+        groups.setdefault(key, []).append(row)
+    out = []
+    for (env, setting, policy, method), rows in sorted(groups.items()):
+        result = (AssistantResult if env == "assistant" else KitchenResult)(method, rows)
+        for metric, ci in result.summary(seed=seed).items():
+            out.append({"environment": env, "setting": setting, "policy": policy,
+                        "method": method, "metric": metric, "value": ci.value, "low": ci.low,
+                        "high": ci.high, "episodes": len(rows)})
+    return out
+
+
+@dg.asset(
+    group_name="report",
+    deps=[ep_episodes],
+    kinds={"duckdb"},
+    description="Engagement Process scores with bootstrap CIs per environment x method (Tables "
+                "3, 18, 20, 22 layout), plots of utility and timeout rate, one episode timeline.",
+)
+def ep_scores(context: dg.AssetExecutionContext,
+              warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from pipelines.engagement.plots import plot_scores, plot_timeline
+    from pipelines.settings import weft_home
+
+    wh = warehouse.get()
+    if "ep_episodes" not in wh.tables():
+        raise dg.Failure("no ep_episodes rows yet: materialize ep_episodes partitions first")
+    started = now()
+    episodes = wh.read("ep_episodes").to_pylist()
+    scores = score_rows(episodes)
+    lin = lineage(context, {})
+    wh.write("ep_scores", scores, lineage=lin)
+    record_run(wh, lin, started_at=started, rows_written=len(scores))
+    folder = weft_home() / "reports" / "ep_scores"
+    meta: dict[str, Any] = {"rows": len(scores), "episodes": len(episodes)}
+    meta["plot"] = dg.MetadataValue.md(_image_md(plot_scores(scores, folder / "scores.png")))
+    meta["leaderboard"] = md_table(
+        sorted((s for s in scores if s["metric"] == "utility"),
+               key=lambda s: (s["environment"], s["setting"], -s["value"])),
+        ["environment", "setting", "policy", "method", "value", "low", "high", "episodes"])
+    if "ep_timelines" in wh.tables():
+        rows = wh.read("ep_timelines").to_pylist()
+        ep_rows = [r for r in rows if r["method"] == "ep"] or rows
+        if ep_rows:
+            first = ep_rows[0]
+            one = [r for r in ep_rows if r["partition"] == first["partition"]
+                   and r["episode"] == first["episode"]]
+            title = f"{first['partition']} episode {first['episode']}"
+            meta["timeline"] = dg.MetadataValue.md(
+                _image_md(plot_timeline(one, folder / "timeline.png", title)))
+    return dg.MaterializeResult(metadata=meta)
+
+
+EP_ASSETS = [ep_episodes, ep_scores]

@@ -1,0 +1,110 @@
+"""LLM policies and comparisons of §5.2 (pipelines/engagement/llm_policies.py, llm_runs.py).
+
+Fake clients check the structured-output handling and the failure count; one test runs both
+environments against the real local model server (tiny: one episode, short generations).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.engagement import assistant as A
+from pipelines.engagement import kitchen as K
+from pipelines.engagement.llm_policies import LLMController, LLMTriage, load_prompt, render
+from pipelines.engagement.llm_runs import run_comparison, score_table
+from pipelines.engagement.texts import TaskSpec
+from pipelines.llm_types import ChatResult, JsonResult
+
+
+class FakeClient:
+    """Answers ``chat_json`` from a list of values (None = unusable reply) and ``chat`` with a
+    fixed text of ``tokens`` completion tokens; records the prompts it saw."""
+
+    model = "fake"
+
+    def __init__(self, values=(), tokens: int = 7) -> None:
+        self.values, self.tokens, self.seen = list(values), tokens, []
+
+    async def chat_json(self, messages, schema, params, **kw):
+        self.seen.append(messages)
+        value = self.values.pop(0) if self.values else None
+        return JsonResult(value, ["{}"], 1, None if value is not None else "invalid")
+
+    async def chat(self, messages, params, **kw):
+        self.seen.append(messages)
+        return [ChatResult("some text", "stop", 10, self.tokens, 0.1, False)]
+
+
+EMAIL = {"id": 0, "urgency": "low", "deadline": 900, "subject": "s", "body": "b",
+         "reminded": False}
+CONTEXT = {"slack_units": 30.0, "main_progress": 1, "target_steps": 4, "waiting": 0}
+
+
+def test_triage_uses_the_model_decision_and_counts_unusable_replies():
+    triage = LLMTriage(FakeClient([{"action": "handle"}, None, {"action": "fly"}]))
+    assert triage(EMAIL, CONTEXT) == A.Decision("handle")
+    # unusable replies fall back to the scripted rule (low urgency, 30 units: remind at 25)
+    assert triage(EMAIL, CONTEXT) == A.scripted_triage(EMAIL, CONTEXT) == A.Decision("remind", 25)
+    assert triage(EMAIL, CONTEXT).action == "remind"
+    assert (triage.calls, triage.failures) == (3, 2)
+    prompt = triage.client.seen[0][1]["content"]
+    assert "Urgency: low" in prompt and "30.0 units" in prompt
+
+
+def test_controller_choice_is_bounds_checked():
+    opts = [{"action": "tutor", "left": 5, "max_tokens": None}, {"action": "wait", "ticks": 10}]
+    ctl = LLMController(FakeClient([{"choice": 1}, {"choice": 7}]), K.EP)
+    state = {"tick": 3, "capacity": 1, "dishes": {}, "tutors": [5]}
+    assert ctl(state, opts)[0] == 1
+    assert ctl(state, opts)[0] == 0  # out of range: scripted rule (tutor), counted
+    assert (ctl.calls, ctl.failures) == (2, 1)
+
+
+def test_prompts_fill_every_placeholder():
+    system, user = load_prompt("ep_assistant_triage")
+    assert "{{" in user and "{{" not in system
+    with pytest.raises(ValueError, match="no value for"):
+        render("ep_assistant_triage", subject="x")
+
+
+def test_llm_comparison_shares_main_outputs_across_methods():
+    cfg = A.AssistantConfig(horizon_units=10.0, n_seeds=1, episodes_per_seed=1)
+    client = FakeClient([{"action": "handle"}] * 100, tokens=9)
+    comp = run_comparison("assistant", config=cfg, client=client, main_tokens=9)
+    triage_calls = comp.llm["calls"] - 4 * 4  # 4 tasks x 4 milestones, generated once
+    assert triage_calls >= 1 and comp.llm["failures"] == 0
+    assert {r["method"] for r in comp.episodes} == set(A.METHODS)
+    assert len({r["task_id"] for r in comp.episodes}) == 1
+    assert [r["method"] for r in score_table(comp)] == list(A.METHODS)
+
+
+@pytest.fixture
+def real_client(local_server, weft_home):
+    from pipelines.llm import LLMClient
+
+    return LLMClient(local_server.base_url, local_server.served_name,
+                     cache_path=weft_home / "ep_cache.sqlite", json_mode="schema")
+
+
+def test_real_server_runs_both_experiments_and_replays_from_cache(real_client):
+    # one main task of two milestones, one email (this seed), a short kitchen case
+    task = TaskSpec("memo", "Short memo", "Announce the new office hours.", ("Change", "Reason"))
+    cfg = A.AssistantConfig(horizon_units=6.0, arrival_rate=0.6, n_seeds=1, episodes_per_seed=1)
+    first = run_comparison("assistant", [A.EP], config=cfg, client=real_client, main_tokens=12,
+                           main_tasks=(task,))
+    assert first.policy == real_client.model
+    assert first.llm["calls"] >= 3 and 0 <= first.llm["failures"] <= first.llm["calls"]
+    assert first.episodes[0]["main"] > 0 and first.episodes[0]["emails"] >= 1
+    again = run_comparison("assistant", [A.EP], config=cfg, client=real_client, main_tokens=12,
+                           main_tasks=(task,))
+    assert again.episodes == first.episodes  # cached decisions replay identically
+    dish = K.Dish(0, "critical_wide", True, prep=5, offset=20, finish=3, window=80, keepwarm=0)
+    kcfg = K.KitchenConfig(jitter_std=0.0, time_budget=150)
+    case = K.Case("tiny", "critical_wide", 1, (dish,), (30,))
+    from pipelines.engagement.llm_policies import LLMController
+
+    ctl = LLMController(real_client, K.EP)
+    res = K.run_method(kcfg, K.EP, ctl, [case])
+    row = res.rows[0]
+    assert ctl.calls >= 2 and 0 <= ctl.failures <= ctl.calls
+    assert row["ticks"] > 5 + 3  # the controller's reply tokens spend ticks too

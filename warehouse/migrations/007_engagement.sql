@@ -1,0 +1,38 @@
+-- 007: Engagement Process comparisons (engagement.txt §5.2, App. D-E), written by
+-- assets/engagement.py. The base view stands in (empty, typed) until ep_scores has rows.
+--   ep_scores:      one row per (environment, setting, policy, method, metric): the mean and
+--                   the bootstrap 95% interval over episodes (timeout rate, latency, dish
+--                   rates and delays as ratios of aggregates)
+--   ep_leaderboard: the latest scores, one row per (environment, setting, policy, method) with
+--                   utility and its interval, the environment's second headline metric
+--                   (assistant: timeout rate; kitchen: critical-dish success) and the rank by
+--                   utility within (environment, setting, policy)
+CREATE VIEW IF NOT EXISTS ep_scores AS
+SELECT CAST(NULL AS VARCHAR) AS environment, CAST(NULL AS VARCHAR) AS setting,
+       CAST(NULL AS VARCHAR) AS policy, CAST(NULL AS VARCHAR) AS method,
+       CAST(NULL AS VARCHAR) AS metric, CAST(NULL AS DOUBLE) AS value,
+       CAST(NULL AS DOUBLE) AS low, CAST(NULL AS DOUBLE) AS high,
+       CAST(NULL AS BIGINT) AS episodes, CAST(NULL AS VARCHAR) AS run_id,
+       CAST(NULL AS TIMESTAMPTZ) AS created_at
+WHERE false;
+
+CREATE OR REPLACE VIEW ep_leaderboard AS
+WITH latest AS (
+    SELECT * FROM ep_scores
+    WHERE created_at = (SELECT max(created_at) FROM ep_scores)
+), wide AS (
+    SELECT environment, setting, policy, method, max(episodes) AS episodes,
+           max(value) FILTER (WHERE metric = 'utility') AS utility,
+           max(low) FILTER (WHERE metric = 'utility') AS utility_low,
+           max(high) FILTER (WHERE metric = 'utility') AS utility_high,
+           max(value) FILTER (WHERE metric = 'timeout') AS timeout_rate,
+           max(value) FILTER (WHERE metric = 'critical') AS critical_success,
+           max(value) FILTER (WHERE metric = 'latency') AS latency,
+           max(value) FILTER (WHERE metric = 'balanced') AS balanced
+    FROM latest
+    GROUP BY environment, setting, policy, method
+)
+SELECT rank() OVER (PARTITION BY environment, setting, policy ORDER BY utility DESC) AS rank,
+       *
+FROM wide
+ORDER BY environment, setting, policy, rank;
