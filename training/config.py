@@ -27,6 +27,11 @@ slower, OpenMP threads waiting on each other. Raise it on a machine you have to 
 arguments), ``drop_degenerate_groups`` (by correctness: needs a verifier reward, picked by
 ``correctness_reward`` when the recipe has several) and ``budgets``; ``tandem`` (a mapping of
 ``training.tandem.TandemSettings``) switches to Tandem RL rollouts and the senior-only loss.
+GRPO's ``use_vllm`` defaults to null: ``training.rollouts.choose_engine`` resolves it before the
+checkpoint id is derived (vLLM where it is installed in a TRL-supported version, a CUDA GPU is
+visible and the method's generation rule allows it; ``false`` forces transformers, ``true``
+where vLLM cannot run is refused with the reason); ``vllm_server_gpus`` places the vLLM server
+weft starts in TRL's server mode.
 
 Not guaranteed: that TRL accepts every combination this module lets through (TRL's own checks
 run afterwards and their errors are re-raised as RecipeError with the recipe name).
@@ -204,8 +209,18 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
     tandem: dict | None = field(
         default=None, metadata={"help": "Tandem RL rollouts (training.tandem.TandemSettings: "
                                         "senior_prob, span_cap, junior); null: plain GRPO."})
+    use_vllm: bool | None = field(
+        default=None, metadata={"help": "Generate rollouts with vLLM (vllm_mode: colocate or "
+                                        "server). null: vLLM when it is installed in a version "
+                                        "TRL supports and a CUDA GPU is visible (see "
+                                        "training.rollouts); false forces transformers."})
+    vllm_server_gpus: list[int] | None = field(
+        default=None, metadata={"help": "Server mode without vllm_server_base_url: CUDA devices "
+                                        "of the vLLM server weft starts (default: the last "
+                                        "visible GPU); training processes use the others."})
 
     def __post_init__(self) -> None:
+        self._resolve_rollouts()
         self._weft_checks("grpo")
         _require(self.answer_format in ANSWER_FORMATS, "answer_format",
                  f"must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
@@ -221,9 +236,6 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
             value = getattr(self, name)
             value = {True: "group", False: "none"}.get(value, value) if name == "scale_rewards" else value
             _require(value in choices, name, f"must be one of {choices}, got {value!r}")
-        if self.use_vllm and self.use_cpu:
-            raise RecipeError("field `use_vllm`: vLLM generation needs a GPU; set use_vllm: "
-                              "false with use_cpu: true")
         g = self.num_generations
         _require(isinstance(g, int) and g >= 2, "num_generations", f"must be >= 2, got {g!r}")
         steps = self.steps_per_generation or self.gradient_accumulation_steps
@@ -262,6 +274,32 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
     def reward_specs(self):
         return parse_reward_specs(self.rewards)
 
+    def _resolve_rollouts(self) -> None:
+        """``use_vllm`` null -> True/False (training.rollouts.choose_engine); the reason is
+        kept in ``_weft_rollouts`` for the run's log. Runs before the checkpoint id is derived,
+        so the id records the engine actually used."""
+        from training.rollouts import RolloutError, choose_engine, duet_vllm_hook, vllm_version
+
+        method = "tandem" if self.tandem is not None else "duet" if self.duet is not None else "grpo"
+        try:
+            choice = choose_engine(self.use_vllm, method=method, vllm_mode=self.vllm_mode,
+                                   use_cpu=bool(self.use_cpu), cuda=_cuda_available(),
+                                   version=vllm_version(),
+                                   duet_hook=method == "duet" and duet_vllm_hook() is not None)
+        except RolloutError as exc:
+            raise RecipeError(str(exc)) from exc
+        self.use_vllm = choice.use_vllm
+        self._weft_rollouts = choice
+        gpus = self.vllm_server_gpus
+        if gpus is not None:
+            _require(isinstance(gpus, list) and len(gpus) > 0 and len(set(gpus)) == len(gpus)
+                     and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
+                             for g in gpus), "vllm_server_gpus",
+                     f"must be a non-empty list of distinct CUDA device indices, got {gpus!r}")
+            _require(self.vllm_mode == "server" and not self.vllm_server_base_url,
+                     "vllm_server_gpus", "only applies when weft starts the vLLM server "
+                     "(vllm_mode: server with no vllm_server_base_url)")
+
 
 def _check_tandem(config: WeftGRPOConfig) -> None:
     """Tandem RL (training.tandem_trainer) settings and the fields its dual decoder refuses."""
@@ -273,9 +311,9 @@ def _check_tandem(config: WeftGRPOConfig) -> None:
         raise RecipeError(f"field `tandem`: {exc}") from exc
     _require(config.duet is None, "tandem", "cannot be combined with duet (both replace "
              "generation); keep one of them")
-    _require(not config.use_vllm and not config.use_transformers_continuous_batching, "use_vllm",
-             "tandem rollouts use weft's dual decoder: set use_vllm and "
-             "use_transformers_continuous_batching to false")
+    _require(not config.use_transformers_continuous_batching,
+             "use_transformers_continuous_batching", "tandem rollouts use weft's dual decoder: "
+             "set it to false")
     _require(not config.min_p and config.repetition_penalty in (None, 1.0), "min_p",
              "and repetition_penalty are not supported by the tandem sampler; leave them unset")
 
@@ -290,9 +328,9 @@ def _check_duet(config: WeftGRPOConfig) -> None:
         raise RecipeError(f"field `duet`: {exc}") from exc
     _require(config.loss_type == "dapo", "loss_type", "must be 'dapo' with duet (Eq. 6 of the "
              f"DUET paper is a token mean over kept tokens), got {config.loss_type!r}")
-    _require(not config.use_vllm and not config.use_transformers_continuous_batching, "use_vllm",
-             "DUET generates with transformers' generate: set use_vllm and "
-             "use_transformers_continuous_batching to false")
+    _require(not config.use_transformers_continuous_batching,
+             "use_transformers_continuous_batching", "DUET generates with transformers' generate "
+             "or, where training.rollouts finds its hook, vLLM: set it to false")
     scale = {True: "group", False: "none"}.get(config.scale_rewards, config.scale_rewards)
     _require(scale in ("group", "none"), "scale_rewards",
              "must be 'group' or 'none' with duet (per-prompt group normalisation)")
@@ -473,6 +511,7 @@ CONFIG_RANGES: dict[str, dict[str, Range]] = {"sft": SFT_RANGES, "grpo": GRPO_RA
 UNRANGED_FIELDS: dict[str, str] = {
     "reward_weights": "refused: weights go inside `rewards`",
     "budgets": "checked with the budget reward (positive integers)",
+    "vllm_server_gpus": "checked as distinct CUDA device indices (>= 0)",
 }
 # (lower, upper) pairs that must be ordered when both are set.
 ORDERED_PAIRS: tuple[tuple[str, str], ...] = (

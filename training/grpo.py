@@ -10,18 +10,23 @@ their required columns are checked against the data before the model is loaded.
 
 The trainer is ``training.grpo_trainer.WeftGRPOTrainer`` (TRL's loop plus the degenerate-group
 filter and phase timings), or its DUET subclass ``training.duet_trainer.DuetGRPOTrainer`` when
-the recipe has a ``duet`` mapping (token-budget control). Not guaranteed: that the tiny CPU
-recipes improve accuracy.
+the recipe has a ``duet`` mapping (token-budget control). Rollouts run on the engine
+``training.rollouts`` chose (vLLM on CUDA machines, transformers otherwise; logged); in vLLM
+server mode without ``vllm_server_base_url`` the main process starts the vLLM server on GPUs of
+its own before the trainer connects, and stops it when training ends or fails.
+Not guaranteed: that the tiny CPU recipes improve accuracy.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from training.config import WeftGRPOConfig
 from training.data import DatasetError, add_budgets, grpo_examples, load_dataset
-from training.pipes import Reporter
+from training.pipes import Reporter, process_rank
 from training.rewards import build_rewards, correctness_reward_index
+from training.rollouts import local_processes, start_rollout_server
 from training.run import (
     RunResult,
     command_line,
@@ -31,6 +36,8 @@ from training.run import (
     resolve_model,
     reuse_completed,
 )
+
+log = logging.getLogger(__name__)
 
 
 def check_reward_columns(funcs: list, columns: set[str]) -> None:
@@ -78,6 +85,10 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     recorder = make_recorder(config, "grpo", reporter, base_model, {"train": data})
     reporter.log(f"GRPO {config.checkpoint_id}: {len(examples)} prompts from {data.spec}, model "
                  f"{base_model}, rewards {[f.__name__ for f in funcs]}, {config.max_steps} steps")
+    choice = getattr(config, "_weft_rollouts", None)
+    if choice is not None:  # in the shell's log and, under Dagster, the run's
+        log.info("rollout engine: %s (%s)", choice.engine, choice.reason)
+        reporter.log(f"rollout engine: {choice.engine} ({choice.reason})")
     trainer_cls, extra = WeftGRPOTrainer, {}
     if config.duet is not None:  # DUET token-budget controller (training.duet_trainer)
         from training.duet import DuetSettings
@@ -93,13 +104,22 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
         trainer_cls = TandemGRPOTrainer
         extra = {"junior_model": resolve_model(tandem.junior) if tandem.junior else base_model,
                  "senior_prob": tandem.senior_prob, "span_cap": tandem.span_cap}
-    trainer = trainer_cls(model=base_model, reward_funcs=funcs, args=config,
-                          train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                          callbacks=[recorder, *(extra_callbacks or [])],
-                          drop_degenerate_groups=config.drop_degenerate_groups,
-                          correctness_reward=correctness, **extra)
-    trainer.train(resume_from_checkpoint=resume_from)
-    return finish(trainer, recorder, config, "grpo", base_model, data, reporter)
+    server = None
+    if process_rank() == 0:  # TRL's server mode: weft's vLLM server on GPUs of its own
+        server = start_rollout_server(config, base_model, local_processes())
+        if server is not None:
+            reporter.log(f"vLLM rollout server {server.base_url} on CUDA devices {server.devices}")
+    try:
+        trainer = trainer_cls(model=base_model, reward_funcs=funcs, args=config,
+                              train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+                              callbacks=[recorder, *(extra_callbacks or [])],
+                              drop_degenerate_groups=config.drop_degenerate_groups,
+                              correctness_reward=correctness, **extra)
+        trainer.train(resume_from_checkpoint=resume_from)
+        return finish(trainer, recorder, config, "grpo", base_model, data, reporter)
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
