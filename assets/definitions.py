@@ -13,7 +13,18 @@ import os
 
 import dagster as dg
 
-from assets import evaluation, ingest, mosaic, reports, schedules, sxs, training
+from assets import (
+    duet,
+    engagement,
+    evaluation,
+    ingest,
+    mosaic,
+    reports,
+    schedules,
+    sxs,
+    tandem,
+    training,
+)
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
 
@@ -37,7 +48,10 @@ def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
 defs = dg.Definitions(
     assets=[*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
             reports.eval_reports, sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset,
-            *mosaic.MOSAIC_ASSETS, *training.TRAINING_ASSETS],
+            *mosaic.MOSAIC_ASSETS, *training.TRAINING_ASSETS,
+            *duet.DUET_ASSETS,
+            *tandem.TANDEM_ASSETS,
+            *engagement.EP_ASSETS],
     asset_checks=[
         ingest.check_problems_answers_and_ids,
         evaluation.check_eval_samples_all_graded,
@@ -48,7 +62,7 @@ defs = dg.Definitions(
         reports.check_eval_reports_pairwise_valid,
         *mosaic.MOSAIC_CHECKS,
     ],
-    jobs=[schedules.eval_job, schedules.ingest_job],
+    jobs=[schedules.eval_job, schedules.ingest_job, duet.duet_sweep_job],
     schedules=[schedules.nightly_eval],
     sensors=[schedules.models_sensor],
     resources=resources_for(os.environ.get("WEFT_ENV", "local")),

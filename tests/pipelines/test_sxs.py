@@ -653,6 +653,8 @@ def real_client(local_server):
                          max_concurrency=4, timeout_s=120)
 
 
+# slow: the asset-level real-judge test (tests/assets/test_sxs_assets.py) runs in every suite
+@pytest.mark.slow
 @pytest.mark.server
 def test_real_server_judge_keeps_the_pipeline_correct(real_client):
     # the two shortest real traces with at least 3 reasoning blocks: a few short judge prompts
