@@ -7,6 +7,11 @@ it times B's start-up and then sends the same chat requests to A and B at once a
 combined tokens/s. Prints one JSON line with both configurations and the throughput ratio.
 
     .venv/bin/python bench/serving_bind.py --requests 8 --max-tokens 96
+
+``--single`` instead times one server alone under each configuration in turn (``auto``, all
+allowed cores, ``nobind``, then all cores with ``--dtype bfloat16`` and ``float32``) with the
+same requests, and prints tokens/s of each and their ratios to ``auto``: what a lone server
+(the test suite's, the demo's) should use.
 """
 
 import argparse
@@ -29,6 +34,11 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=8, help="requests per server")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--startup-timeout", type=float, default=420.0)
+    ap.add_argument("--single", action="store_true",
+                    help="one server alone under each binding in turn")
+    ap.add_argument("--only", default="", help="with --single: comma-separated configurations")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="with --single: run the configurations this many rounds, interleaved")
     args = ap.parse_args()
     prompt = [{"role": "user", "content": "Explain step by step why the sum of two odd numbers is even."}]
 
@@ -45,6 +55,13 @@ def main() -> int:
             return time.perf_counter() - start, sum(tokens)
 
     saved = os.environ.pop(BIND_ENV, None)
+    if args.single:
+        try:
+            print(json.dumps(single(args, load)))
+        finally:
+            if saved is not None:
+                os.environ[BIND_ENV] = saved
+        return 0
     a = LocalModelServer(port=free_port(), served_name="bench-a")
     os.environ[BIND_ENV] = "auto"
     a.start()
@@ -82,6 +99,62 @@ def main() -> int:
         results["throughput_ratio_split_over_auto"] = round(split["tok_per_s"] / both["tok_per_s"], 2)
     print(json.dumps(results))
     return 0
+
+
+def single(args, load) -> dict:
+    """One server at a time under each configuration, ``--repeat`` rounds interleaved."""
+    from pipelines.serving import format_cpu_list
+
+    every = format_cpu_list(sorted(os.sched_getaffinity(0)))
+    configs = (("auto", "auto", ()), ("all_cores", every, ()), ("nobind", "nobind", ()),
+               ("all_cores_bf16", every, ("--dtype", "bfloat16")),
+               ("all_cores_fp32", every, ("--dtype", "float32")))
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = set(wanted) - {c[0] for c in configs}
+        if unknown:
+            raise SystemExit(f"unknown configuration(s) {sorted(unknown)}; "
+                             f"choose from {[c[0] for c in configs]}")
+        configs = tuple(c for c in configs if c[0] in wanted)
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.repeat):
+        for label, bind, extra in configs:
+            runs.setdefault(label, []).append(_time_one(args, load, label, bind, extra))
+    results: dict = {}
+    for label, done in runs.items():
+        speeds = [r["tok_per_s"] for r in done if r.get("tok_per_s")]
+        results[label] = done[0] if len(done) == 1 else {
+            "runs": done, "tok_per_s": round(sum(speeds) / len(speeds), 1) if speeds else None}
+    for label, ref in (("all_cores", "auto"), ("nobind", "auto"),
+                       ("all_cores_fp32", "all_cores_bf16")):
+        a, b = (results.get(k, {}).get("tok_per_s") for k in (label, ref))
+        if a and b:
+            results[f"ratio_{label}_over_{ref}"] = round(a / b, 2)
+    return results
+
+
+def _time_one(args, load, label: str, bind: str, extra: tuple[str, ...]) -> dict:
+    """Start one server under ``bind`` and ``extra`` arguments, warm it up, time the load."""
+    from pipelines.serving import BIND_ENV, LocalModelServer, free_port
+
+    os.environ[BIND_ENV] = bind
+    server = LocalModelServer(port=free_port(), served_name=f"bench-{label}",
+                              startup_timeout_s=args.startup_timeout, extra_args=extra)
+    started = time.perf_counter()
+    try:
+        server.start()
+    except Exception as err:  # noqa: BLE001 — a start-up that never finishes is the result itself
+        return {"bind": bind, "args": extra, "startup_s": None, "error": str(err)[:200]}
+    finally:
+        os.environ.pop(BIND_ENV, None)
+    startup = time.perf_counter() - started
+    try:
+        asyncio.run(load([server]))  # warm-up
+        wall, tokens = asyncio.run(load([server]))
+    finally:
+        server.stop()
+    return {"bind": bind, "args": extra, "startup_s": round(startup, 1), "wall_s": round(wall, 2),
+            "tokens": tokens, "tok_per_s": round(tokens / wall, 1)}
 
 
 if __name__ == "__main__":

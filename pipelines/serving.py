@@ -7,10 +7,19 @@ process it started itself (the whole process group). Its PID and model are recor
 ``WEFT_HOME/run/server-<port>.json`` so a later process can find and stop a server left running.
 
 On CPU, vLLM pins its compute threads to cores (``VLLM_CPU_OMP_THREADS_BIND``, default
-``auto``: every core of the first NUMA node but one). Two servers left on ``auto`` pin to the
-same cores and starve each other, so a server started while other vLLM CPU servers run on this
-host is bound to the cores they leave free (``choose_cpu_bind``), or left unpinned (``nobind``)
-when none are free. A value set in the environment is always respected.
+``auto``: every core of the first NUMA node but one). On a small machine that leaves most of it
+idle: on 2 cores ``auto`` pins one compute thread, and a lone server bound to both cores
+generated 1.5-1.7x the tokens/s (``bench/serving_bind.py --single``), so a lone server on at
+most ``SMALL_HOST_CORES`` cores is bound to all of them. Two servers pinned to the same cores
+starve each other, so a server started while other vLLM CPU servers run on this host is bound
+to the cores they leave free (``choose_cpu_bind``), or left unpinned (``nobind``) when none are
+free. A value set in the environment is always respected.
+
+On a CPU without bfloat16 arithmetic (no ``avx512_bf16`` / ``amx_bf16``, e.g. AVX2-only),
+vLLM's CPU build still runs a bfloat16 checkpoint in bfloat16, emulated; the same server in
+float32 generated 2.45x the tokens/s on such a host (interleaved runs,
+``bench/serving_bind.py --single --only all_cores_bf16,all_cores_fp32 --repeat 2``), so there a
+server gets ``--dtype float32`` (``cpu_server_dtype``) unless its arguments name a dtype.
 
 Not guaranteed: that the port stays free between the check and the bind (another program can
 take it); start-up time (about 25-60 s on 2 CPU cores).
@@ -65,6 +74,8 @@ def served_models(base_url: str, timeout_s: float = 2.0) -> list[str] | None:
 
 SERVER_MARKER = "vllm.entrypoints.openai.api_server"
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+# A lone server binds every allowed core up to this many (see the module docstring).
+SMALL_HOST_CORES = 4
 
 
 def parse_cpu_list(spec: str) -> list[int]:
@@ -95,19 +106,44 @@ def format_cpu_list(cpus: list[int]) -> str:
     return ",".join(parts)
 
 
+def cpu_server_dtype(cpu_flags: set[str] | None = None, cpu_build: bool | None = None) -> str | None:
+    """``--dtype`` for a vLLM CPU server on this host: ``float32`` when the CPU lacks bfloat16
+    instructions, else None (the model's own dtype). None too for a non-CPU vLLM build."""
+    if cpu_build is None:
+        try:
+            from importlib.metadata import PackageNotFoundError, version
+
+            version("vllm-cpu")
+            cpu_build = True
+        except PackageNotFoundError:
+            cpu_build = False
+    if not cpu_build:
+        return None
+    if cpu_flags is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None  # unknown CPU: keep vLLM's choice
+        cpu_flags = {f for line in text.splitlines() if line.startswith("flags")
+                     for f in line.partition(":")[2].split()}
+    return None if cpu_flags & {"avx512_bf16", "amx_bf16"} else "float32"
+
+
 def choose_cpu_bind(allowed: list[int], running: list[str | None]) -> str:
     """``VLLM_CPU_OMP_THREADS_BIND`` for a new CPU server, given the binds of running ones.
 
     ``running`` holds each running server's value (None when it used vLLM's default). With no
-    other server, vLLM's own NUMA-aware ``auto`` is kept. Otherwise the new server takes the
+    other server, a host of at most ``SMALL_HOST_CORES`` allowed cores binds all of them (vLLM's
+    ``auto`` would keep one of two cores for its front end); larger hosts keep vLLM's own
+    NUMA-aware ``auto``. Otherwise the new server takes the
     allowed cores no running server pins; a server on ``auto`` is taken to pin all allowed
     cores but the last (what ``auto`` does on one NUMA node), ``nobind`` pins none. With no
     core left, ``nobind`` lets the kernel share the cores instead of stacking two pinned
     servers on one.
     """
-    if not running:
-        return "auto"
     allowed = sorted(set(allowed))
+    if not running:
+        return format_cpu_list(allowed) if len(allowed) <= SMALL_HOST_CORES else "auto"
     taken: set[int] = set()
     for bind in running:
         if bind in (None, "", "auto"):
@@ -223,8 +259,15 @@ class LocalModelServer:
             "--max-model-len", str(self.max_model_len),
             "--enforce-eager",
             "--disable-log-stats",
+            *self._dtype_args(),
             *self.extra_args,
         ]
+
+    def _dtype_args(self) -> list[str]:
+        if any(a == "--dtype" or a.startswith("--dtype=") for a in self.extra_args):
+            return []
+        dtype = cpu_server_dtype()
+        return ["--dtype", dtype] if dtype else []
 
     def start(self) -> LocalModelServer:
         """Start the server, or reuse one already serving this model on the port."""

@@ -15,6 +15,7 @@ from pipelines.serving import (
     LocalModelServer,
     ServerStartError,
     choose_cpu_bind,
+    cpu_server_dtype,
     format_cpu_list,
     free_port,
     parse_cpu_list,
@@ -33,6 +34,22 @@ def test_stop_recorded_without_a_record_does_nothing(weft_home):
     assert stop_recorded(port=1) is False
 
 
+def test_float32_on_cpus_without_bfloat16_arithmetic(embedded_model_dir, monkeypatch):
+    avx2 = {"fpu", "sse2", "avx", "avx2", "fma"}
+    assert cpu_server_dtype(avx2, cpu_build=True) == "float32"
+    assert cpu_server_dtype(avx2 | {"avx512f", "avx512_bf16"}, cpu_build=True) is None
+    assert cpu_server_dtype(avx2 | {"amx_bf16"}, cpu_build=True) is None
+    assert cpu_server_dtype(avx2, cpu_build=False) is None  # a GPU build keeps the model's
+    monkeypatch.setattr("pipelines.serving.cpu_server_dtype", lambda: "float32")
+    cmd = LocalModelServer(model_path=embedded_model_dir).command()
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    # a dtype in the server's own arguments wins, and appears once
+    for extra in (("--dtype", "bfloat16"), ("--dtype=bfloat16",)):
+        cmd = LocalModelServer(model_path=embedded_model_dir, extra_args=extra).command()
+        assert [a for a in cmd if a.startswith("--dtype")] == [extra[0]]
+        assert "float32" not in cmd
+
+
 def test_cpu_lists_parse_and_format_round_trip():
     assert parse_cpu_list("0-3,6") == [0, 1, 2, 3, 6]
     assert parse_cpu_list("4-5|0-1") == [0, 1, 4, 5]  # one list per rank, merged
@@ -44,9 +61,15 @@ def test_cpu_lists_parse_and_format_round_trip():
         parse_cpu_list("a-b")
 
 
-def test_cpu_bind_keeps_vllm_default_alone_and_splits_cores_otherwise():
+def test_cpu_bind_takes_small_hosts_whole_and_splits_cores_otherwise():
     two, eight = [0, 1], list(range(8))
-    assert choose_cpu_bind(two, []) == "auto"
+    # alone on a small host: every allowed core (auto would leave one of two idle) ...
+    assert choose_cpu_bind(two, []) == "0-1"
+    assert choose_cpu_bind([0, 2, 3], []) == "0,2-3"
+    # ... on a larger one, vLLM's NUMA-aware default
+    assert choose_cpu_bind(eight, []) == "auto"
+    # a running server bound to every core leaves nothing to pin
+    assert choose_cpu_bind(two, ["0-1"]) == "nobind"
     # vLLM's auto pins every core but the last: the second server gets the core it leaves
     assert choose_cpu_bind(two, [None]) == "1"
     assert choose_cpu_bind(two, ["auto"]) == "1"
