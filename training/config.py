@@ -1,19 +1,13 @@
 """Training configs (TRL's ``SFTConfig``/``GRPOConfig`` plus weft's fields) and YAML recipes.
 
-A recipe is a flat YAML mapping of config fields plus three reserved keys: ``kind`` (``sft`` or
-``grpo``), ``extends`` (another recipe, merged first: this file's keys win) and
-``description``. :func:`load_config` reads a recipe (by name from ``training/recipes/`` or by
-path), applies ``key=value`` overrides (values parsed as YAML), checks every key and value
-against the config dataclass, and builds the config. Every problem is a :class:`RecipeError`
-that names the recipe and the field; all of this happens before any model is loaded.
-Numbers are range-checked first (:data:`CONFIG_RANGES`: every numeric field of both configs,
-TRL's and transformers' included, has a range or is listed in :data:`UNRANGED_FIELDS`; NaN and
-infinities never pass); the error names the field, the value and the allowed range. The ranges
-follow TRL's and transformers' documented meanings: ``max_steps`` is >= 1 or -1 (transformers
-trains for ``num_train_epochs`` whenever ``max_steps`` is not positive, so -1 is the one
-sentinel allowed and 0 is refused), step counts that may be ratios (``logging_steps``,
-``save_steps``, ``eval_steps``, ``warmup_steps``) are a fraction below 1 or a whole number, and
-a few deliberately loose ones are noted in the table (``entropy_coef`` may be negative).
+:func:`load_config` reads a recipe (by name from ``training/recipes/`` or by path; its
+``extends`` chain merged, see ``training.config_recipes``), applies ``key=value`` overrides
+(values parsed as YAML), checks every key and value against the config dataclass, and builds
+the config. Every problem is a :class:`RecipeError` that names the recipe and the field; all of
+this happens before any model is loaded. Numbers are range-checked first
+(``training.config_ranges``: :data:`CONFIG_RANGES`, :data:`UNRANGED_FIELDS`); the error names
+the field, the value and the allowed range. The recipe and range helpers are re-exported here,
+so ``training.config`` is the one import for callers.
 
 weft's fields (both configs): ``model_name_or_path`` (``embedded`` = the converted embedded
 model), ``dataset`` / ``dataset_fallback`` / ``dataset_limit`` (specs, see ``training.data``),
@@ -40,26 +34,48 @@ run afterwards and their errors are re-raised as RecipeError with the recipe nam
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import enum
 import json
-import math
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from trl import GRPOConfig, SFTConfig
 
+from training.config_ranges import (
+    COMMON_RANGES,
+    CONFIG_RANGES,
+    GRPO_RANGES,
+    ORDERED_PAIRS,
+    SFT_RANGES,
+    UNRANGED_FIELDS,
+    Range,
+    check_ranges,
+)
+from training.config_recipes import (
+    KINDS,
+    RECIPES_DIR,
+    RESERVED_KEYS,
+    Recipe,
+    RecipeError,
+    check_values,
+    find_recipe,
+    list_recipes,
+    parse_overrides,
+    read_recipe,
+)
 from training.data import DatasetError, parse_spec
 from training.rewards import ANSWER_FORMATS, correctness_reward_index, parse_reward_specs
 
-RECIPES_DIR = Path(__file__).with_name("recipes")
-RESERVED_KEYS = ("kind", "extends", "description")
-KINDS = ("sft", "grpo")
+__all__ = [
+    "COMMON_RANGES", "CONFIG_CLASSES", "CONFIG_RANGES", "EMBEDDED", "GRPO_CHOICES", "GRPO_RANGES",
+    "KINDS", "ORDERED_PAIRS", "RECIPES_DIR", "RESERVED_KEYS", "SFT_RANGES", "UNRANGED_FIELDS",
+    "VOLATILE_FIELDS", "Range", "Recipe", "RecipeError", "WeftArgs", "WeftGRPOConfig",
+    "WeftSFTConfig", "build_config", "check_ranges", "check_values", "config_summary",
+    "derive_checkpoint_id", "find_recipe", "list_recipes", "load_config", "parse_overrides",
+    "read_recipe",
+]
+
 EMBEDDED = "embedded"
 # Fields that do not change what is trained: left out of the derived checkpoint id.
 VOLATILE_FIELDS = frozenset({
@@ -67,10 +83,6 @@ VOLATILE_FIELDS = frozenset({
     "logging_steps", "save_steps", "save_total_limit", "report_to", "disable_tqdm",
     "log_completions", "num_completions_to_print", "dataloader_num_workers", "torch_threads",
 })
-
-
-class RecipeError(ValueError):
-    """A recipe or override that cannot be used; the message names the recipe and the field."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,358 +366,6 @@ GRPO_CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 CONFIG_CLASSES: dict[str, type] = {"sft": WeftSFTConfig, "grpo": WeftGRPOConfig}
-
-
-# ---------------------------------------------------------------------------------------------
-# Numeric ranges, checked first in __post_init__ (before any id, folder, model or dataset)
-
-
-@dataclass(frozen=True)
-class Range:
-    """Allowed values of one numeric field: ``low``..``high`` (an end is excluded when marked
-    open), always finite; ``also``: sentinels allowed outside it; ``whole_from_one``: values
-    of 1 or more must be whole numbers (transformers' "steps, or below 1 a ratio of the total
-    steps"); ``note``: what a sentinel or an odd bound means."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    also: tuple[float, ...] = ()
-    whole_from_one: bool = False
-    note: str = ""
-
-    def allows(self, value: float) -> bool:
-        if value in self.also:
-            return True
-        if not math.isfinite(value):
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        if self.high is not None and (value > self.high
-                                      or (self.high_open and value == self.high)):
-            return False
-        return not (self.whole_from_one and value >= 1 and value != int(value))
-
-    def describe(self, integer: bool) -> str:
-        kind = "an integer" if integer else "a finite number"
-        lo, hi = _num(self.low), _num(self.high)
-        if self.low is not None and self.high is not None:
-            text = (f"{kind} in {'(' if self.low_open else '['}{lo}, {hi}"
-                    f"{')' if self.high_open else ']'}")
-        elif self.low is not None:
-            text = f"{kind} {'>' if self.low_open else '>='} {lo}"
-        elif self.high is not None:
-            text = f"{kind} {'<' if self.high_open else '<='} {hi}"
-        else:
-            text = kind
-        if self.whole_from_one:
-            text += ", whole when 1 or more"
-        if self.also:
-            text += "".join(f" or {_num(a)}" for a in self.also)
-        return text + (f" ({self.note})" if self.note else "")
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return ""
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-_POSITIVE_INT = Range(1)
-_NON_NEGATIVE = Range(0)
-_POSITIVE = Range(0, low_open=True)
-_UNIT = Range(0, 1)
-_STEPS_OR_RATIO = Range(0, low_open=True, whole_from_one=True,
-                        note="below 1: a ratio of the total steps")
-_PORT = Range(1, 65535)
-_SEED = Range(0, 2**32 - 1, note="numpy's seed range")
-
-# transformers' TrainingArguments fields and weft's own, shared by both configs. Null is
-# allowed wherever the field's type allows it; these ranges apply to numbers.
-COMMON_RANGES: dict[str, Range] = {
-    "per_device_train_batch_size": _POSITIVE_INT,
-    "per_device_eval_batch_size": _POSITIVE_INT,
-    "gradient_accumulation_steps": _POSITIVE_INT,
-    "num_train_epochs": _POSITIVE,
-    "max_steps": Range(1, also=(-1,), note="-1: train for num_train_epochs instead"),
-    "learning_rate": _POSITIVE,
-    "warmup_steps": Range(0, whole_from_one=True, note="below 1: a ratio of the total steps"),
-    "weight_decay": _NON_NEGATIVE,
-    "adam_beta1": Range(0, 1, high_open=True),
-    "adam_beta2": Range(0, 1, high_open=True),
-    "adam_epsilon": _POSITIVE,
-    "max_grad_norm": Range(0, note="0 disables clipping"),
-    "label_smoothing_factor": Range(0, 1, high_open=True),
-    "neftune_noise_alpha": _POSITIVE,
-    "torch_empty_cache_steps": _POSITIVE_INT,
-    "logging_steps": _STEPS_OR_RATIO,
-    "eval_steps": _STEPS_OR_RATIO,
-    "save_steps": _STEPS_OR_RATIO,
-    "eval_delay": _NON_NEGATIVE,
-    "eval_accumulation_steps": _POSITIVE_INT,
-    "save_total_limit": _POSITIVE_INT,
-    "seed": _SEED,
-    "data_seed": _SEED,
-    "dataloader_num_workers": Range(0, note="0 loads data in the main process"),
-    "dataloader_prefetch_factor": _POSITIVE_INT,
-    "ddp_bucket_cap_mb": _POSITIVE_INT,
-    "ddp_timeout": _POSITIVE_INT,
-    "local_rank": Range(-1, note="-1: not distributed; set by the launcher"),
-    "router_aux_loss_coef": _NON_NEGATIVE,
-    "pad_to_multiple_of": _POSITIVE_INT,
-    "dataset_limit": _POSITIVE_INT,
-    "torch_threads": _POSITIVE_INT,
-}
-SFT_RANGES: dict[str, Range] = {
-    **COMMON_RANGES,
-    "max_length": _POSITIVE_INT,
-    "dataset_num_proc": _POSITIVE_INT,
-}
-GRPO_RANGES: dict[str, Range] = {
-    **COMMON_RANGES,
-    "num_generations": Range(2, note="a group needs two rollouts to have an advantage"),
-    "num_generations_eval": _POSITIVE_INT,
-    "max_completion_length": _POSITIVE_INT,
-    "generation_batch_size": _POSITIVE_INT,
-    "steps_per_generation": _POSITIVE_INT,
-    "temperature": _POSITIVE,
-    "top_p": Range(0, 1, low_open=True),
-    "top_k": Range(0, note="0 disables top-k filtering"),
-    "min_p": _UNIT,
-    "repetition_penalty": _POSITIVE,
-    "vllm_server_port": _PORT,
-    "vllm_group_port": _PORT,
-    "vllm_server_timeout": _POSITIVE,
-    "vllm_gpu_memory_utilization": Range(0, 1, low_open=True),
-    "vllm_max_model_length": _POSITIVE_INT,
-    "vllm_tensor_parallel_size": _POSITIVE_INT,
-    "beta": Range(0, note="0 loads no reference model"),
-    "num_iterations": _POSITIVE_INT,
-    "epsilon": _POSITIVE,
-    "epsilon_high": _POSITIVE,
-    "delta": Range(1, low_open=True, note="an upper bound on the ratio; TRL advises > 1 + epsilon"),
-    "sapo_temperature_neg": _POSITIVE,
-    "sapo_temperature_pos": _POSITIVE,
-    "vespo_k_pos": _NON_NEGATIVE,
-    "vespo_lambda_pos": _NON_NEGATIVE,
-    "vespo_k_neg": _NON_NEGATIVE,
-    "vespo_lambda_neg": _NON_NEGATIVE,
-    "ref_model_mixup_alpha": _UNIT,
-    "ref_model_sync_steps": _POSITIVE_INT,
-    "top_entropy_quantile": _UNIT,
-    "entropy_coef": Range(note="negative values penalise entropy"),
-    "entropy_coef_min": _NON_NEGATIVE,
-    "entropy_coef_max": _NON_NEGATIVE,
-    "entropy_coef_delta": _POSITIVE,
-    "entropy_target": _NON_NEGATIVE,
-    "max_tool_calling_iterations": Range(0),
-    "vllm_importance_sampling_clip_max": _POSITIVE,
-    "vllm_importance_sampling_clip_min": _NON_NEGATIVE,
-    "vllm_importance_sampling_cap": _POSITIVE,
-    "off_policy_mask_threshold": _POSITIVE,
-    "num_completions_to_print": Range(0),
-}
-CONFIG_RANGES: dict[str, dict[str, Range]] = {"sft": SFT_RANGES, "grpo": GRPO_RANGES}
-# Numeric fields with no range entry, and why (a test keeps this and the tables complete).
-UNRANGED_FIELDS: dict[str, str] = {
-    "reward_weights": "refused: weights go inside `rewards`",
-    "budgets": "checked with the budget reward (positive integers)",
-    "vllm_server_gpus": "checked as distinct CUDA device indices (>= 0)",
-}
-# (lower, upper) pairs that must be ordered when both are set.
-ORDERED_PAIRS: tuple[tuple[str, str], ...] = (
-    ("entropy_coef_min", "entropy_coef_max"),
-    ("vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max"),
-)
-
-
-def _integer_field(annotation: Any) -> bool:
-    """True when the field's numeric type is int only (``int``, ``int | None``, ``int | str``)."""
-    args = set(typing.get_args(annotation)) or {annotation}
-    return int in args and float not in args
-
-
-def check_ranges(config: Any, kind: str) -> None:
-    """Raise RecipeError for the first numeric field outside its range (field, value, range)."""
-    hints = _type_hints(type(config))
-    for name, allowed in CONFIG_RANGES[kind].items():
-        value = getattr(config, name, None)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue  # null, 'auto' and wrong types are the type check's business
-        if not allowed.allows(value):
-            raise RecipeError(f"field `{name}` must be "
-                              f"{allowed.describe(_integer_field(hints.get(name)))}, "
-                              f"got {value!r}")
-    for low, high in ORDERED_PAIRS:
-        a, b = getattr(config, low, None), getattr(config, high, None)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
-            raise RecipeError(f"field `{low}` ({a!r}) must not exceed `{high}` ({b!r})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Recipes
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    kind: str
-    values: dict[str, Any]
-    description: str = ""
-    path: Path | None = None
-
-
-def list_recipes() -> list[str]:
-    return sorted(p.name[: -len(".yaml")] for p in RECIPES_DIR.glob("*.yaml"))
-
-
-def find_recipe(name_or_path: str | Path) -> Path:
-    """A recipe file from a name in ``training/recipes/`` or a path to a YAML file."""
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    if text.endswith((".yaml", ".yml")) and path.is_file():
-        return path
-    candidate = RECIPES_DIR / f"{text}.yaml"
-    if candidate.is_file():
-        return candidate
-    close = difflib.get_close_matches(text, list_recipes(), n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; recipes: {', '.join(list_recipes())}"
-    raise RecipeError(f"no recipe {text!r}{hint}")
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"recipe {path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RecipeError(f"recipe {path}: expected a mapping of config fields at the top level")
-    return data
-
-
-def read_recipe(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> Recipe:
-    """The merged recipe (its ``extends`` chain applied), not yet checked against a config."""
-    path = find_recipe(name_or_path).resolve()
-    if path in _seen:
-        raise RecipeError(f"recipe {path.name}: `extends` loops back to itself")
-    data = _read_yaml(path)
-    values: dict[str, Any] = {}
-    kind = None
-    if data.get("extends"):
-        parent_ref = str(data["extends"])
-        parent_path = path.parent / parent_ref
-        parent = read_recipe(parent_path if parent_path.is_file() else parent_ref, _seen + (path,))
-        values.update(parent.values)
-        kind = parent.kind
-    values.update({k: v for k, v in data.items() if k not in RESERVED_KEYS})
-    kind = data.get("kind", kind)
-    name = path.name[: -len(path.suffix)]
-    if kind not in KINDS:
-        raise RecipeError(f"recipe {name}: field `kind` must be one of {KINDS}, got {kind!r}")
-    values["recipe"] = data.get("recipe", name)  # the leaf file names the run
-    return Recipe(name, kind, values, str(data.get("description", "")), path)
-
-
-def parse_overrides(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``["key=value", ...]`` (values parsed as YAML) or a mapping, as a dict."""
-    if not items:
-        return {}
-    if isinstance(items, Mapping):
-        return dict(items)
-    out = {}
-    for item in items:
-        key, sep, raw = str(item).partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not key:
-            raise RecipeError(f"override {item!r} must look like key=value")
-        try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"override {item!r}: value is not valid YAML: {exc}") from exc
-    return out
-
-
-def _type_hints(cls: type) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to no type checks
-        return {}
-
-
-def _accepts(annotation: Any, value: Any) -> tuple[bool, Any]:
-    """Whether ``value`` fits ``annotation`` and the (possibly converted) value."""
-    if annotation is Any or annotation is None:
-        return True, value
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            ok, converted = _accepts(arg, value)
-            if ok:
-                return True, converted
-        return False, value
-    if annotation is type(None):
-        return value is None, value
-    if annotation is bool:
-        return isinstance(value, bool), value
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, value  # ints stay ints: TRL reads e.g. save_steps >= 1 as a count
-        if isinstance(value, str):
-            try:
-                return True, float(value)
-            except ValueError:
-                return False, value
-        return False, value
-    if annotation is str:
-        return isinstance(value, str), value
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return isinstance(value, (str, annotation)), value
-    if origin in (list, Sequence) or annotation is list:
-        if not isinstance(value, list):
-            return False, value
-        args = typing.get_args(annotation)
-        if args:
-            converted = []
-            for item in value:
-                ok, item = _accepts(args[0], item)
-                if not ok:
-                    return False, value
-                converted.append(item)
-            return True, converted
-        return True, value
-    if origin in (dict, Mapping) or annotation is dict:
-        return isinstance(value, dict), value
-    return True, value  # anything more exotic is left to the config's own checks
-
-
-def _type_name(annotation: Any) -> str:
-    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
-    return text or str(annotation).replace("typing.", "")
-
-
-def check_values(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Unknown keys and wrongly typed values raise RecipeError naming the field."""
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    hints = _type_hints(cls)
-    out = {}
-    for key, value in values.items():
-        if key not in names:
-            close = difflib.get_close_matches(key, sorted(names), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise RecipeError(f"{where}: unknown field `{key}`{hint}")
-        annotation = hints.get(key)
-        if annotation is not None:
-            ok, value = _accepts(annotation, value)
-            if not ok:
-                hint = (" (YAML reads no/yes/off/on as booleans: quote the word, e.g. \"no\")"
-                        if isinstance(value, bool) else "")
-                raise RecipeError(f"{where}: field `{key}` expects {_type_name(annotation)}, got "
-                                  f"{value!r} ({type(value).__name__}){hint}")
-        out[key] = value
-    return out
 
 
 def build_config(kind: str, values: Mapping[str, Any], where: str = "config"):

