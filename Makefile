@@ -14,7 +14,7 @@ UI_PORT ?= 3000
 # only by the optional UI screenshot test.
 APT_PACKAGES := bubblewrap python3 python3-numpy python3-sympy
 
-.PHONY: setup system-deps lint demo test test-slow test-all ui bench gpu-setup gpu-check clean-home help
+.PHONY: setup system-deps lint demo test test-slow test-all ui bench gpu-setup gpu-check gpu-resolve clean-home help
 
 help:
 	@echo "make demo       set up, then run the main job on the embedded model"
@@ -22,6 +22,7 @@ help:
 	@echo "make test-slow  the slow tests only"
 	@echo "make lint       ruff check (also run by make test)"
 	@echo "make gpu-check  on a CUDA machine: install the GPU stack, run bench/gpu_smoke.py"
+	@echo "make gpu-resolve  resolve the `gpu` extra for CUDA Linux x86_64 / Python 3.11 (no GPU)"
 	@echo "make ui         start the Dagster UI on http://127.0.0.1:$(UI_PORT)"
 
 $(SYS_STAMP):
@@ -69,13 +70,13 @@ test: setup lint
 # (its Python package only; no browser download).
 UI_TEST_STAMP := $(VENV)/.weft-ui-test
 
-$(UI_TEST_STAMP): | $(STAMP)
+$(UI_TEST_STAMP): pyproject.toml | $(STAMP)
 	@if ! dpkg -s chromium >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = "0" ]; then apt-get update -qq && \
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 		else echo "WARNING: not root; run: sudo apt-get install -y chromium (browser test)"; fi; \
 	fi
-	$(PIP) install -q playwright==1.65.2
+	$(PIP) install -q -e ".[ui-test]"
 	@touch $@
 
 test-slow: setup $(UI_TEST_STAMP)
@@ -107,6 +108,21 @@ gpu-setup: $(GPU_STAMP)
 
 gpu-check: gpu-setup
 	$(PY) bench/gpu_smoke.py $(if $(MODEL),--model $(MODEL))
+
+# Proof that `pip install -e ".[dev,gpu]"` resolves on a CUDA Linux x86_64 machine with Python
+# 3.11, from any machine and without downloading the CUDA wheels: uv resolves against PyPI for
+# that platform (metadata only; sdists such as deepspeed have their metadata built) and writes
+# the full pin list to $(GPU_RESOLVE_DIR)/gpu-requirements.txt.
+GPU_RESOLVE_DIR ?= /tmp/weft-gpu-resolve
+GPU_RESOLVE_TOP := torch|vllm|transformers|trl|deepspeed|accelerate
+gpu-resolve:
+	@test -x $(GPU_RESOLVE_DIR)/venv/bin/uv || { $(PYTHON) -m venv $(GPU_RESOLVE_DIR)/venv && \
+		$(GPU_RESOLVE_DIR)/venv/bin/python -m pip install -q uv==0.13.9; }
+	UV_CACHE_DIR=$(GPU_RESOLVE_DIR)/cache $(GPU_RESOLVE_DIR)/venv/bin/uv pip compile -q \
+		pyproject.toml --extra dev --extra gpu --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --no-header --no-annotate \
+		-o $(GPU_RESOLVE_DIR)/gpu-requirements.txt
+	@grep -E '^($(GPU_RESOLVE_TOP))==' $(GPU_RESOLVE_DIR)/gpu-requirements.txt
 
 clean-home:
 	rm -rf $(WEFT_HOME)

@@ -293,11 +293,17 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
         from training.rollouts import RolloutError, choose_engine, duet_vllm_hook, vllm_version
 
         method = "tandem" if self.tandem is not None else "duet" if self.duet is not None else "grpo"
+        plugin = False
+        if method == "duet":
+            from training.duet_generate import processor_plugin_registered
+
+            plugin = processor_plugin_registered()
         try:
             choice = choose_engine(self.use_vllm, method=method, vllm_mode=self.vllm_mode,
                                    use_cpu=bool(self.use_cpu), cuda=_cuda_available(),
                                    version=vllm_version(),
-                                   duet_hook=method == "duet" and duet_vllm_hook() is not None)
+                                   duet_hook=method == "duet" and duet_vllm_hook() is not None,
+                                   duet_plugin=plugin)
         except RolloutError as exc:
             raise RecipeError(str(exc)) from exc
         self.use_vllm = choice.use_vllm

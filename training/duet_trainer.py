@@ -19,17 +19,34 @@ Hooks overridden, and why:
   both branches of the min). Groups whose allocated rollouts are all correct or all wrong are
   masked when ``drop_degenerate_groups`` is on (weft's filter, judged on allocated rollouts).
   The loss aggregation should be token-mean over kept tokens (``loss_type: dapo``, Eq. 6).
-- ``_generate_single_turn``: transformers generation of the allocated rows only, with
-  :class:`training.duet_generate.MarkerAbortProcessor` (Phase 2, lines 11-33); coins are drawn
-  from ``(seed, global_step)``.
-- ``_calculate_rewards``: keeps the rewards for the advantages above.
+- ``_generate_single_turn``: the allocated rows only (Phase 2, lines 11-33), each rollout with
+  its own eps-keep coin, drawn per slot of the global generation batch from
+  ``(seed, global_step)`` (distinct per rollout, the same on any number of processes). On
+  transformers: ``model.generate`` with :class:`training.duet_generate.MarkerAbortProcessor`.
+  On TRL's vLLM engine: one ``n=1`` request per allocated rollout carrying its gate in
+  ``SamplingParams.extra_args`` (``training.duet_vllm``); colocated, straight to TRL's
+  in-process ``vllm.LLM``; server mode, through TRL's ``VLLMClient`` from the main process
+  (gate as ``vllm_xargs``). The engine runs ``DuetAbortLogitsProcessor``; each outcome is
+  recovered by replaying the gate over the returned tokens, and a rollout that runs past its
+  forced stop is an error (the engine has no processor loaded).
+- ``_calculate_rewards``: keeps the rewards (TRL gathers them over all processes) for the
+  advantages above.
 - ``_compute_loss`` / ``_get_per_token_logps_and_entropies``: fully masked rows (unallocated
   slots, aborted rollouts) are left out of the forward/backward pass (exact for the token-mean
   loss, whose normaliser is counted before), and the loss pass's own log-probs give
   ``sum_l log pi(y_l)`` for Eq. 3 at no extra forward pass.
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the controller state (per-prompt
-  estimates, K1/K2 window, lam) is saved as ``duet_state.json`` in every checkpoint and read
-  back on resume.
+  estimates, K1/K2 window, lam) is saved as ``duet_state.json`` in every checkpoint (by the
+  main process) and read back on resume by every process.
+
+Data parallelism (``training.duet_dist``): each process holds a share of the generation batch,
+but Eq. 4 is one allocation over all of the step's prompts. Each process sends
+``(key, s_hat, L_hat)`` for its rows; the main process allocates once on the gathered list (one
+budget B, one lam*) and broadcasts the plan, and each process generates its own rows' share of
+the ``n_q``. TRL gathers the rewards, so advantages stay per prompt over all its ``n_q``
+rollouts wherever they were generated; rollout outcomes (aborted, eps-kept, marker, lengths)
+and the loss pass's ``sum log pi`` are gathered too, so Phase 4 updates the same state on every
+process and the main process's ``duet_state.json`` resumes all of them.
 
 Phase 4 (lines 45-56: sigma_obs, L_hat, K1/K2, lam warm start) runs when the next generation
 batch starts (and before a checkpoint is written), once all of the step's micro-batches have
@@ -47,14 +64,24 @@ Departures, and why:
   the cap in a CPU run).
 - ``n_min`` defaults to 2 (the paper does not give its value): a single rollout has a zero
   group-normalised advantage and spends tokens for no gradient. ``n_max`` = ``num_generations``.
-- Single process only, transformers generation only (vLLM and multi-process runs are refused
-  at construction with what to change). The vLLM form of the abort rule is ready in
-  ``training.duet_vllm`` (processor) and ``training.duet_generate`` (``gate_request_args``,
-  ``replay_gate``, ``vllm_logits_processors``) for when TRL's vLLM rollouts are wired here.
+- vLLM rollouts send one request per rollout (``n=1``) instead of TRL's one request per
+  prompt with ``n`` samples: vLLM gives all ``n`` samples of a request one ``SamplingParams``,
+  and each rollout needs its own coin. Colocated rollouts need the processor registered as a
+  vLLM plugin: TRL 1.16's ``VLLMGeneration`` builds ``vllm.LLM`` with a fixed argument list and
+  no ``logits_processors``, and vLLM loads plugins (entry point group
+  ``vllm.logits_processors``) into every engine it builds. Without the plugin, colocated
+  rollouts are refused at construction (before TRL builds the engine) with what to add;
+  server mode needs the server started with ``--logits-processors`` (weft's rollout server
+  does). Refused for DUET: colocated tensor parallelism and sleep mode, structured outputs,
+  transformers continuous batching.
 
 Not guaranteed: unbiasedness under group-normalised advantages (paper, App. A.2.6); the
 ``tokens_generated`` metric of ``WeftGRPOTrainer`` counts one placeholder token per unallocated
-slot (``duet/tokens_generated`` does not).
+slot (``duet/tokens_generated`` does not); TRL's sequence-level vLLM importance-sampling modes
+see the forced EOS token's engine log-prob (0: the processor left it the only finite logit) —
+the token-level default masks it with the loss mask; DeepSpeed ZeRO-3 with
+``ds3_gather_for_generation: false`` when a process has no allocated row (it then skips
+``generate``, whose sharded forward passes are collective).
 """
 
 from __future__ import annotations
@@ -74,7 +101,16 @@ from trl.models import unwrap_model_for_generation
 
 from training import duet
 from training.duet import DuetSettings
-from training.duet_generate import MarkerAbortProcessor
+from training.duet_dist import TorchGroup, gather_rows, global_plan
+from training.duet_generate import (
+    GATE_ARGS_KEY,
+    VLLM_PLUGIN_GROUP,
+    VLLM_PROCESSOR,
+    MarkerAbortProcessor,
+    engine_outcome,
+    gate_request_args,
+    processor_plugin_registered,
+)
 from training.grpo_trainer import WeftGRPOTrainer
 from training.rewards import degenerate_groups, verdicts
 
@@ -88,21 +124,48 @@ def prompt_key(prompt: Any) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
+def vllm_problem(args: Any) -> str | None:
+    """Why DUET cannot roll out on the vLLM settings of ``args`` (None when it can)."""
+    if not getattr(args, "use_vllm", False):
+        return None
+    if getattr(args, "vllm_structured_outputs_regex", None):
+        return "vllm_structured_outputs_regex is not passed on DUET's per-rollout requests"
+    if args.vllm_mode != "colocate":
+        return None
+    if args.vllm_tensor_parallel_size != 1:
+        return ("colocated tensor parallelism (vllm_tensor_parallel_size > 1) needs every rank "
+                "of a group to send the same prompts, but DUET's allocated rows differ by rank")
+    if args.vllm_enable_sleep_mode:
+        return "vllm_enable_sleep_mode is not supported by DUET's colocated rollouts"
+    if not processor_plugin_registered():
+        return (f"the vLLM engine TRL builds for colocated rollouts takes no logits_processors "
+                f"argument, so {VLLM_PROCESSOR} reaches it only as a vLLM plugin, and none is "
+                f"registered: add the entry point `duet_abort = \"{VLLM_PROCESSOR}\"` under "
+                f"[project.entry-points.\"{VLLM_PLUGIN_GROUP}\"] in pyproject.toml and reinstall "
+                "(pip install -e .), or use vllm_mode: server (weft's rollout server loads it "
+                "with --logits-processors)")
+    return None
+
+
 class DuetGRPOTrainer(WeftGRPOTrainer):
     """``WeftGRPOTrainer`` with the DUET controller (see the module docstring)."""
+
+    SUPPORTS_VLLM = True  # rollouts on TRL's vLLM path, colocate and server (module docstring)
 
     def __init__(self, *args: Any, duet_settings: DuetSettings | None = None,
                  drop_degenerate_groups: bool = False, correctness_reward: str | None = None,
                  **kwargs: Any):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        problem = vllm_problem(config)  # before TRL builds a vLLM engine for nothing
+        if problem:
+            raise ValueError(f"DUET cannot roll out on vLLM here: {problem}; or set "
+                             "use_vllm: false (transformers generation)")
         # The parent's filter works on fixed groups; DUET's groups vary, so it runs here.
         super().__init__(*args, **kwargs)
-        if self.use_vllm or self.use_transformers_continuous_batching:
+        if self.use_transformers_continuous_batching:
             raise ValueError("DUET generates with transformers' generate and its batched abort "
-                             "processor; set use_vllm: false and "
-                             "use_transformers_continuous_batching: false")
-        if self.accelerator.num_processes != 1:
-            raise ValueError("DUET runs in a single process here (the allocation is per "
-                             "process); launch without accelerate's multi-process mode")
+                             "processor, or on vLLM; set use_transformers_continuous_batching: "
+                             "false")
         if correctness_reward is None and drop_degenerate_groups:
             raise ValueError("drop_degenerate_groups needs correctness_reward")
         self.settings = duet_settings or DuetSettings()
@@ -117,6 +180,7 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         self.quantiles = duet.LengthQuantiles(self.max_completion_length, self.settings.window,
                                               self.settings.refit_every)
         self.lam: float | None = None
+        self.group = TorchGroup.current()  # the data-parallel processes (one: a plain run)
         self._plan: dict[str, Any] | None = None  # this generation batch's allocation and gates
         self._pending: dict[str, Any] | None = None  # awaiting Phase 4
         self._rewards: torch.Tensor | None = None
@@ -127,30 +191,24 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
     # -- Phase 1 ---------------------------------------------------------------------------
 
     def _allocate(self, inputs: list[dict]) -> dict[str, Any]:
-        slots = self.num_generations
-        keys = [prompt_key(x["prompt"]) for x in inputs[::slots]]
-        if len(inputs) % slots or any(prompt_key(x["prompt"]) != keys[i // slots]
-                                      for i, x in enumerate(inputs)):
-            raise ValueError(f"DUET expects each prompt's {slots} slots (num_generations) to be "
-                             "consecutive rows of the generation batch, as TRL's sampler gives "
-                             "them; this batch is not grouped that way")
-        s_hat = [self.prompt_state.s_hat(k) for k in keys]
-        l_hat = [self.prompt_state.l_hat(k) for k in keys]
-        b = self.settings
-        budget = b.budget_fraction * b.full_rollouts * float(sum(l_hat))
-        if b.allocate:
-            alloc = duet.neyman_allocation(s_hat, l_hat, budget, n_min=b.n_min, lam0=self.lam,
-                                           steps=b.bisection_steps, n_max=slots)
-            counts, lam = alloc.counts, alloc.lam
-        else:
-            uniform = int(min(slots, max(b.n_min, round(b.budget_fraction * b.full_rollouts))))
-            counts, lam = [uniform] * len(keys), self.lam or 0.0
-        return {"keys": keys, "s_hat": s_hat, "counts": counts, "lam": lam, "budget": budget,
-                "s_pre": duet.stratification_factors(counts, b.eps_pre),
-                "allocated": [i % slots < counts[i // slots] for i in range(len(inputs))],
-                "k1": self.quantiles.k1, "k2": self.quantiles.k2}
+        rows = []
+        for x in inputs:
+            key = prompt_key(x["prompt"])
+            rows.append((key, self.prompt_state.s_hat(key), self.prompt_state.l_hat(key)))
+        plan = global_plan(self.group, rows, self.num_generations, self.settings, self.lam)
+        plan.update(k1=self.quantiles.k1, k2=self.quantiles.k2)
+        return plan
 
     # -- Phase 2 ---------------------------------------------------------------------------
+
+    def _gate_params(self, plan: dict[str, Any]) -> duet.GateParams:
+        b = self.settings
+        k1, k2 = (plan["k1"], plan["k2"]) if b.abort else (self.max_completion_length,) * 2
+        return duet.GateParams(k1=k1, k2=k2, grace=b.grace, poll_every=b.poll_every,
+                               eps_abort=b.eps_abort, tail_tokens=b.tail_tokens)
+
+    def _decode(self, toks: list[int]) -> str:
+        return self._tokenizer.decode(toks, skip_special_tokens=False)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                               has_tool_images=False):
@@ -160,44 +218,100 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
                                                  num_generations, has_tool_images)
         if images or multimodal_fields:
             raise ValueError("DUET supports text-only prompts")
-        rows = [i for i, a in enumerate(plan["allocated"]) if a]
+        offset = plan["offset"]
+        rows = [i for i in range(len(prompt_ids)) if plan["allocated"][offset + i]]
+        params = self._gate_params(plan)
+        # One coin per slot of the global batch: distinct per rollout, the same on any number
+        # of processes, reproducible from (seed, step).
+        coins = duet.coin_draws(self.args.seed, self.state.global_step, len(plan["allocated"]))
+        mine = [coins[offset + i] for i in rows]
         eos = self.eos_token_ids
-        b = self.settings
-        k1, k2 = (plan["k1"], plan["k2"]) if b.abort else (self.max_completion_length,) * 2
-        params = duet.GateParams(k1=k1, k2=k2, grace=b.grace, poll_every=b.poll_every,
-                                 eps_abort=b.eps_abort, tail_tokens=b.tail_tokens)
-        marker = duet.answer_marker(self.args.answer_format)
-        coins = duet.coin_draws(self.args.seed, self.state.global_step, len(rows))
-        width = max(len(prompt_ids[i]) for i in rows)
-        pad_id = self._tokenizer.pad_token_id
+        if self.use_vllm:
+            generated, logprobs, gates = self._generate_vllm(prompt_ids, rows, params, mine)
+        else:
+            generated, gates = self._generate_transformers(prompt_ids, rows, params, mine)
+            logprobs = None
+        completions: list[list[int]] = [[eos[0]] for _ in prompt_ids]
+        row_logprobs = [[0.0] for _ in prompt_ids] if logprobs is not None else None
+        for j, row in enumerate(rows):
+            completions[row] = generated[j]
+            if row_logprobs is not None:
+                row_logprobs[row] = logprobs[j]
+        plan["gates"] = {offset + row: g for row, g in zip(rows, gates, strict=True)}
+        return completions, row_logprobs
+
+    def _generate_transformers(self, prompt_ids, rows, params, coins):
+        """The allocated rows through ``model.generate`` with the batched abort processor. A
+        process with no allocated row still enters the unwrap context (collective under
+        ZeRO-3 and FSDP), and skips ``generate``."""
+        eos, pad_id = self.eos_token_ids, self._tokenizer.pad_token_id
+        width = max([len(prompt_ids[i]) for i in rows], default=0)
         ids = torch.tensor([[pad_id] * (width - len(prompt_ids[i])) + list(prompt_ids[i])
                             for i in rows])
         mask = torch.tensor([[0] * (width - len(prompt_ids[i])) + [1] * len(prompt_ids[i])
                              for i in rows])
-        processor = MarkerAbortProcessor.for_batch(
-            params, [marker] * len(rows), coins, width, eos,
-            lambda toks: self._tokenizer.decode(toks, skip_special_tokens=False))
+        marker = duet.answer_marker(self.args.answer_format)
+        processor = MarkerAbortProcessor.for_batch(params, [marker] * len(rows), coins, width,
+                                                   eos, self._decode)
         device = self.accelerator.device
         with (unwrap_model_for_generation(
                 self.model_wrapped, self.accelerator,
                 gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                 generation_kwargs=self.generation_kwargs,
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as model,
-              torch.no_grad()):
+              torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+            if not rows:
+                return [], []
             out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                  generation_config=self.generation_config,
                                  logits_processor=[processor])
-        completions: list[list[int]] = [[eos[0]] for _ in prompt_ids]
-        for j, row in enumerate(rows):
+        completions = []
+        for j in range(len(rows)):
             gen = out[j, width:].tolist()
             ends = [n for n, tok in enumerate(gen) if tok in eos]
-            completions[row] = gen[: ends[0] + 1] if ends else gen
-        plan["gates"] = dict(zip(rows, processor.gates, strict=True))
-        return completions, None
+            completions.append(gen[: ends[0] + 1] if ends else gen)
+        return completions, processor.gates
+
+    def _generate_vllm(self, prompt_ids, rows, params, coins):
+        """The allocated rows on TRL's vLLM engine, one request per rollout with its own gate
+        (``training.duet_vllm``); outcomes replayed from the returned tokens."""
+        from training import duet_vllm
+
+        if self.state.global_step != self._last_loaded_step:  # as TRL's own vLLM path
+            self.vllm_generation.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        eos = self.eos_token_ids
+        specs = [gate_request_args(params, self.args.answer_format, eos_token_id=eos[0],
+                                   coin=c)[GATE_ARGS_KEY] for c in coins]
+        base = {"repetition_penalty": self.repetition_penalty, "temperature": self.temperature,
+                "top_p": self.top_p, "top_k": self.top_k,
+                "min_p": 0.0 if self.min_p is None else self.min_p,
+                "max_tokens": self.max_completion_length, "logprobs": 0}
+        extra = dict(self.args.generation_kwargs or {})
+        prompts = [list(prompt_ids[i]) for i in rows]
+        if self.vllm_mode == "colocate":
+            completions, logprobs = duet_vllm.colocate_generate(
+                self.vllm_generation.llm, prompts, {**base, **extra}, specs)
+        else:  # server: the main process sends every process's rollouts, then hands them back
+            parts = self.group.all_gather(list(zip(prompts, specs, strict=True)))
+            result = None
+            if self.accelerator.is_main_process:
+                flat = [r for p in parts for r in p]
+                result = duet_vllm.server_generate(
+                    self.vllm_generation.vllm_client, [p for p, _ in flat], base, extra,
+                    [s for _, s in flat])
+            all_completions, all_logprobs = self.group.broadcast(result)
+            start = sum(len(p) for p in parts[: self.group.rank])
+            mine = slice(start, start + len(rows))
+            completions = all_completions[mine]
+            logprobs = None if all_logprobs is None else all_logprobs[mine]
+        gates = [engine_outcome(spec, c, eos, self._decode)
+                 for spec, c in zip(specs, completions, strict=True)]
+        return completions, logprobs, gates
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._rewards = rewards
+        self._rewards = rewards  # gathered by TRL: every process's rows, in global order
         return rewards
 
     # -- Phase 3 ---------------------------------------------------------------------------
@@ -238,15 +352,28 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         return adv
 
     def _apply_update_weights(self, out: dict[str, Any], plan: dict[str, Any]) -> None:
+        """Lines 35-43 over the global batch (every process computes the same arrays), then
+        this process's rows of advantages and masks."""
         slots = self.num_generations
         gates: dict[int, duet.RolloutGate] = plan.get("gates", {})
         raw = self._rewards.cpu().double()
         rewards = (raw * self.reward_weights.to(raw).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(raw).all(dim=1)] = float("nan")
         adv = self._advantages(rewards.numpy(), plan)
-        rows = len(adv)
+        rows, offset, local = len(adv), plan["offset"], plan["local_rows"]
         allocated = np.asarray(plan["allocated"])
-        aborted = np.array([gates[i].aborted if i in gates else False for i in range(rows)])
+        lengths_local = out["completion_mask"].sum(dim=1).tolist()
+        # Each rollout's outcome, from the process that generated it, to every process.
+        outcome = gather_rows(self.group, [
+            (offset + i, int(n) if allocated[offset + i] else 0)
+            + ((gates[offset + i].aborted, gates[offset + i].marker_seen,
+                gates[offset + i].coin_drawn, gates[offset + i].p_abort)
+               if offset + i in gates else (False, False, False, 1.0))
+            for i, n in enumerate(lengths_local)])
+        if [o[0] for o in outcome] != list(range(rows)):
+            raise RuntimeError("DUET's gathered rollout outcomes are not in global row order")
+        lengths = [o[1] for o in outcome]
+        aborted = np.array([o[2] for o in outcome], dtype=bool)
         keep = allocated & ~aborted
         if self.duet_drop:
             correct = verdicts(raw[:, self.duet_correct_col].tolist())
@@ -255,27 +382,25 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
                     keep[g * slots: (g + 1) * slots] = False
         weights = np.zeros(rows)
         for i in np.flatnonzero(keep):
-            p = gates[i].p_abort if i in gates else 1.0
-            weights[i] = duet.is_weight(False, p, plan["s_pre"][i // slots])
+            weights[i] = duet.is_weight(False, outcome[i][5], plan["s_pre"][i // slots])
+        mine = slice(offset, offset + local)
         device = out["advantages"].device
-        lengths = [int(n) if a else 0 for n, a in
-                   zip(out["completion_mask"].sum(dim=1).tolist(), allocated, strict=True)]
-        out["advantages"] = torch.tensor(adv * weights, dtype=out["advantages"].dtype,
-                                         device=device)
-        mask = out["completion_mask"] * torch.tensor(keep, device=device).unsqueeze(1)
+        out["advantages"] = torch.tensor((adv * weights)[mine],
+                                         dtype=out["advantages"].dtype, device=device)
+        mask = out["completion_mask"] * torch.tensor(keep[mine], device=device).unsqueeze(1)
         for i, gate in gates.items():  # the forced EOS was not sampled: out of the loss
             if gate.stopped_at is not None and gate.stopped_at < mask.shape[1]:
-                mask[i, gate.stopped_at] = 0
+                mask[i - offset, gate.stopped_at] = 0
         out["completion_mask"] = mask
         loss_mask = mask if out.get("tool_mask") is None else mask * out["tool_mask"]
-        out["num_items_in_batch"] = loss_mask.sum()
-        out["duet_row"] = torch.arange(rows, device=device)
-        self._log_step(plan, gates, allocated, aborted, keep, weights, lengths)
+        out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        out["duet_row"] = torch.arange(offset, offset + local, device=device)
+        self._log_step(plan, outcome, allocated, aborted, keep, weights, lengths)
         self._pending = {"plan": plan, "adv": adv, "keep": keep.tolist(), "lengths": lengths,
                          "aborted": aborted.tolist(), "allocated": allocated.tolist()}
         self._seq_logps = {}
 
-    def _log_step(self, plan, gates, allocated, aborted, keep, weights, lengths) -> None:
+    def _log_step(self, plan, outcome, allocated, aborted, keep, weights, lengths) -> None:
         m = self._metrics["train"]
         counts = plan["counts"]
         n_alloc = max(1, int(allocated.sum()))
@@ -285,10 +410,9 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         m["duet/n_q_min"].append(float(min(counts)))
         m["duet/n_q_mean"].append(float(np.mean(counts)))
         m["duet/n_q_max"].append(float(max(counts)))
-        m["duet/marker_rate"].append(sum(g.marker_seen for g in gates.values()) / n_alloc)
+        m["duet/marker_rate"].append(sum(o[3] for o in outcome) / n_alloc)
         m["duet/abort_rate"].append(float(aborted.sum()) / n_alloc)
-        m["duet/eps_kept"].append(float(sum(g.coin_drawn and not g.aborted
-                                            for g in gates.values())))
+        m["duet/eps_kept"].append(float(sum(o[4] and not o[2] for o in outcome)))
         kept_w = weights[keep]
         m["duet/is_weight_mean"].append(float(kept_w.mean()) if kept_w.size else 0.0)
         m["duet/tokens_generated"].append(float(sum(lengths)))
@@ -338,12 +462,16 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         if pending is None:
             return
         plan, slots = pending["plan"], self.num_generations
+        # Every process's loss-pass sums (keyed by global row), so all update the same state.
+        seq_logps: dict[int, float] = {}
+        for part in self.group.all_gather(self._seq_logps):
+            seq_logps.update(part)
         s_used, sigma_step = [], []
         for g, key in enumerate(plan["keys"]):
             idx = range(g * slots, g * slots + plan["counts"][g])
-            kept = [i for i in idx if pending["keep"][i] and i in self._seq_logps]
+            kept = [i for i in idx if pending["keep"][i] and i in seq_logps]
             sigma = duet.within_step_sigma([pending["adv"][i] for i in kept],
-                                           [self._seq_logps[i] for i in kept], [True] * len(kept))
+                                           [seq_logps[i] for i in kept], [True] * len(kept))
             if sigma is not None:
                 self.prompt_state.observe_sigma(key, sigma)
                 s_used.append(plan["s_hat"][g])
@@ -381,7 +509,7 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         self._finish_step()
         super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
-        if folder.is_dir():
+        if self.args.should_save and folder.is_dir():  # every process holds the same state
             (folder / STATE_FILE).write_text(json.dumps(self.duet_state_dict()))
 
     def _load_optimizer_and_scheduler(self, checkpoint):

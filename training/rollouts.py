@@ -23,9 +23,12 @@ How far each method goes on vLLM:
 - DUET (``duet``): its marker-gated abort (Algorithm 1 lines 11-33) must run inside the
   sampler; on vLLM that is ``training.duet_vllm.DuetAbortLogitsProcessor``, named for a recipe
   by :data:`DUET_VLLM_HOOK` (``training.duet_generate.vllm_logits_processors``). The server
-  weft starts loads it (``--logits-processors``). DUET's trainer must also send each rollout's
-  gate with its request, which ``DuetGRPOTrainer.SUPPORTS_VLLM`` declares; a trainer without
-  it runs DUET on transformers and refuses ``use_vllm: true``.
+  weft starts loads it (through the ``vllm.logits_processors`` entry point weft's
+  ``pyproject.toml`` registers, else ``--logits-processors``); the engine TRL builds for
+  colocated rollouts takes no ``logits_processors`` argument, so colocate needs the entry point
+  (refused with the fix without it). DUET's trainer sends each rollout's gate with its request
+  (``DuetGRPOTrainer.SUPPORTS_VLLM``); a trainer without it runs DUET on transformers and
+  refuses ``use_vllm: true``.
 - Tandem (``tandem``): lockstep dual decoding switches between two models token by token inside
   one decoding loop (Tandem §3); a vLLM engine serves one model per request and has no hook to
   hand a sequence to another model mid-decode, so Tandem always uses weft's dual decoder.
@@ -151,9 +154,13 @@ class EngineChoice:
 
 def choose_engine(use_vllm: bool | None, *, method: str = "grpo", vllm_mode: str = "colocate",
                   use_cpu: bool = False, cuda: bool, version: str | None,
-                  duet_hook: bool = False) -> EngineChoice:
+                  duet_hook: bool = False, duet_plugin: bool = False) -> EngineChoice:
     """Resolve ``use_vllm`` (None = automatic) for a method; raise RolloutError when
-    ``use_vllm: true`` cannot work, naming the reason and the setting to change."""
+    ``use_vllm: true`` cannot work, naming the reason and the setting to change.
+
+    ``duet_plugin``: DUET's processor is registered under vLLM's ``vllm.logits_processors``
+    entry points (weft's ``pyproject.toml`` does it), the only way it reaches the engine TRL
+    builds in-process for colocated rollouts; server mode passes it on the command line."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if vllm_mode not in ("server", "colocate"):
@@ -178,8 +185,13 @@ def choose_engine(use_vllm: bool | None, *, method: str = "grpo", vllm_mode: str
     if problem:
         blockers.append(problem)
     if method == "duet" and not duet_hook:
-        blockers.append("DUET's trainer does not yet send its abort gates to vLLM "
+        blockers.append("DUET's trainer does not send its abort gates to vLLM "
                         "(DuetGRPOTrainer.SUPPORTS_VLLM)")
+    if method == "duet" and duet_hook and vllm_mode == "colocate" and not duet_plugin:
+        blockers.append("colocated DUET rollouts need DUET's processor registered as a vLLM "
+                        "plugin (entry point group `vllm.logits_processors`, declared in weft's "
+                        "pyproject.toml: reinstall with `pip install -e .`), or use "
+                        "vllm_mode: server")
     engine = f"vllm-{vllm_mode}"
     if use_vllm is True:
         if blockers:
@@ -261,7 +273,11 @@ def start_rollout_server(config, model_path: str, training_processes: int) -> Ro
     extra: list[str] = []
     hook = duet_vllm_hook() if getattr(config, "duet", None) is not None else None
     if hook is not None and hook(config):
-        extra = ["--logits-processors", *hook(config)]
+        from training.duet_generate import processor_plugin_registered
+
+        # a registered plugin is loaded into every engine already; naming it again loads it twice
+        if not processor_plugin_registered():
+            extra = ["--logits-processors", *hook(config)]
     server = RolloutServer(model_path=model_path, served_name=config.checkpoint_id, host=host,
                            port=config.vllm_server_port,
                            # None: vLLM's own limit from the model's config

@@ -25,7 +25,12 @@ SUPPORTED = "0.31.0"
     (None, "grpo", {"cuda": True, "version": "0.21.9"}, (False, "transformers")),
     (None, "grpo", {"cuda": True, "version": "0.31.0+cu130"}, (True, "vllm-colocate")),
     (None, "duet", {"cuda": True, "version": SUPPORTED}, (False, "transformers")),
-    (None, "duet", {"cuda": True, "version": SUPPORTED, "duet_hook": True}, (True, "vllm-colocate")),
+    (None, "duet", {"cuda": True, "version": SUPPORTED, "duet_hook": True, "duet_plugin": True},
+     (True, "vllm-colocate")),
+    # colocate without the plugin falls back; server mode does not need it
+    (None, "duet", {"cuda": True, "version": SUPPORTED, "duet_hook": True}, (False, "transformers")),
+    (None, "duet", {"cuda": True, "version": SUPPORTED, "duet_hook": True, "vllm_mode": "server"},
+     (True, "vllm-server")),
     (None, "tandem", {"cuda": True, "version": SUPPORTED}, (False, "tandem-dual-decoder")),
     # explicit false always means transformers
     (False, "grpo", {"cuda": True, "version": SUPPORTED}, (False, "transformers")),
@@ -43,7 +48,9 @@ def test_choose_engine(use_vllm, method, kw, expected):
     ("grpo", {"cuda": True, "version": SUPPORTED, "use_cpu": True}, "use_cpu: true"),
     ("grpo", {"cuda": True, "version": "0.32.0"}, r"vLLM 0.32.0 is outside the range TRL 1.16"),
     ("grpo", {"cuda": True, "version": None}, "vLLM is not installed"),
-    ("duet", {"cuda": True, "version": SUPPORTED}, "DUET's trainer does not yet send its abort gates"),
+    ("duet", {"cuda": True, "version": SUPPORTED}, "DUET's trainer does not send its abort gates"),
+    ("duet", {"cuda": True, "version": SUPPORTED, "duet_hook": True},
+     r"registered as a vLLM plugin \(entry point group `vllm.logits_processors`"),
     ("tandem", {"cuda": True, "version": SUPPORTED}, "lockstep dual decoding"),
 ])
 def test_use_vllm_true_is_refused_with_the_reason(method, kw, message):
@@ -245,7 +252,8 @@ def test_colocate_grpo_step_on_cuda(tmp_path, monkeypatch):
 
 def test_duet_on_vllm_waits_for_its_trainer_and_loads_the_processor(tmp_path, monkeypatch):
     """DUET picks vLLM only once its trainer sends gates to vLLM; the server weft starts for
-    it then loads DUET's abort processor (vllm serve --logits-processors)."""
+    it then loads DUET's abort processor: named on the command line (vllm serve
+    --logits-processors) unless the installed plugin loads it already (never twice)."""
     import torch
 
     from training.duet_generate import VLLM_PROCESSOR
@@ -264,8 +272,11 @@ def test_duet_on_vllm_waits_for_its_trainer_and_loads_the_processor(tmp_path, mo
     monkeypatch.setattr(config, "use_vllm", True)
     monkeypatch.setattr(config, "vllm_mode", "server")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr("training.duet_generate.processor_plugin_registered", lambda: False)
     server = R.start_rollout_server(config, str(tmp_path), 1)
     assert started == [server] and server.devices == "1"
     cmd = server.command()
     assert cmd[cmd.index("--logits-processors") + 1] == VLLM_PROCESSOR
     assert config.vllm_server_host == "127.0.0.1"
+    monkeypatch.setattr("training.duet_generate.processor_plugin_registered", lambda: True)
+    assert "--logits-processors" not in R.start_rollout_server(config, str(tmp_path), 1).command()
