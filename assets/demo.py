@@ -7,13 +7,15 @@ small slice of GSM8K and MATH-500 (20 problems each, k=2) by materializing `eval
 `eval_scores` and `eval_reports` into a persistent Dagster instance under WEFT_HOME (so the runs
 appear in the UI), prints the scores from DuckDB with SQL and stops the server it started.
 
-Then it trains and checks that training helped: SFT (`demo_sft`: the boxed answer format on
-built-in two-digit arithmetic) -> GRPO (`demo_grpo`: outcome reward on one-digit problems, where
-the model is right some of the time; groups of 4 rollouts, degenerate groups dropped as in SxS
-§3.2) through Dagster Pipes, prints the logged steps (reward, share of dropped groups), and
-scores the base, SFT and trained models on held-out one-digit problems no recipe trained on
-(avg@k at the GRPO temperature, graded by the reward's own grader), comparing them with paired
-bootstraps over problems (`eval.compare`).
+Then it trains and checks that training helped: SFT (`demo_sft`: 3 steps teach the boxed answer
+format on built-in two-digit arithmetic) -> GRPO (`demo_grpo`: outcome reward on the built-in
+one-digit set `builtin:arith1`, where the model is right some of the time; 4 prompts x 4
+rollouts per step, degenerate groups dropped as in SxS §3.2) through Dagster Pipes, prints the
+logged steps (reward, share of dropped groups), and scores the base, SFT and trained models on
+held-out one-digit problems no recipe trained on (avg@k at the GRPO temperature, graded by the
+reward's own grader), comparing them with paired bootstraps over problems (`eval.compare`).
+Training and held-out scoring use every core when they are idle at the start, else one torch
+thread (:func:`training_threads`); ``--train-only`` runs just this part.
 The last lines say whether the trained model is measurably better than the base model, and
 whether GRPO itself added anything over its SFT start; neither is assumed.
 
@@ -24,7 +26,7 @@ reports what it measured either way.
 import argparse
 import json
 import logging
-import random
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -43,13 +45,55 @@ from pipelines.settings import data_dir, weft_home
 DEMO_BENCHMARKS = ("gsm8k", "math500")
 DEMO_SFT_RECIPE = "demo_sft"
 DEMO_GRPO_RECIPE = "demo_grpo"
-GRPO_SEED = 2  # order of the one-digit GRPO problems; held-out ones exclude them
-GRPO_PROBLEMS = 96
 HELDOUT_SEED = 1
 HELDOUT_PROBLEMS = 48
 HELDOUT_K = 2
 HELDOUT_TEMPERATURE = 1.0  # the GRPO sampling temperature: the score GRPO's reward estimates
 HELDOUT_MAX_TOKENS = 32  # = demo_grpo's max_completion_length
+
+
+ENV_THREADS = "WEFT_DEMO_THREADS"
+
+
+def idle_cores(interval: float = 1.0) -> float:
+    """How many of this process's cores were idle over the next ``interval`` seconds (from
+    /proc/stat's idle and iowait time, Linux; 0.0 where it cannot be read)."""
+    def sample() -> tuple[float, float]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            ticks = [float(x) for x in fh.readline().split()[1:9]]  # user .. steal
+        return ticks[3] + ticks[4], sum(ticks)
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(interval)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    cores = os.cpu_count() or 1
+    return cores * (idle1 - idle0) / (total1 - total0)
+
+
+def training_threads(requested: int | None = None, idle: float | None = None) -> int:
+    """torch threads for the demo's training and held-out scoring: ``requested`` (or
+    WEFT_DEMO_THREADS) when given, else every core available to this process when nearly all
+    of them are idle right now, else 1. (training.config: on 2 cores, 2 threads were 1.6x
+    faster than 1 on a quiet machine and far slower beside other work.)"""
+    if requested is None and os.environ.get(ENV_THREADS):
+        try:
+            requested = int(os.environ[ENV_THREADS])
+        except ValueError:
+            raise ValueError(f"{ENV_THREADS} must be a whole number of threads, got "
+                             f"{os.environ[ENV_THREADS]!r}") from None
+    if requested is not None:
+        if requested < 1:
+            raise ValueError(f"training threads must be at least 1, got {requested}")
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    idle = idle_cores() if idle is None else idle
+    return cores if cores > 1 and idle >= cores - 0.5 else 1
 
 
 def demo_sources() -> list[str]:
@@ -118,48 +162,19 @@ def training_problems(runs: list[tuple[str, list[str]]]) -> set[str]:
     return seen
 
 
-def single_digit_arith(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()
-                       ) -> list[dict]:
-    """``n`` distinct one-digit problems (``a + b``, ``a - b`` with ``a >= b``, ``a * b``;
-    ``a, b`` in 1..9; 207 exist) in a seeded order, worded like ``training.data.builtin_arith``
-    (``What is 7 times 8?``), with gold ``answer`` and a boxed ``solution``; problems whose text
-    is in ``exclude`` are skipped. The demo's SFT teaches the format on two-digit problems, where
-    the embedded model is almost always wrong; on these it is right some of the time (measured:
-    about 25% plus, 56% times at temperature 1), which is what GRPO needs."""
-    words = {"+": "plus", "-": "minus", "*": "times"}
-    pool = [(a, op, b) for op in "+-*" for a in range(1, 10) for b in range(1, 10)
-            if op != "-" or a >= b]
-    random.Random(seed).shuffle(pool)
-    rows = []
-    for a, op, b in pool:
-        text = f"What is {a} {words[op]} {b}?"
-        if text in exclude:
-            continue
-        value = a + b if op == "+" else a - b if op == "-" else a * b
-        sign = "\\times" if op == "*" else op
-        rows.append({"problem_id": f"arith1-{a}{op}{b}", "problem": text, "answer": str(value),
-                     "solution": f"We compute ${a} {sign} {b} = {value}$.\n\n"
-                                 f"The answer is $\\boxed{{{value}}}$."})
-        if len(rows) == n:
-            return rows
-    raise ValueError(f"only {len(rows)} one-digit problems are left after excluding "
-                     f"{len(exclude)}; ask for at most {len(rows)}")
+def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] | frozenset[str] = frozenset()
+                  ) -> list[dict]:
+    """``n`` one-digit problems (``training.data.builtin_arith1``, all 207 in the order of
+    ``seed``) whose text is not in ``exclude`` (the training problems)."""
+    from training.data import ARITH1_SIZE, builtin_arith1
 
-
-def write_grpo_problems(n: int = GRPO_PROBLEMS, seed: int = GRPO_SEED) -> str:
-    """Write the demo's GRPO problems to WEFT_HOME/demo/ and return their dataset spec."""
-    path = weft_home() / "demo" / f"single_digit_arith_{seed}_{n}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in single_digit_arith(n, seed)))
-    return f"jsonl:{path}"
-
-
-def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] = frozenset()) -> list[dict]:
-    """``n`` one-digit problems (:func:`single_digit_arith`, seed ``seed``) whose text is not
-    in ``exclude`` (the training problems)."""
     if n < 2:
         raise ValueError(f"held-out problems: need at least 2 for a paired test, got {n}")
-    return single_digit_arith(n, seed, frozenset(exclude))
+    rows = [r for r in builtin_arith1(ARITH1_SIZE, seed) if r["problem"] not in exclude]
+    if len(rows) < n:
+        raise ValueError(f"only {len(rows)} one-digit problems are left after excluding the "
+                         f"{len(exclude)} training problems; ask for at most {len(rows)}")
+    return rows[:n]
 
 
 def sample_scores(model_path: str, rows: list[dict], *, k: int, temperature: float,
@@ -199,14 +214,14 @@ def sample_scores(model_path: str, rows: list[dict], *, k: int, temperature: flo
 
 
 def learning_check(base: str, sft: str, trained: str, rows: list[dict], *, k: int,
-                   temperature: float, max_new_tokens: int) -> LearningCheck:
+                   temperature: float, max_new_tokens: int, threads: int = 1) -> LearningCheck:
     """Score the base, SFT and trained models on the same held-out rows and compare them with
     paired bootstraps over problems (``eval.compare.paired_bootstrap``: 95% CI of the mean
     difference, two-sided p)."""
     from eval.compare import paired_bootstrap
 
     scores = {name: sample_scores(path, rows, k=k, temperature=temperature,
-                                  max_new_tokens=max_new_tokens)
+                                  max_new_tokens=max_new_tokens, threads=threads)
               for name, path in (("base", base), ("sft", sft), ("trained", trained))}
     return LearningCheck(scores["base"], scores["sft"], scores["trained"], k, temperature,
                          paired_bootstrap(scores["trained"], scores["base"]),
@@ -266,18 +281,23 @@ def checkpoint_of(instance: dg.DagsterInstance, asset: str) -> tuple[str, str]:
 
 
 def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PROBLEMS,
-                      k: int = HELDOUT_K, stages: dict[str, float] | None = None) -> bool:
+                      k: int = HELDOUT_K, stages: dict[str, float] | None = None,
+                      threads: int | None = None) -> bool:
     """SFT on two-digit, GRPO on one-digit arithmetic through Dagster Pipes (``demo_sft``,
-    ``demo_grpo``), then the base, SFT and trained models on held-out one-digit problems with
-    paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
+    ``demo_grpo``, as the recipes stand, with ``torch_threads`` from
+    :func:`training_threads`), then the base, SFT and trained models on held-out one-digit
+    problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
     from assets.training import demo_chain
     from training.run import resolve_model
 
     stages = stages if stages is not None else {}
+    threads = training_threads(threads)
+    print(f"[demo] training and held-out scoring with {threads} torch thread(s) (all cores only "
+          f"when they are idle; set {ENV_THREADS} or --threads to choose)", flush=True)
     started = time.perf_counter()
-    grpo_overrides = [f"dataset={write_grpo_problems()}"]
+    sft_overrides = grpo_overrides = [f"torch_threads={threads}"]  # not part of checkpoint ids
     if not demo_chain(instance, sft_recipe=DEMO_SFT_RECIPE, grpo_recipe=DEMO_GRPO_RECIPE,
-                      grpo_overrides=grpo_overrides):
+                      sft_overrides=sft_overrides, grpo_overrides=grpo_overrides):
         return False
     stages["train"] = time.perf_counter() - started
     started = time.perf_counter()
@@ -288,7 +308,8 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
     print(f"\n[demo] measuring the base, SFT and trained models on {len(rows)} held-out "
           f"arithmetic problems x {k} samples ...", flush=True)
     check = learning_check(resolve_model("embedded"), sft_path, trained_path, rows, k=k,
-                           temperature=HELDOUT_TEMPERATURE, max_new_tokens=HELDOUT_MAX_TOKENS)
+                           temperature=HELDOUT_TEMPERATURE, max_new_tokens=HELDOUT_MAX_TOKENS,
+                           threads=threads)
     steps, first, last = reward_thirds(trained_id)
     print("\n".join(describe_learning(check, steps, first, last)))
     stages["heldout_eval"] = time.perf_counter() - started
@@ -305,8 +326,24 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
     return True
 
 
+def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
+                      threads: int | None = None) -> int:
+    """``--train-only``: the SFT -> GRPO chain and the held-out comparison, without the server,
+    ingestion and benchmark evaluation (runs still land in the UI's instance)."""
+    started = time.perf_counter()
+    ensure_dagster_home()
+    stages: dict[str, float] = {}
+    if not train_and_measure(dg.DagsterInstance.get(), heldout, heldout_k, stages=stages,
+                             threads=threads):
+        return 1
+    print("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items())
+          + f"; total {time.perf_counter() - started:.0f}")
+    return 0
+
+
 def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True,
-        heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K) -> int:
+        heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
+        threads: int | None = None) -> int:
     from assets import evaluation, ingest, reports
     from assets.resources import GraderResource, LLMResource, WarehouseResource
     from assets.sandbox_resource import SandboxResource
@@ -380,7 +417,8 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     finally:
         server.stop()  # free the CPU for training
     stages["ingest_and_eval"] = time.perf_counter() - started
-    if train and not train_and_measure(instance, heldout, heldout_k, stages=stages):
+    if train and not train_and_measure(instance, heldout, heldout_k, stages=stages,
+                                       threads=threads):
         return 1
     print("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items()))
     print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
@@ -402,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out arithmetic problems for the before/after comparison")
     parser.add_argument("--heldout-k", type=int, default=HELDOUT_K,
                         help="samples per held-out problem (avg@k)")
+    parser.add_argument("--train-only", action="store_true",
+                        help="only the SFT -> GRPO chain and the held-out comparison")
+    parser.add_argument("--threads", type=int, default=None,
+                        help=f"torch threads for training and held-out scoring (default: every "
+                             f"core when they are idle, else 1; or {ENV_THREADS})")
     parser.add_argument("--prepare-dagster-home", action="store_true",
                         help="only create WEFT_HOME/dagster (used by `make ui`) and exit")
     args = parser.parse_args(argv)
@@ -411,8 +454,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     if args.heldout < 2 or args.heldout_k < 1:
         parser.error("--heldout needs at least 2 problems and --heldout-k at least 1 sample")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads needs at least 1 thread, got {args.threads}")
+    if args.train_only and args.no_train:
+        parser.error("--train-only and --no-train together leave nothing to run")
+    if args.train_only:
+        return run_training_only(args.heldout, args.heldout_k, args.threads)
     return run(args.limit, args.k, args.max_tokens, args.port, train=not args.no_train,
-               heldout=args.heldout, heldout_k=args.heldout_k)
+               heldout=args.heldout, heldout_k=args.heldout_k, threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ UI. ``weft`` wraps Dagster's CLI with that environment and checks what weft can 
 
 Evaluation partitions are keyed ``benchmark|model`` (Dagster writes a two-dimensional key as its
 dimension values joined by ``|``, in dimension-name order); ``parse_eval_partition`` explains a
-malformed or unknown key. Not guaranteed: keys of other partitioned assets are passed to Dagster
-unchecked; a port can be taken between the check and ``dagster dev`` binding it.
+malformed or unknown key. ``weft materialize`` checks the key of every partitioned asset it is
+given (``check_partition``: static keys such as ``ep_episodes``' ``assistant.ep`` or
+``mosaic_trajectories``' ``gsm8k`` against their lists) before Dagster starts. Not guaranteed: a
+port can be taken between the check and ``dagster dev`` binding it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from pipelines.settings import weft_home
 
 ENV_MAX_RUN_SECONDS = "WEFT_MAX_RUN_SECONDS"
 DEFINITIONS_MODULE = "assets.definitions"
-EVAL_ASSETS = ("eval_samples", "eval_scores")
 DEFAULT_UI_PORT = 3000
 
 
@@ -161,10 +162,87 @@ def _registered_models() -> list[str]:
     return [spec.model_id for spec in list_models()]
 
 
-def _selects_eval(select: str) -> bool:
-    """Whether the selection names an evaluation asset (e.g. 'eval_samples,eval_scores')."""
-    names = {part.strip().strip("*+").split(":")[-1] for part in select.split(",")}
-    return bool(names & set(EVAL_ASSETS))
+def selected_partitioning(select: str, asset_graph=None) -> dict[str, object]:
+    """{asset name: its PartitionsDefinition or None} of every asset the selection names
+    (resolved as ``dagster asset materialize`` resolves it: comma-separated, ``*``/``+``,
+    ``group:``...) against weft's definitions (or ``asset_graph``); WeftUsageError for names
+    no asset has."""
+    import dagster as dg
+    from dagster._core.errors import DagsterInvalidSubsetError
+
+    if asset_graph is None:
+        from assets.definitions import defs
+
+        asset_graph = defs.resolve_asset_graph()
+    parts = [p.strip() for p in select.split(",") if p.strip()]
+    if not parts:
+        raise WeftUsageError("--select is empty; name assets, e.g. --select problems")
+    try:
+        keys = dg.AssetSelection.from_coercible(parts).resolve(asset_graph)
+    except DagsterInvalidSubsetError as err:
+        raise WeftUsageError(f"--select {select!r}: {str(err).splitlines()[0]} "
+                             + " ".join(str(err).splitlines()[1:]).strip()) from err
+    return {key.to_user_string(): asset_graph.get(key).partitions_def for key in sorted(keys)}
+
+
+def _key_list(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
+
+
+def check_partition(select: str, partition: str | None, instance=None,
+                    registered: list[str] | None = None, asset_graph=None) -> str | None:
+    """Check ``partition`` against the partitions of the assets ``select`` names, before
+    Dagster runs; WeftUsageError saying what is wrong and what to do. Returns the model id to
+    add as a ``models`` partition for an evaluation key (``benchmark|model`` with a registered
+    model), else None. Rules: a key only for partitioned assets; a key required when any
+    selected asset is partitioned; all partitioned assets of one run share one partitioning
+    (as Dagster requires); a static key must be one of the listed keys, a dynamic one must
+    exist in the instance, a two-dimensional one is checked by :func:`parse_eval_partition`."""
+    import dagster as dg
+
+    by_asset = selected_partitioning(select, asset_graph)
+    partitioned = {name: pdef for name, pdef in by_asset.items() if pdef is not None}
+    if not partitioned:
+        if partition is not None:
+            raise WeftUsageError(f"{_key_list(sorted(by_asset))} "
+                                 f"{'is' if len(by_asset) == 1 else 'are'} not partitioned: "
+                                 "drop --partition")
+        return None
+    kinds = {id(p): p for p in partitioned.values()}
+    if len(kinds) > 1:
+        groups = [", ".join(n for n, p in partitioned.items() if p is pdef)
+                  for pdef in kinds.values()]
+        raise WeftUsageError("the selected assets are partitioned differently (" + "; ".join(
+            groups) + "): materialize each group in a command of its own")
+    pdef = next(iter(kinds.values()))
+    names = ", ".join(partitioned)
+    if isinstance(pdef, dg.MultiPartitionsDefinition):
+        if partition is None:
+            raise WeftUsageError(f"{names} {'is' if len(partitioned) == 1 else 'are'} "
+                                 "partitioned: add --partition 'benchmark|model', e.g. "
+                                 "--partition 'gsm8k|smollm2-135m-instruct'")
+        registered = _registered_models() if registered is None else registered
+        return parse_eval_partition(partition, registered)[1]
+    if isinstance(pdef, dg.DynamicPartitionsDefinition):
+        if instance is None:
+            ensure_dagster_home()
+            with dg.DagsterInstance.get() as own:
+                valid = sorted(own.get_dynamic_partitions(pdef.name))
+        else:
+            valid = sorted(instance.get_dynamic_partitions(pdef.name))
+        what = f"one of the instance's `{pdef.name}` partitions"
+    else:
+        valid = list(pdef.get_partition_keys())
+        what = "one of its partition keys"
+    if partition is None:
+        raise WeftUsageError(f"{names} {'is' if len(partitioned) == 1 else 'are'} partitioned: "
+                             f"add --partition KEY, {what}: {_key_list(valid) or 'none yet'}")
+    if partition not in valid:
+        raise WeftUsageError(f"partition {partition!r} is not {what} for {names}."
+                             f"{_did_you_mean(partition, valid)} Valid keys: "
+                             f"{_key_list(valid) or 'none yet'}")
+    return None
 
 
 # ------------------------------------------------------------------------------------ the UI
@@ -228,19 +306,13 @@ def _config_args(args: argparse.Namespace) -> list[str]:
 def materialize(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    extra = []
-    if args.partition is not None:
-        if _selects_eval(args.select) or "|" in args.partition:
-            registered = _registered_models()
-            _, model = parse_eval_partition(args.partition, registered)
-            ensure_dagster_home()
-            with dg.DagsterInstance.get() as instance:
-                if add_model_partition(instance, model, registered):
-                    print(f"[weft] added model partition {model!r}", file=sys.stderr)
-        extra = ["--partition", args.partition]
-    elif _selects_eval(args.select):
-        raise WeftUsageError(f"{', '.join(EVAL_ASSETS)} are partitioned: add --partition "
-                             "'benchmark|model', e.g. --partition 'gsm8k|smollm2-135m-instruct'")
+    model = check_partition(args.select, args.partition)  # before Dagster starts a run
+    if model is not None:
+        ensure_dagster_home()
+        with dg.DagsterInstance.get() as instance:
+            if add_model_partition(instance, model, _registered_models()):
+                print(f"[weft] added model partition {model!r}", file=sys.stderr)
+    extra = [] if args.partition is None else ["--partition", args.partition]
     return _run_dagster(["asset", "materialize", "-m", DEFINITIONS_MODULE,
                          "--select", args.select, *extra, *_config_args(args)])
 

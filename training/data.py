@@ -3,7 +3,7 @@
 A dataset spec is one string:
 
 - ``builtin:<name>[?n=64&seed=0]`` — small deterministic sets made here (see :data:`BUILTINS`):
-  arithmetic problems with gold answers, and prompt/completion SFT rows in the boxed, SxS and
+  arithmetic problems with gold answers (two-digit ``arith``, one-digit ``arith1``), and prompt/completion SFT rows in the boxed, SxS and
   tool-integrated (both renderings) formats, and MOSAIC-style step instances. They exist so
   that tests and the demo need no other asset; they teach a format, not mathematics.
 - ``warehouse:<table>[/<partition>][?column=value&...]`` — rows of a weft warehouse table
@@ -93,6 +93,35 @@ def builtin_arith(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+ARITH1_SIZE = 207  # a, b in 1..9: 81 sums, 81 products, 45 differences with a >= b
+
+
+def builtin_arith1(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
+    """One-digit problems (``a + b``, ``a - b`` with ``a >= b``, ``a * b``; ``a, b`` in 1..9;
+    :data:`ARITH1_SIZE` exist), the first ``n`` of them in a seeded order, worded and formatted
+    like :func:`builtin_arith`; ids are ``arith1-<a><op><b>``, the same for every seed, so sets
+    drawn with different seeds can be compared or made disjoint. Two-digit problems are nearly
+    always beyond the embedded model; these are right some of the time after a format SFT,
+    which is what GRPO needs (groups with right and wrong answers)."""
+    if not 1 <= n <= ARITH1_SIZE:
+        raise DatasetError(f"builtin:arith1 has {ARITH1_SIZE} distinct problems; ask for n (or "
+                           f"dataset_limit) between 1 and {ARITH1_SIZE}, got {n}")
+    pool = [(a, op, b) for op in "+-*" for a in range(1, 10) for b in range(1, 10)
+            if op != "-" or a >= b]
+    random.Random(seed).shuffle(pool)
+    rows = []
+    for a, op, b in pool[:n]:
+        value = a + b if op == "+" else a - b if op == "-" else a * b
+        rows.append({
+            "problem_id": f"arith1-{a}{op}{b}",
+            "problem": f"What is {a} {_OP_WORD[op]} {b}?",
+            "answer": str(value),
+            "solution": f"We compute ${a} {_OP_SIGN[op]} {b} = {value}$.\n\n"
+                        f"The answer is $\\boxed{{{value}}}$.",
+        })
+    return rows
+
+
 def builtin_arith_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     """Boxed-answer SFT rows (conversational prompt/completion)."""
     return [{"prompt": boxed_prompt(r["problem"]),
@@ -165,6 +194,7 @@ def builtin_step_instances(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
 
 BUILTINS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arith": builtin_arith,
+    "arith1": builtin_arith1,
     "arith_sft": builtin_arith_sft,
     "sxs_sft": builtin_sxs_sft,
     "tir_sft_preserved": builtin_tir_sft_preserved,

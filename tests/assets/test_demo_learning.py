@@ -9,16 +9,12 @@ import pytest
 from assets.demo import (
     DEMO_GRPO_RECIPE,
     DEMO_SFT_RECIPE,
-    GRPO_PROBLEMS,
-    GRPO_SEED,
     LearningCheck,
     demo_sources,
     describe_learning,
     heldout_arith,
     sample_scores,
-    single_digit_arith,
     training_problems,
-    write_grpo_problems,
 )
 from eval.compare import paired_bootstrap
 
@@ -38,27 +34,69 @@ def test_demo_ingests_every_shared_benchmark_file_and_no_training_pool(shared_da
     assert not {"gsm8k_train", "math_train", "dapo_math_17k", "deepscaler"} & set(sources)
 
 
-def test_heldout_problems_are_one_digit_and_disjoint_from_what_the_demo_trains_on(weft_home):
-    grpo = [(DEMO_GRPO_RECIPE, [f"dataset={write_grpo_problems()}"])]
-    trained_on = training_problems([(DEMO_SFT_RECIPE, []), *grpo])
+def test_demo_grpo_recipe_alone_trains_on_one_digit_problems_and_heldout_ones_are_disjoint(
+        weft_home):
+    from training.config import load_config
+    from training.data import load_dataset
+
+    config = load_config(DEMO_GRPO_RECIPE)
+    assert config.dataset.startswith("builtin:arith1")  # the recipe alone is what the demo runs
+    grpo_rows = load_dataset(config.dataset, limit=config.dataset_limit, seed=config.seed).rows
+    trained_on = training_problems([(DEMO_SFT_RECIPE, []), (DEMO_GRPO_RECIPE, [])])
+    assert {r["problem"] for r in grpo_rows} <= trained_on
     rows = heldout_arith(64, exclude=trained_on)
     assert len(rows) == 64 and len({r["problem_id"] for r in rows}) == 64
     assert not {r["problem"] for r in rows} & trained_on
     assert rows == heldout_arith(64, exclude=trained_on)  # deterministic
-    grpo_texts = {r["problem"] for r in single_digit_arith(GRPO_PROBLEMS, GRPO_SEED)}
-    assert grpo_texts <= trained_on and len(grpo_texts) == GRPO_PROBLEMS
-    for r in rows:  # one-digit operands, no negative results, right gold answers
+    for r in [*rows, *grpo_rows]:  # one-digit operands, no negative results, right gold answers
         _, _, a, word, b = r["problem"].rstrip("?").split()
         a, b = int(a), int(b)
         assert 1 <= a <= 9 and 1 <= b <= 9
         value = {"plus": a + b, "minus": a - b, "times": a * b}[word]
         assert value >= 0 and r["answer"] == str(value)
-    # 9 x 9 sums and products, 45 differences with a >= b: 207 problems in all
-    assert len(single_digit_arith(207, 0)) == 207
-    with pytest.raises(ValueError, match="only 0 one-digit problems are left"):
-        single_digit_arith(1, 0, exclude={r["problem"] for r in single_digit_arith(207, 0)})
+    left = 207 - len({r["problem"] for r in grpo_rows})
+    assert len(heldout_arith(left, exclude=trained_on)) == left
+    with pytest.raises(ValueError, match=f"only {left} one-digit problems are left"):
+        heldout_arith(left + 1, exclude=trained_on)
     with pytest.raises(ValueError, match="at least 2"):
         heldout_arith(1)
+
+
+def test_training_threads_use_every_core_only_when_they_are_idle(monkeypatch):
+    from assets.demo import ENV_THREADS, idle_cores, training_threads
+
+    monkeypatch.delenv(ENV_THREADS, raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    assert training_threads(idle=1.9) == 2
+    assert training_threads(idle=1.2) == 1  # another process holds most of a core
+    assert training_threads(idle=0.0) == 1
+    assert training_threads(3, idle=0.0) == 3  # asked for: no probe
+    monkeypatch.setenv(ENV_THREADS, "2")
+    assert training_threads(idle=0.0) == 2
+    monkeypatch.setenv(ENV_THREADS, "two")
+    with pytest.raises(ValueError, match="WEFT_DEMO_THREADS must be a whole number"):
+        training_threads()
+    with pytest.raises(ValueError, match="at least 1"):
+        training_threads(0)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    monkeypatch.delenv(ENV_THREADS)
+    assert training_threads(idle=1.0) == 1  # one core: one thread
+    import os
+
+    assert 0.0 <= idle_cores(0.2) <= (os.cpu_count() or 1) + 1e-9
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train-only", "--no-train"], "leave nothing to run"),
+    (["--threads", "0"], "--threads needs at least 1 thread"),
+    (["--heldout", "1"], "--heldout needs at least 2 problems"),
+])
+def test_demo_refuses_contradictory_options(argv, message, capsys):
+    from assets.demo import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def _check(base, sft, trained) -> LearningCheck:
@@ -106,8 +144,7 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
 
     sft = run_sft(load_config(DEMO_SFT_RECIPE, {"model_name_or_path": str(embedded_model_dir)}))
     grpo = run_grpo(load_config(DEMO_GRPO_RECIPE, {
-        "model_name_or_path": sft.path, "dataset": write_grpo_problems(), "max_steps": 2,
-        "save_steps": 2}))
+        "model_name_or_path": sft.path, "max_steps": 2, "save_steps": 2}))
     rows = Warehouse().sql("SELECT step, filtered_group_share, reward_mean FROM train_metrics "
                            "WHERE checkpoint_id = $id ORDER BY step",
                            {"id": grpo.checkpoint_id}).to_pylist()

@@ -153,6 +153,55 @@ def test_materialize_refuses_bad_eval_partitions_before_dagster_runs(dagster_hom
     assert not (dagster_home / "history").exists()  # no run was started
 
 
+@pytest.mark.parametrize("select, partition, message", [
+    # static partitions: the key must be one of the listed ones, and the message lists them
+    ("ep_episodes", "assistant.epp",
+     "not one of its partition keys for ep_episodes. Did you mean assistant.ep"),
+    ("ep_episodes", None, "add --partition KEY, one of its partition keys: assistant.agentloop"),
+    ("mosaic_trajectories,mosaic_baseline_trajectories", "gsm8k_train",
+     "Valid keys: gsm8k, math, deepscaler, dapo_math_17k, reasoning_gym"),
+    # a key for assets that have no partitions
+    ("problems", "gsm8k", "problems is not partitioned: drop --partition"),
+    ("gsm8k_problems,math500_problems", "x", "are not partitioned: drop --partition"),
+    # one run cannot mix partitionings (Dagster refuses it with a generic error)
+    ("ep_episodes,mosaic_trajectories", "gsm8k", "partitioned differently"),
+    # an asset name that does not exist
+    ("eval_sample", "gsm8k|m1", "did you mean one of the following"),
+    ("", None, "--select is empty"),
+])
+def test_materialize_checks_every_partitioned_assets_key(dagster_home, capsys, select, partition,
+                                                         message):
+    args = ["materialize", "--select", select]
+    assert main(args + ([] if partition is None else ["--partition", partition])) == 2
+    assert message in capsys.readouterr().err
+    assert not (dagster_home / "history").exists()  # no run was started
+
+
+def test_partition_check_accepts_valid_keys_and_reads_dynamic_ones_from_the_instance(
+        dagster_home):
+    from assets.instance import check_partition
+
+    assert check_partition("ep_episodes", "kitchen.reflexpatch") is None
+    assert check_partition("mosaic_trajectories", "reasoning_gym") is None
+    assert check_partition("problems", None) is None
+    assert check_partition("eval_samples", "gsm8k|m1", registered=["m1"]) == "m1"
+
+    runs = dg.DynamicPartitionsDefinition(name="runs")
+
+    @dg.asset(partitions_def=runs)
+    def per_run() -> None: ...
+
+    graph = dg.Definitions(assets=[per_run]).resolve_asset_graph()
+    with dg.DagsterInstance.from_config(str(ensure_dagster_home())) as instance:
+        with pytest.raises(WeftUsageError, match="not one of the instance's `runs` partitions "
+                                                 "for per_run. Valid keys: none yet"):
+            check_partition("per_run", "r1", instance, asset_graph=graph)
+        instance.add_dynamic_partitions("runs", ["r1", "r2"])
+        assert check_partition("per_run", "r2", instance, asset_graph=graph) is None
+        with pytest.raises(WeftUsageError, match="Valid keys: r1, r2"):
+            check_partition("per_run", "r3", instance, asset_graph=graph)
+
+
 @pytest.mark.slow
 def test_weft_ui_serves_and_a_second_one_refuses(weft_home):
     """`weft ui` (what `make ui` runs) starts `dagster dev` on WEFT_HOME/dagster; a second one

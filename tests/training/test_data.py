@@ -64,6 +64,30 @@ def test_builtins_are_deterministic_and_well_formed():
         D.load_rows("builtin:arith?size=3")
 
 
+def test_arith1_is_every_one_digit_problem_once_with_right_answers():
+    everything = D.load_rows("builtin:arith1?n=207&seed=0")
+    # Independent count: 9 x 9 sums, 9 x 9 products and the 45 differences a - b with a >= b.
+    assert len(everything) == 81 + 81 + 45
+    assert len({r["problem"] for r in everything}) == len({r["problem_id"] for r in everything}) == 207
+    for row in everything:
+        _, _, a, word, b = row["problem"].rstrip("?").split()
+        a, b = int(a), int(b)
+        assert 1 <= a <= 9 and 1 <= b <= 9
+        value = {"plus": a + b, "minus": a - b, "times": a * b}[word]
+        assert value >= 0 and row["answer"] == str(value)
+        assert row["problem_id"] == f"arith1-{a}{'+-*'[['plus', 'minus', 'times'].index(word)]}{b}"
+        assert get_outcome_reward("boxed")(completions=[row["solution"]],
+                                           answer=[row["answer"]]) == [1.0]
+    # the spec's limit picks the first rows of a seeded order; other seeds, other orders
+    first = D.load_rows("builtin:arith1?seed=2", limit=96)
+    assert first == D.load_rows("builtin:arith1?seed=2&n=207")[:96]
+    assert first != D.load_rows("builtin:arith1?seed=1", limit=96)
+    assert len(D.load_rows("builtin:arith1")) == 64  # the built-ins' default size
+    for bad in ("builtin:arith1?n=208", "builtin:arith1?n=0"):
+        with pytest.raises(D.DatasetError, match="207 distinct problems; ask for n"):
+            D.load_rows(bad)
+
+
 def test_files_and_filters(tmp_path):
     rows = [{"prompt": "p1", "completion": "c1", "split": "a"},
             {"prompt": "p2", "completion": "c2", "split": "b"}]
