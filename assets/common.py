@@ -15,6 +15,7 @@ back.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -133,3 +134,17 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}"
     return "" if value is None else str(value)
+
+
+def write_eval_rows(context, wh, result, calls: list[dict], label: str, bench: str, config: dict,
+                started, checkpoint_id: str | None) -> None:
+    """One evaluation's rows, written as the `eval_samples` asset writes its partitions
+    (``<benchmark>@<label>``: llm_calls, then samples and scores, then the runs row), so the
+    checks and views over `eval_samples` treat them like any other evaluation."""
+    lin = Lineage(run_id=context.run_id, asset="eval_samples", partition=f"{bench}@{label}",
+                  config_hash=config_hash(config))
+    write_llm_calls(wh, calls, lin)
+    wh.write("eval_samples", result.samples, lineage=lin)
+    scores = [dict(s, checkpoint_id=checkpoint_id) for s in result.scores]
+    wh.write("eval_scores", scores, lineage=dataclasses.replace(lin, asset="eval_scores"))
+    record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config)

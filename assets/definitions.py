@@ -16,6 +16,7 @@ import dagster as dg
 from assets import (
     duet,
     engagement,
+    ep_training,
     evaluation,
     ingest,
     mosaic,
@@ -51,7 +52,8 @@ defs = dg.Definitions(
             *mosaic.MOSAIC_ASSETS, *training.TRAINING_ASSETS,
             *duet.DUET_ASSETS,
             *tandem.TANDEM_ASSETS,
-            *engagement.EP_ASSETS],
+            *engagement.EP_ASSETS,
+            *ep_training.EP_TRAINING_ASSETS],
     asset_checks=[
         ingest.check_problems_answers_and_ids,
         evaluation.check_eval_samples_all_graded,
@@ -62,7 +64,8 @@ defs = dg.Definitions(
         reports.check_eval_reports_pairwise_valid,
         *mosaic.MOSAIC_CHECKS,
     ],
-    jobs=[schedules.eval_job, schedules.ingest_job, duet.duet_sweep_job],
+    jobs=[schedules.eval_job, schedules.ingest_job, duet.duet_sweep_job,
+          ep_training.ep_budget_table_job],
     schedules=[schedules.nightly_eval],
     sensors=[schedules.models_sensor],
     resources=resources_for(os.environ.get("WEFT_ENV", "local")),

@@ -27,7 +27,7 @@ import dagster as dg
 from assets.common import lineage, md_table, now, record_run, write_llm_calls
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.training import TrainerLauncher, check_recipe
+from assets.training import TrainerLauncher, check_recipe, launch_arm
 from training.duet_sweep import (
     DEFAULT_BUDGETS,
     SWEEP_TABLE,
@@ -103,14 +103,9 @@ def checked_arms(plan: SweepPlan) -> list[SweepArm]:
 def train_arm(context: dg.AssetExecutionContext, trainer: TrainerLauncher, wh: Any,
               plan: SweepPlan, arm: SweepArm) -> ArmOutcome:
     """One arm through the trainer launcher; its ``train_metrics`` rows from the warehouse."""
-    invocation = trainer.launch(context, "grpo", plan.recipe, arm.override_args())
-    meta = invocation.get_materialize_result().metadata or {}
-    if "checkpoint_id" not in meta or "checkpoint_path" not in meta:
-        raise dg.Failure(f"arm {arm.label}: the training script reported no checkpoint")
-    checkpoint_id = str(meta["checkpoint_id"].value)
-    rows = wh.read("train_metrics", partition=checkpoint_id).to_pylist()
-    return ArmOutcome(arm=arm, checkpoint_id=checkpoint_id,
-                      path=str(meta["checkpoint_path"].value), metrics_rows=rows)
+    checkpoint_id, path, rows = launch_arm(context, trainer, wh, arm.label, plan.recipe,
+                                           arm.override_args())
+    return ArmOutcome(arm=arm, checkpoint_id=checkpoint_id, path=path, metrics_rows=rows)
 
 
 def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config: DuetSweepConfig,

@@ -8,7 +8,9 @@
   ``policy: llm`` the ``llm`` resource (the embedded model unless configured) writes the main-task
   outputs and makes every triage / controller decision, cached, its calls in ``llm_calls``.
   Every partition of one configuration uses the same seeds, so methods share episodes, email
-  streams and main-task outputs (generated once per model and cached).
+  streams and main-task outputs (generated once per model and cached). For small runs the
+  assistant takes ``main_tasks`` (the first N built-in tasks), ``horizon_units`` and
+  ``arrival_rate`` (None: the Table 17 values).
 - ``ep_scores`` (group ``report``): the Table 3 / 18 and 20 / 22 cells (mean and bootstrap 95%
   interval per metric) for every (environment, setting, policy, method) in ``ep_episodes``, in
   table ``ep_scores`` and view ``ep_leaderboard`` (``warehouse/migrations/007_engagement.sql``),
@@ -40,8 +42,40 @@ class EpEpisodesConfig(dg.Config):
     episodes_per_seed: int = 5  # assistant
     cases_per_cell: int = 5  # kitchen
     main_tokens: int = 300  # assistant, LLM main-task tokens per milestone
+    main_tasks: int = 0  # assistant: the first N built-in main tasks; 0 = all
+    horizon_units: float | None = None  # assistant: episode horizon; None = Table 17's
+    arrival_rate: float | None = None  # assistant: email arrival rate; None = Table 17's
     timeline_episodes: int = 2
     seed: int = 42
+
+
+def assistant_overrides(config: EpEpisodesConfig, environment: str) -> dict[str, Any]:
+    """``run_comparison`` keyword arguments for the assistant's size knobs (small runs: fewer
+    main tasks, a shorter horizon, fewer emails); a dg.Failure for knobs the environment lacks."""
+    from pipelines.engagement import assistant as A
+    from pipelines.engagement.texts import MAIN_TASKS
+
+    knobs = {"horizon_units": config.horizon_units, "arrival_rate": config.arrival_rate}
+    changed = {k: v for k, v in knobs.items() if v is not None}
+    if environment != "assistant":
+        if changed or config.main_tasks:
+            raise dg.Failure(f"main_tasks, horizon_units and arrival_rate are assistant settings; "
+                             f"unset them for {environment}")
+        return {}
+    if not 0 <= config.main_tasks <= len(MAIN_TASKS):
+        raise dg.Failure(f"main_tasks must be 0 (all) to {len(MAIN_TASKS)}, got "
+                         f"{config.main_tasks}")
+    out: dict[str, Any] = {}
+    if config.main_tasks:
+        out["main_tasks"] = MAIN_TASKS[: config.main_tasks]
+    if changed:
+        try:
+            out["config"] = A.AssistantConfig(
+                setting=config.setting or A.MILESTONES, seed=config.seed, n_seeds=config.n_seeds,
+                episodes_per_seed=config.episodes_per_seed, **changed)
+        except ValueError as exc:
+            raise dg.Failure(f"bad assistant settings: {exc}") from exc
+    return out
 
 
 def _image_md(path: Path) -> str:
@@ -63,13 +97,15 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
     if config.policy not in ("scripted", "llm"):
         raise dg.Failure(f"policy must be 'scripted' or 'llm', got {config.policy!r}")
     started = now()
+    sizes = assistant_overrides(config, environment)
     client = llm.client(max_tokens=max(config.main_tokens, 64)) if config.policy == "llm" else None
     try:
         comp = run_comparison(environment, [method], setting=config.setting or None,
                               client=client, n_seeds=config.n_seeds,
                               episodes_per_seed=config.episodes_per_seed,
                               cases_per_cell=config.cases_per_cell,
-                              main_tokens=config.main_tokens, seed=config.seed, log=True)
+                              main_tokens=config.main_tokens, seed=config.seed, log=True,
+                              **sizes)
     except ValueError as exc:
         raise dg.Failure(description=str(exc)) from exc
     wh = warehouse.get()

@@ -28,13 +28,12 @@ CPU is a smoke-sized run of the paper's protocol, not its numbers.
 
 import asyncio
 import base64
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.common import lineage, md_table, now, record_run, write_eval_rows, write_llm_calls
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.training import (
@@ -169,22 +168,6 @@ def _model_specs(context: dg.AssetExecutionContext, model: str, junior: str, wh:
     raise dg.Failure(f"junior {target!r} is neither a registered model id nor a model folder")
 
 
-def _write_eval(context, wh, result, calls: list[dict], label: str, bench: str, config: dict,
-                started, checkpoint_id: str | None) -> None:
-    """One evaluation's rows, written as the `eval_samples` asset writes its partitions
-    (``<benchmark>@<label>``: llm_calls, then samples and scores, then the runs row), so the
-    checks and views over `eval_samples` treat them like any other evaluation."""
-    from warehouse import Lineage, config_hash
-
-    lin = Lineage(run_id=context.run_id, asset="eval_samples", partition=f"{bench}@{label}",
-                  config_hash=config_hash(config))
-    write_llm_calls(wh, calls, lin)
-    wh.write("eval_samples", result.samples, lineage=lin)
-    scores = [dict(s, checkpoint_id=checkpoint_id) for s in result.scores]
-    wh.write("eval_scores", scores, lineage=dataclasses.replace(lin, asset="eval_scores"))
-    record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config)
-
-
 @dg.asset(
     deps=[tandem_checkpoint, problems],
     group_name="evaluate",
@@ -272,7 +255,7 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
             write_llm_calls(wh, senior.drain_records() + junior.drain_records(), lin)
             raise
     for (_, cfg, label, checkpoint), (result, calls) in zip(plans, results):
-        _write_eval(context, wh, result, calls, label, bench.name, config.model_dump(), started,
+        write_eval_rows(context, wh, result, calls, label, bench.name, config.model_dump(), started,
                     checkpoint)
         metrics = {(s["metric"], s["k"]): s["value"] for s in result.scores}
         summary.append({"model": label, "mode": cfg.mode.mode, "samples": len(result.samples),

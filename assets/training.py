@@ -214,6 +214,19 @@ def dataset_asset(spec: str) -> str | None:
     return None
 
 
+def launch_arm(context: dg.AssetExecutionContext, trainer: TrainerLauncher, wh: Any, label: str,
+               recipe: str, overrides: list[str]) -> tuple[str, str, list[dict[str, Any]]]:
+    """One GRPO arm of a comparison (the DUET sweep, the Engagement budget table) through the
+    trainer launcher: (checkpoint id, checkpoint path, its ``train_metrics`` rows)."""
+    invocation = trainer.launch(context, "grpo", recipe, overrides)
+    meta = invocation.get_materialize_result().metadata or {}
+    if "checkpoint_id" not in meta or "checkpoint_path" not in meta:
+        raise dg.Failure(f"arm {label}: the training script reported no checkpoint")
+    checkpoint_id = str(meta["checkpoint_id"].value)
+    rows = wh.read("train_metrics", partition=checkpoint_id).to_pylist()
+    return checkpoint_id, str(meta["checkpoint_path"].value), rows
+
+
 def data_lineage(family: CheckpointFamily, config: Any) -> dict[str, Any]:
     """Metadata saying which data the run really trained on, and whether it is one of the
     asset's upstream assets (a recipe of another family, or a built-in fallback, is not)."""

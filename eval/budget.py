@@ -261,6 +261,25 @@ def mean_tokens_at_b(rows: Iterable[Any], n_boot: int = 2000, alpha: float = 0.0
     return _per_budget(rows, _tokens, n_boot, alpha, seed)
 
 
+PER_PROBLEM_METRICS = {"success": _success, "accuracy": _accuracy, "tokens": _tokens}
+
+
+def per_problem_at_b(rows: Iterable[Any], budget: float,
+                     metric: str = "success") -> dict[Hashable, float]:
+    """``problem_id -> `` the problem's mean ``metric`` under ``budget`` (its samples averaged):
+    ``success`` (correct and ``tokens_used <= budget``), ``accuracy`` or ``tokens``. These are
+    the per-problem scores a paired comparison of two models on the same problems uses
+    (``eval.compare``). Raises when no row has that budget."""
+    if metric not in PER_PROBLEM_METRICS:
+        raise ValueError(f"metric must be one of {sorted(PER_PROBLEM_METRICS)}, got {metric!r}")
+    grouped = _group_rows(rows, BUDGET_FIELDS)
+    if budget not in grouped:
+        raise ValueError(f"no rows with budget {budget!r}; the rows have budgets {sorted(grouped)}")
+    score = PER_PROBLEM_METRICS[metric]
+    return {pid: sum(score(budget, c, t) for c, t in samples) / len(samples)
+            for pid, samples in grouped[budget].items()}
+
+
 def budget_curve(rows: Iterable[Any], n_boot: int = 2000, alpha: float = 0.05,
                  seed: int = 0) -> list[BudgetPoint]:
     """One :class:`BudgetPoint` per budget, ascending: Success@B, Accuracy@B, tokens@B with CIs."""

@@ -3,7 +3,8 @@
 prompts and seed; speedup against budget and accuracy against wall clock).
 
 What is here (no Dagster, no trainer imports; ``assets.duet`` wires it to the trainer launcher,
-the evaluation code path and the warehouse):
+the evaluation code path and the warehouse; the helpers shared with other arm comparisons are
+in ``training.arms``):
 
 - :class:`SweepPlan` and :func:`plan_arms`: the arms of one sweep as recipe overrides. Every
   arm shares the recipe, seed, dataset, step count, length cap and the number of prompts per
@@ -26,12 +27,14 @@ shared machine varies with its load, so compare arms of one sweep only.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from training.arms import finite_mean as _mean
+from training.arms import metrics_logs as _logs
+from training.arms import override_args
 
 DEFAULT_BUDGETS = (1.0, 0.5, 0.25)
 SWEEP_TABLE = "duet_sweep"
@@ -110,9 +113,7 @@ class SweepArm:
 
     def override_args(self) -> list[str]:
         """``key=value`` arguments for ``python -m training.grpo`` (values parse back as YAML)."""
-        from training.launch import format_override
-
-        return [format_override(k, v) for k, v in self.overrides.items()]
+        return override_args(self.overrides)
 
 
 def plan_arms(plan: SweepPlan, recipe_duet: Mapping[str, Any] | None) -> list[SweepArm]:
@@ -142,13 +143,6 @@ def plan_arms(plan: SweepPlan, recipe_duet: Mapping[str, Any] | None) -> list[Sw
     return arms
 
 
-def _logs(row: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        return json.loads(row.get("logs_json") or "{}")
-    except (TypeError, ValueError):
-        return {}
-
-
 def duet_diagnostics(metrics_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per logged step (ascending): ``step`` and every ``duet/*`` diagnostic it logged, under
     the names of :data:`DIAGNOSTIC_KEYS` (None where a step did not log one). Empty for a run
@@ -164,11 +158,6 @@ def duet_diagnostics(metrics_rows: Sequence[Mapping[str, Any]]) -> list[dict[str
             item[name] = float(value) if isinstance(value, (int, float)) else None
         out.append(item)
     return out
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    kept = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    return sum(kept) / len(kept) if kept else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -78,3 +78,65 @@ def test_score_rows_group_by_configuration():
              "finish_delay": 2, "fired": 1} for u in (1.0, 3.0)]
     cells = {s["metric"]: s for s in score_rows(rows)}
     assert cells["utility"]["value"] == 2.0 and cells["finish_delay"]["value"] == 2.0
+
+
+def test_assistant_size_knobs_shrink_a_run(weft_home):
+    config = dict(SMALL, setting="single", n_seeds=1, episodes_per_seed=2, main_tasks=1,
+                  horizon_units=6.0, arrival_rate=0.6)
+    _materialize(ep_episodes, "assistant.ep", config)
+    rows = Warehouse().read("ep_episodes").to_pylist()
+    assert len(rows) == 2 and len({r["task_id"] for r in rows}) == 1
+    # the horizon reaches the episodes: none runs past 6 units' worth of emails
+    full = dict(SMALL, setting="single", n_seeds=1, episodes_per_seed=2, main_tasks=1)
+    _materialize(ep_episodes, "assistant.ep", full)
+    longer = Warehouse().read("ep_episodes").to_pylist()
+    assert sum(r["emails"] for r in rows) < sum(r["emails"] for r in longer)
+    with pytest.raises(dg.Failure, match="assistant settings"):
+        dg.materialize([ep_episodes], partition_key="kitchen.ep",
+                       run_config={"ops": {"ep_episodes": {"config": {"main_tasks": 1}}}},
+                       resources={"llm": LLMResource(), "warehouse": WarehouseResource()})
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_llm_policy_partition_on_the_real_server(weft_home, embedded_model_dir):
+    """``policy: llm`` through the asset: the embedded model on the default local server
+    (reused when running, else started here and stopped after), one short episode; most of the
+    time on a busy CPU is the server's start."""
+    from pipelines.models import EMBEDDED_SERVED_NAME
+    from pipelines.serving import DEFAULT_PORT, LocalModelServer
+
+    with LocalModelServer(model_path=embedded_model_dir, port=DEFAULT_PORT) as server:
+        _llm_policy_partition(server.base_url, server.served_name, EMBEDDED_SERVED_NAME)
+
+
+def _llm_policy_partition(base_url: str, served: str, expected_policy: str) -> None:
+    resources = {"llm": LLMResource(base_url=base_url, model=served),
+                 "warehouse": WarehouseResource()}
+    config = {"policy": "llm", "setting": "single", "n_seeds": 1, "episodes_per_seed": 1,
+              "main_tasks": 1, "main_tokens": 12, "horizon_units": 6.0, "arrival_rate": 0.6,
+              "timeline_episodes": 1}
+    run_config = {"ops": {"ep_episodes": {"config": config}}}
+    first = dg.materialize([ep_episodes], partition_key="assistant.ep", run_config=run_config,
+                           resources=resources)
+    assert first.success
+    meta = first.asset_materializations_for_node("ep_episodes")[0].metadata
+    calls, unusable = meta["llm_calls"].value, meta["llm_unusable_replies"].value
+    assert calls >= 3 and 0 <= unusable <= calls and meta["policy"].value == expected_policy
+    wh = Warehouse()
+    episode = wh.read("ep_episodes").to_pylist()
+    assert len(episode) == 1 and episode[0]["policy"] == expected_policy
+    assert episode[0]["main"] > 0 and episode[0]["emails"] >= 1
+    # every decision and main-task unit is a recorded call of this run
+    count = ("SELECT count(*) AS n, sum(CASE WHEN cached THEN 1 ELSE 0 END) AS hits "
+             "FROM llm_calls WHERE asset = 'ep_episodes' AND run_id = ?")
+    recorded = wh.sql(count, [first.run_id]).to_pylist()[0]
+    assert recorded["n"] >= calls and recorded["hits"] == 0  # retried replies add records
+    kinds = {r["kind"] for r in wh.read("ep_timelines").to_pylist()}
+    assert len(kinds) >= 2
+    again = dg.materialize([ep_episodes], partition_key="assistant.ep", run_config=run_config,
+                           resources=resources)
+    assert again.success
+    assert wh.read("ep_episodes").to_pylist()[0]["utility"] == episode[0]["utility"]
+    replay = wh.sql(count, [again.run_id]).to_pylist()[0]
+    assert replay["n"] == recorded["n"] and replay["hits"] == replay["n"]  # all from the cache
