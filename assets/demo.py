@@ -430,7 +430,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m assets.demo")
-    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--limit", type=int, default=12)
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--port", type=int, default=None)
