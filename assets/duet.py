@@ -17,7 +17,6 @@ Not guaranteed: checkpoints are not registered as models (the models sensor woul
 each on the whole suite); speedups are only comparable within one sweep (one machine, one load).
 """
 
-import asyncio
 import base64
 from pathlib import Path
 from typing import Any
@@ -114,8 +113,8 @@ def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config:
     code path) and store the rows; sets the outcome's accuracy (avg@1 with its bootstrap CI)."""
     from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec
-    from eval.runner import EvalConfig, evaluate, score
-    from pipelines.llm import LLMClient
+    from eval.runner import EvalConfig, score
+    from training.arms import evaluate_served
 
     bench = get_benchmark(config.benchmark)
     rows = wh.read("problems", partition=bench.source).to_pylist()
@@ -136,20 +135,13 @@ def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config:
     spec = ModelSpec(model_id=ck, kind="local", path=outcome.path, served_model=ck,
                      checkpoint_id=ck)
     context.log.info(f"evaluating {ck} on {bench.name} ({cfg.limit or 'all'} problems)")
-    with spec.serve() as (base_url, served, api_key):
-        client = LLMClient(base_url, served, api_key=api_key, **settings)
-        client.check_reachable()
-
-        async def run():
-            try:
-                with grader.pool() as pool:
-                    return await evaluate(client, bench, rows, cfg, model_label=ck, pool=pool,
-                                          checkpoint_id=ck)
-            finally:
-                await client.aclose()
-
-        result = asyncio.run(run())
-    write_llm_calls(wh, client.drain_records(), lin)
+    calls: list[dict[str, Any]] = []
+    try:
+        with grader.pool() as pool:
+            result = evaluate_served(spec, bench, rows, cfg, label=ck, client_settings=settings,
+                                     pool=pool, checkpoint_id=ck, calls=calls)
+    finally:
+        write_llm_calls(wh, calls, lin)
     wh.write("eval_samples", result.samples, lineage=lin)
     scores = score(result.samples, model_label=ck, benchmark=bench.name, seed=cfg.seed)
     for s in scores:
