@@ -34,10 +34,10 @@ names used in recipes to those factories.
   multiple of the outcome on top keeps the margins (correct: >= mean + eps, wrong: <= mean -
   eps), since the outcome is itself higher for correct rollouts.
   Deliberate choices where the paper is silent or undefined:
-  (a) a rollout with no non-empty think block has no Eq. 13 maximum; its l is its whole
-  completion length, and when correct it is also scored at the group's worst case (as a wrong
-  rollout), so answering without reasoning, or with all reasoning spoken, never beats
-  interleaving; (b) when the correct rollouts' lengths have zero spread (one correct rollout,
+  (a) a rollout with no non-empty think block has no Eq. 13 maximum: when correct it is
+  scored at the group's worst case (as a wrong rollout), so answering without reasoning, or
+  with all reasoning spoken, never beats interleaving; the worst case itself is the longest
+  reasoning block observed in the group (C.1), never a reply without one; (b) when the correct rollouts' lengths have zero spread (one correct rollout,
   or equal lengths) the z-score is undefined: every correct rollout scores 0 and every wrong
   one -1 (S_min = 1); (c) a degenerate group (all correct or all wrong, where
   Eq. 16-17 cannot both hold) keeps plain 1/0 rewards and is left to the filter (App. C.3);
@@ -316,12 +316,18 @@ def structure_scores(correct: Sequence[bool], lengths: Sequence[float],
 
     Each rollout's effective length is its own l_i when it is correct and interleaved (has a
     think block; ``interleaved`` defaults to all True); otherwise (wrong, or correct without a
-    think block) it is the worst case, the largest l in the group (C.1). mu and sigma are the
-    mean and population std of the correct rollouts' effective lengths, and S_i = -(l_eff_i -
-    mu)/sigma for every rollout: shorter longest-think scores higher, and a worst-case rollout
-    scores -S_min with S_min = (l_max - mu)/sigma > 0, at or below every correct score. With
-    sigma = 0 (undefined z-score) every correct rollout scores 0 and every wrong one -1.
-    Needs at least one correct rollout.
+    think block) it is the worst case: "the maximum observed length" (C.1), i.e. the largest
+    Eq. 20 value l_i, the longest reasoning block, over the rollouts of the group that have a
+    think block, wrong ones included. A rollout without a think block has no Eq. 20 value, so
+    its ``lengths`` entry (its whole reply's length) never sets the worst case: a long
+    unreasoned reply must not stretch the scale on which correct rollouts are ranked. When no
+    rollout of the group has a think block, every rollout sits at the same (undefined) worst
+    case, the correct rollouts' spread is 0 and the sigma = 0 rule below applies.
+    mu and sigma are the mean and population std of the correct rollouts' effective lengths,
+    and S_i = -(l_eff_i - mu)/sigma for every rollout: shorter longest-think scores higher, and
+    a worst-case rollout scores -S_min with S_min = (l_max - mu)/sigma > 0, at or below every
+    correct score. With sigma = 0 (undefined z-score) every correct rollout scores 0 and every
+    wrong one -1. Needs at least one correct rollout.
     """
     if len(correct) != len(lengths):
         raise ValueError(f"{len(correct)} correctness flags for {len(lengths)} lengths")
@@ -330,7 +336,8 @@ def structure_scores(correct: Sequence[bool], lengths: Sequence[float],
         raise ValueError(f"{len(flags)} interleaved flags for {len(correct)} rollouts")
     if not any(correct):
         raise ValueError("structure scores need at least one correct rollout")
-    worst = max(float(l) for l in lengths)
+    observed = [float(l) for l, f in zip(lengths, flags) if f]
+    worst = max(observed) if observed else 0.0  # no think block anywhere: all tie at worst
     at_worst = [not (c and f) for c, f in zip(correct, flags)]
     eff = [worst if w else float(l) for l, w in zip(lengths, at_worst)]
     ok = [e for e, c in zip(eff, correct) if c]
@@ -404,7 +411,8 @@ def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILO
     Eq. 15-17): within each group, correct rollouts whose longest think block is shorter get
     more, every correct rollout stays at least ``epsilon`` above the group mean and every wrong
     one at least ``epsilon`` below. Rollouts without a think block are scored at the worst case
-    (:func:`structure_scores`)."""
+    (:func:`structure_scores`). A group whose gold answer is missing, empty or unusable by the
+    grader is not scorable: None for each of its rollouts, as the outcome reward gives."""
     if num_generations < 2:
         raise ValueError(f"num_generations must be >= 2, got {num_generations}")
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
@@ -412,17 +420,29 @@ def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILO
                          f"got {epsilon!r}")
 
     def granularity(prompts: Sequence[Any], completions: Sequence[Any],
-                    **kwargs: Any) -> list[float]:
+                    **kwargs: Any) -> list[float | None]:
         golds = _column(kwargs, gold_key, len(completions), "granularity")
         texts = [completion_text(c) for c in completions]
-        correct = [gold is not None and str(gold).strip() != ""
-                   and is_correct(t, str(gold), "sxs", timeout_s) for t, gold in zip(texts, golds)]
+        correct: list[bool | None] = []
+        for t, gold in zip(texts, golds):
+            if gold is None or not str(gold).strip():
+                correct.append(None)
+                continue
+            try:
+                correct.append(is_correct(t, str(gold), "sxs", timeout_s))
+            except ValueError as exc:  # a gold the grader cannot use: unscorable, as outcome
+                log.warning("granularity reward: cannot grade against gold %r: %s", gold, exc)
+                correct.append(None)
         measured = [granularity_length(t, tokenizer) for t in texts]
         lengths = [m[0] for m in measured]
         interleaved = [m[1] for m in measured]
-        out: list[float] = []
+        out: list[float | None] = []
         for s in check_groups(prompts, num_generations):
-            out.extend(shape_group(correct[s], lengths[s], epsilon, interleaved[s]))
+            group = correct[s]
+            if any(c is None for c in group):  # the group shares one unusable gold
+                out.extend([None] * len(group))
+            else:
+                out.extend(shape_group(group, lengths[s], epsilon, interleaved[s]))
         return out
 
     return _named(granularity, "granularity_sxs", (gold_key,))

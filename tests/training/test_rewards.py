@@ -296,6 +296,28 @@ def test_granularity_reward_end_to_end():
         fn(prompts=["p", "q", "p"], completions=[good_short] * 3, answer=["4"] * 3)
 
 
+@pytest.mark.parametrize("gold", ["$$", "", "   ", None])
+def test_granularity_and_outcome_agree_on_an_unusable_gold(gold):
+    # a gold the grader cannot use is "not scorable" for every verifier-based reward: the
+    # outcome reward's None, never an exception from one and a number from the other
+    texts = ["<think>a</think><speak>\\boxed{4}</speak>", "<think>a b</think><speak>x</speak>"]
+    outcome = R.get_outcome_reward("sxs")(completions=texts, answer=[gold] * 2)
+    shaped = R.get_granularity_reward(num_generations=2)(prompts=["p"] * 2, completions=texts,
+                                                         answer=[gold] * 2)
+    assert outcome == [None, None]
+    assert shaped == [None, None]
+
+
+def test_granularity_marks_only_the_group_with_an_unusable_gold():
+    good = "<think>a</think><speak>\\boxed{4}</speak>"
+    bad = "<think>a b</think><speak>\\boxed{5}</speak>"
+    out = R.get_granularity_reward(num_generations=2)(
+        prompts=["p", "p", "q", "q"], completions=[good, bad, good, bad],
+        answer=["$$", "$$", "4", "4"])
+    assert out[:2] == [None, None]
+    assert out[2] > out[3]
+
+
 # ---------------------------------------------------------------------------------------------
 # action-centric process reward
 

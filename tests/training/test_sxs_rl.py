@@ -27,9 +27,10 @@ TOL = 1e-7
 
 def paper_scores(correct, lengths, interleaved):
     """App. C.1 literally: wrong rollouts (and, our rule, correct ones without a think block)
-    take the largest l observed in the group; S = -(l - mu)/sigma with mu, sigma over the
+    take the largest l observed in the group, l being Eq. 20's longest reasoning block, so
+    only rollouts with a think block have one; S = -(l - mu)/sigma with mu, sigma over the
     correct rollouts. sigma = 0: correct 0, wrong -1 (documented convention)."""
-    l_max = max(lengths)
+    l_max = max([l for l, f in zip(lengths, interleaved) if f], default=0)
     eff = np.array([l if (c and f) else l_max for c, l, f in zip(correct, lengths, interleaved)],
                    dtype=float)
     ok = eff[np.array(correct)]
@@ -89,6 +90,34 @@ def test_worked_example_orders_correct_by_longest_think_and_wrong_last():
     assert shaped == pytest.approx(expected_s)
     mean = sum(shaped) / 4
     assert min(shaped[:3]) >= mean + 0.5 and shaped[3] <= mean - 0.5
+
+
+def test_worst_case_is_the_longest_observed_reasoning_block_not_a_whole_reply():
+    # Correct rollouts with think blocks of 10 and 20 words, a correct one without a think
+    # block and a wrong one without a think block whose whole reply is 1,000 words. Eq. 20
+    # gives no value to replies without a think block, so the worst case is 20 (C.1: "the
+    # maximum observed length"): effective lengths 10, 20, 20, 20; over the correct ones
+    # mu = 50/3 and sigma = sqrt(((10 - 50/3)^2 + 2 (20 - 50/3)^2) / 3) = sqrt(200) / 3.
+    sigma = math.sqrt(200) / 3
+    s = R.structure_scores([True, True, True, False], [10, 20, 500, 1000],
+                           [True, True, False, False])
+    expected = [(50 / 3 - 10) / sigma, (50 / 3 - 20) / sigma, (50 / 3 - 20) / sigma,
+                (50 / 3 - 20) / sigma]
+    assert s == pytest.approx(expected)
+    # the two interleaved correct rollouts stay 3/sqrt(2) = 2.12 apart; with the whole reply
+    # as the worst case (1,000) they were 0.02 apart, about 100 times less
+    assert s[0] - s[1] == pytest.approx(10 / sigma)
+    shaped = R.shape_group([True, True, True, False], [10, 20, 500, 1000], 0.5,
+                           [True, True, False, False])
+    assert_qp_optimal(shaped, expected, [True, True, True, False], 0.5)
+    assert shaped[0] > shaped[1] and min(shaped[:3]) > shaped[3]
+
+
+def test_no_think_block_in_the_group_ties_every_rollout_at_the_worst_case():
+    # nothing observed: every rollout is at the same worst case, sigma = 0 (correct 0,
+    # wrong -1), however long the replies are
+    assert R.structure_scores([True, True, False], [3, 700, 40], [False, False, False]) == \
+        [0.0, 0.0, -1.0]
 
 
 def test_worst_case_wrong_rollout_ranks_correct_ones_where_neg_s_min_did_not():
@@ -174,8 +203,14 @@ def test_no_reasoning_or_all_visible_is_not_rewarded_over_interleaving():
     wrong = rollout(2, False)
     out = fn(prompts=["p"] * 4, completions=[interleaved, no_reasoning, all_visible, wrong],
              answer=["7"] * 4)
-    assert out[0] > out[1] and out[0] > out[2]
+    # the 3-word block is the longest observed, so it IS the worst case (C.1): the replies
+    # without a think block tie with it, whatever their own length, and never beat it
+    assert out[0] == pytest.approx(out[1]) == pytest.approx(out[2])
     assert min(out[:3]) > out[3]
+    out = fn(prompts=["p"] * 4,
+             completions=[interleaved, no_reasoning, all_visible, rollout(4, False)],
+             answer=["7"] * 4)
+    assert out[0] > out[1] == pytest.approx(out[2]) and out[2] > out[3]
     # untagged text is speak too (tolerant parse): still no think block. It is put at the
     # group's worst case: level with the longest interleaved think block, below shorter ones
     out = fn(prompts=["p"] * 4, completions=[interleaved, "\\boxed{7}", rollout(5, True), wrong],
