@@ -13,7 +13,9 @@
 - :func:`enforce_card` applies the rules of DeepTool §2.1 (Listing 1, "Analysis Logic") that
   the loop never leaves to the model: Correction after a failed observation (rule 1, checked
   by the loop itself) or when the manager's verdict is an execution error or a logical
-  deviation from the reference (rule 2); Correction means stage Intermediate, since the actor
+  deviation from the reference (rule 2); otherwise Progress ("If valid: Set
+  reasoning_mode=Progress": the verdict decides, whatever mode the manager wrote); Correction
+  means stage Intermediate, since the actor
   must fix the error before answering (rule 3, "Correction -> Intermediate"), except on the very
   last step, where Final wins (Listing 1's urgency rule; Algorithm 1 stops at T_max).
   :func:`redact_answer` removes a gold answer that the manager's guide gives away.
@@ -72,14 +74,14 @@ VERDICT_ON_TRACK = "on_track"
 VERDICT_EXECUTION_ERROR = "execution_error"
 VERDICT_LOGICAL_DEVIATION = "logical_deviation"
 VERDICTS = (VERDICT_ON_TRACK, VERDICT_EXECUTION_ERROR, VERDICT_LOGICAL_DEVIATION)
-# Why a card is in Correction mode (recorded per step): the loop saw the interpreter fail, the
-# manager judged an error or a deviation, or the manager chose Correction without naming one.
+# Why a card is in Correction mode (recorded per step): the loop saw the interpreter fail, or
+# the manager judged an error or a deviation (its verdict names which).
 CORRECTION_OBSERVED_ERROR = "observed_error"
-CORRECTION_UNSPECIFIED = "unspecified"
 
 FORCED_FINAL = "forced_final"
 FORCED_CORRECTION = "forced_correction"  # a failed observation, whatever the manager said
 VERDICT_CORRECTION = "verdict_correction"  # the manager's own verdict named a problem
+VERDICT_PROGRESS = "verdict_progress"  # on_track and nothing failed: Progress, not Correction
 CORRECTION_INTERMEDIATE = "correction_intermediate"  # Correction asks for code, not the answer
 
 MAX_GUIDE_CHARS = 300  # guided decoding closes the string here; small models ramble
@@ -210,7 +212,10 @@ def enforce_card(card: NavigationCard, steps_left: int, last_failed: bool) -> tu
 
     1. after a failed observation the mode is Correction (``forced_correction``);
     2. a verdict that names a problem (execution error, logical deviation) means Correction
-       (``verdict_correction``);
+       (``verdict_correction``); an ``on_track`` verdict with no failed observation means
+       Progress (``verdict_progress``): Listing 1's "If valid: Set reasoning_mode=Progress",
+       so a Correction the verdict does not support never turns a Final stage into
+       Intermediate;
     3. with one step left the stage is Final (``forced_final``): the last step must answer;
        otherwise Correction means Intermediate (``correction_intermediate``): the actor fixes
        the error before it answers.
@@ -222,6 +227,9 @@ def enforce_card(card: NavigationCard, steps_left: int, last_failed: bool) -> tu
     if card.verdict != VERDICT_ON_TRACK and card.mode != MODE_CORRECTION:
         card = replace(card, mode=MODE_CORRECTION)
         overrides.append(VERDICT_CORRECTION)
+    if not last_failed and card.verdict == VERDICT_ON_TRACK and card.mode != MODE_PROGRESS:
+        card = replace(card, mode=MODE_PROGRESS)
+        overrides.append(VERDICT_PROGRESS)
     if steps_left <= 1:
         if card.stage != STAGE_FINAL:
             card = replace(card, stage=STAGE_FINAL)
@@ -233,16 +241,18 @@ def enforce_card(card: NavigationCard, steps_left: int, last_failed: bool) -> tu
 
 
 def correction_reason(card: NavigationCard, last_failed: bool) -> str | None:
-    """Why a (enforced) card is in Correction mode, None when it is not: ``observed_error``
-    when the loop saw the last interpreter output fail, else the manager's verdict
-    (``execution_error`` / ``logical_deviation``), else ``unspecified``."""
+    """Why a card enforced by :func:`enforce_card` is in Correction mode, None when it is not:
+    ``observed_error`` when the loop saw the last interpreter output fail, else the manager's
+    verdict (``execution_error`` / ``logical_deviation``; an enforced Correction always has
+    one of the two causes)."""
     if card.mode != MODE_CORRECTION:
         return None
     if last_failed:
         return CORRECTION_OBSERVED_ERROR
-    if card.verdict != VERDICT_ON_TRACK:
-        return card.verdict
-    return CORRECTION_UNSPECIFIED
+    if card.verdict == VERDICT_ON_TRACK:
+        raise ValueError("a Correction card with an on_track verdict and no failed observation "
+                         "was not enforced: call enforce_card first")
+    return card.verdict
 
 
 def redact_answer(guide: str, gold: str, problem: str) -> tuple[str, bool]:

@@ -54,6 +54,7 @@ from pipelines.mosaic_agents import (
     ManagerView,
     NavigationCard,
     card_schema,
+    correction_reason,
     enforce_card,
     load_prompt,
     parse_actor_reply,
@@ -673,11 +674,27 @@ def test_cards_parse_and_enforce():
     assert set(card_schema()["required"]) == {"verdict", "reason", "guide", "stage", "mode"}
 
 
+def test_an_on_track_verdict_overrides_a_correction_mode():
+    # Listing 1 rule 2, "If valid: Set reasoning_mode=Progress": the manager judged the step
+    # valid and nothing failed, so its Correction is overridden and its Final stage stands
+    card = NavigationCard("g", STAGE_FINAL, MODE_CORRECTION, VERDICT_ON_TRACK)
+    enforced, why = enforce_card(card, 3, False)
+    assert (enforced.stage, enforced.mode, why) == (STAGE_FINAL, MODE_PROGRESS,
+                                                     ["verdict_progress"])
+    assert correction_reason(enforced, False) is None
+    with pytest.raises(ValueError, match="call enforce_card first"):
+        correction_reason(card, False)
+
+
 # Listing 1 ("Analysis Logic"), transcribed: an execution error (seen by the loop or judged by
-# the manager) or a logical deviation means Correction; "Correction -> Intermediate"; the last
+# the manager) or a logical deviation means Correction, a valid step means Progress (the
+# verdict decides, not the mode the manager wrote); "Correction -> Intermediate"; the last
 # step (one step left) is Final, and there Final wins over Correction.
 @pytest.mark.parametrize("stage, mode, verdict, steps_left, last_failed, expected", [
-    (STAGE_FINAL, MODE_CORRECTION, VERDICT_ON_TRACK, 3, False, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
+    (STAGE_FINAL, MODE_CORRECTION, VERDICT_ON_TRACK, 3, False, (STAGE_FINAL, MODE_PROGRESS)),
+    (STAGE_INTERMEDIATE, MODE_CORRECTION, VERDICT_ON_TRACK, 3, False,
+     (STAGE_INTERMEDIATE, MODE_PROGRESS)),
+    (STAGE_FINAL, MODE_CORRECTION, VERDICT_ON_TRACK, 1, False, (STAGE_FINAL, MODE_PROGRESS)),
     (STAGE_FINAL, MODE_PROGRESS, VERDICT_ON_TRACK, 3, True, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
     (STAGE_FINAL, MODE_PROGRESS, VERDICT_LOGICAL_DEVIATION, 2, False, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
     (STAGE_INTERMEDIATE, MODE_PROGRESS, VERDICT_EXECUTION_ERROR, 4, False, (STAGE_INTERMEDIATE, MODE_CORRECTION)),
