@@ -172,7 +172,7 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
     table = []
     for variant in ("sxs", "standard"):
         lat = summary[f"latency_{variant}"]
-        table.append({"variant": variant, **{k: lat.get(f"mean_{k}") for k in ("ari", "abo", "airw", "first_disclosure",
+        table.append({"variant": variant, **{k: lat.get(f"mean_{k}") for k in ("ari", "abo", "airw", "airw_between", "first_disclosure",
                                                                        "total_tokens", "filler_rate")}})
     return dg.MaterializeResult(metadata={
         "rows": len(rows),
@@ -182,7 +182,7 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
         "mean_visible_segments": summary["mean_visible_segments"],
         "share_collapsed": summary["share_collapsed"],
         "calls_saved_by_cancellation": summary["calls_saved"],
-        "latency": md_table(table, ["variant", "ari", "abo", "airw", "first_disclosure", "total_tokens", "filler_rate"]),
+        "latency": md_table(table, ["variant", "ari", "abo", "airw", "airw_between", "first_disclosure", "total_tokens", "filler_rate"]),
         "variants": dg.MetadataValue.json(dict(Counter(r["variant"] for r in rows))),
     })
 

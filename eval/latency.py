@@ -17,6 +17,10 @@ Metrics (positions are 1-indexed over the whole sequence; think and speak tokens
   **including the initial wait** (the think span before the first speak block); think tokens
   after the last speak block (SxS's trailing reasoning) do not count. A reason-then-answer
   sequence therefore has AIRW == its reasoning length == ABO - 1.
+- AIRW (between) -- §4.2's literal reading, ``airw_between``: the mean length of the think
+  spans between two consecutive speak blocks only (n_blocks - 1 spans; the initial wait and
+  trailing reasoning are left out). None for a sequence with fewer than two speak blocks, so a
+  standard-CoT answer (one block) has no value and is left out of dataset means.
 - First substantive disclosure -- position of the first token of the first speak block that
   is not filler (a generic acknowledgement such as "Sure." or "Let me think."), and the filler
   rate: the share of speak blocks that are filler.
@@ -26,7 +30,9 @@ Why AIRW includes the initial wait: §4.2 words AIRW as the think span "between 
 speak blocks", which read literally leaves a single-block (standard CoT) answer with no AIRW at
 all. The paper's Table 1 gives those rows an AIRW equal to their ABO (e.g. Qwen3-4B Standard
 CoT SFT: ABO 20,542, AIRW 20,542), which only holds when the wait before the first block is
-counted. We follow the tables, so our figures are comparable with them.
+counted. We follow the tables for ``airw``, so those figures are comparable with them, and
+report the literal reading beside it as ``airw_between``: on interleaved outputs the two differ
+by how much of the wait is spent before anything is shown.
 
 Tokenisation decision: each segment's *content* is tokenised on its own with
 ``tokenizer.encode(content, add_special_tokens=False)`` and the tag strings are not counted.
@@ -81,6 +87,7 @@ class LatencyMetrics:
     ari: float | None
     abo: float | None
     airw: float | None
+    airw_between: float | None
     first_disclosure: int | None
     filler_rate: float | None
 
@@ -174,6 +181,7 @@ def latency_metrics(segments: Sequence[tuple[str, str]], tokenizer: Tokenizer, *
         ari=speak_position_sum / speak_tokens if speak_tokens else None,
         abo=sum(block_starts) / n_blocks if n_blocks else None,
         airw=sum(waits) / n_blocks if n_blocks else None,
+        airw_between=sum(waits[1:]) / (n_blocks - 1) if n_blocks > 1 else None,
         first_disclosure=first_disclosure,
         filler_rate=sum(filler_flags) / n_blocks if n_blocks else None,
     )
@@ -186,7 +194,7 @@ def latency_metrics_from_text(text: str, tokenizer: Tokenizer, *, strict: bool =
 
 
 METRIC_FIELDS = ("total_tokens", "reasoning_tokens", "response_tokens", "n_speak_blocks",
-                 "ari", "abo", "airw", "first_disclosure", "filler_rate")
+                 "ari", "abo", "airw", "airw_between", "first_disclosure", "filler_rate")
 
 
 def summarize_latency(metrics: Iterable[LatencyMetrics]) -> dict[str, float | int | None]:

@@ -326,7 +326,8 @@ def output_fields(mode: str, text: str, tokenizer: Any) -> dict[str, Any]:
     segments = parse_tagged(text or "", strict=False)
     if segments:
         m = latency_metrics(segments, tokenizer)
-        out.update(ari=m.ari, abo=m.abo, airw=m.airw, first_disclosure=m.first_disclosure,
+        out.update(ari=m.ari, abo=m.abo, airw=m.airw, airw_between=m.airw_between,
+                   first_disclosure=m.first_disclosure,
                    filler_rate=m.filler_rate, reasoning_tokens=m.reasoning_tokens,
                    response_tokens=m.response_tokens)
     return out

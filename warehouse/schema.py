@@ -87,7 +87,8 @@ TABLES: dict[str, pa.Schema] = {
         ("tool_errors", pa.int64()),
         ("ari", pa.float64()),
         ("abo", pa.float64()),
-        ("airw", pa.float64()),
+        ("airw", pa.float64()),  # SxS AIRW with the wait before the first speak block
+        ("airw_between", pa.float64()),  # AIRW between consecutive speak blocks only
         ("first_disclosure", pa.float64()),
         ("filler_rate", pa.float64()),
         ("reasoning_tokens", pa.int64()),

@@ -39,6 +39,23 @@ def test_interleaved_sequence_hand_computed():
     assert m.filler_rate == 0.0
 
 
+def test_airw_between_is_the_literal_reading_of_section_4_2():
+    # "Between two consecutive speak blocks, the model generates a think span": only the spans
+    # separating speak blocks count, not the wait before the first one nor trailing reasoning.
+    # think 1-3 | speak 4-5 | think 6 | speak 7 | think 8-11 | speak 12 | think 13-14
+    segments = [(THINK, "a b c"), (SPEAK, "x y"), (THINK, "d"), (SPEAK, "z"),
+                (THINK, "e f g h"), (SPEAK, "w"), (THINK, "i j")]
+    m = latency_metrics(segments, WS)
+    assert m.airw_between == pytest.approx((1 + 4) / 2)
+    assert m.airw == pytest.approx((3 + 1 + 4) / 3)  # the tables' reading, initial wait in
+    # one speak block: no span between two blocks, so no value (and no mean contribution)
+    one = latency_metrics([(THINK, "r1 r2 r3"), (SPEAK, "s")], WS)
+    assert one.airw_between is None and one.airw == 3
+    out = summarize_latency([m, one])
+    assert out["mean_airw_between"] == pytest.approx(2.5)
+    assert out["mean_airw"] == pytest.approx((8 / 3 + 3) / 2)
+
+
 def test_plain_reason_then_answer_is_the_special_case():
     m = latency_metrics([(THINK, "r1 r2 r3 r4 r5"), (SPEAK, "s1 s2")], WS)
     assert m.n_speak_blocks == 1
@@ -75,7 +92,8 @@ def test_filler_block_delays_first_substantive_disclosure():
 
 def test_no_speak_tokens_gives_none_metrics():
     m = latency_metrics([(THINK, "a b c")], WS)
-    assert (m.ari, m.abo, m.airw, m.first_disclosure, m.filler_rate) == (None,) * 5
+    assert (m.ari, m.abo, m.airw, m.airw_between, m.first_disclosure, m.filler_rate) == \
+        (None,) * 6
     assert m.total_tokens == m.reasoning_tokens == 3
 
 

@@ -177,13 +177,14 @@ def test_evaluation_views_on_hand_made_rows(tmp_path):
         {"model": "m", "benchmark": "gsm8k", "problem_id": "c", "sample_index": 0, "correct": False,
          "completion_tokens": 20, "budget": 100, "mode": "budgeted"},
         {"model": "m", "benchmark": "gsm8k", "problem_id": "a", "sample_index": 0, "correct": True,
-         "completion_tokens": 10, "ari": 12.0, "abo": 8.0, "airw": 5.0, "mode": "interleaved"},
+         "completion_tokens": 10, "ari": 12.0, "abo": 8.0, "airw": 5.0, "airw_between": 3.0,
+         "mode": "interleaved"},
     ]
     wh.write("eval_samples", samples, partition="gsm8k@m")
     # budget_curve is computed in Python (eval.budget) and stored by eval_reports; its SQL is
     # tested in tests/warehouse/test_budget_views.py
-    lat = wh.sql("SELECT samples, ari, abo, airw FROM latency").to_pylist()
-    assert lat == [{"samples": 1, "ari": 12.0, "abo": 8.0, "airw": 5.0}]
+    lat = wh.sql("SELECT samples, ari, abo, airw, airw_between FROM latency").to_pylist()
+    assert lat == [{"samples": 1, "ari": 12.0, "abo": 8.0, "airw": 5.0, "airw_between": 3.0}]
     # declared columns are written even when a row does not set them
     assert "ari" in pq.read_schema(wh.files("eval_samples")[0]).names
 
