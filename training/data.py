@@ -11,6 +11,10 @@ A dataset spec is one string:
   ``problems/gsm8k_train``), filtered on string equality of the given columns.
 - ``problems:<source>`` — a registered ingestion source read through ``pipelines.ingest``.
 - ``parquet:<path>``, ``jsonl:<path>`` or a bare path ending in ``.parquet``/``.jsonl``.
+- ``mbpp:<hub id or file>[?config=...&split=train&decontaminate=mbppplus]`` — MBPP or MBPP+
+  shaped programming tasks as code RL rows (``training.code_tasks``: a chat ``prompt`` and a
+  ``code_problem`` JSON column), decontaminated against MBPP+; ``builtin:code_tasks`` is the
+  offline generator of such tasks.
 
 :func:`sft_examples` turns rows into TRL's prompt/completion format (loss on the completion
 only); :func:`grpo_examples` turns rows into prompts plus the columns the rewards read.
@@ -192,6 +196,13 @@ def builtin_step_instances(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def builtin_code_tasks(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
+    """Generated MBPP+-style function-writing tasks (``training.code_tasks``)."""
+    from training.code_tasks import builtin_code_tasks as generate
+
+    return generate(n=n, seed=seed)
+
+
 BUILTINS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arith": builtin_arith,
     "arith1": builtin_arith1,
@@ -200,6 +211,7 @@ BUILTINS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "tir_sft_preserved": builtin_tir_sft_preserved,
     "tir_sft_discarded": builtin_tir_sft_discarded,
     "step_instances": builtin_step_instances,
+    "code_tasks": builtin_code_tasks,
 }
 
 
@@ -221,9 +233,9 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
             return ("parquet" if base.endswith(".parquet") else "jsonl"), base, params
         raise DatasetError(f"dataset spec {spec!r} has no kind; write builtin:<name>, "
                            "warehouse:<table>, problems:<source>, parquet:<path> or jsonl:<path>")
-    if kind not in ("builtin", "warehouse", "problems", "parquet", "jsonl"):
+    if kind not in ("builtin", "warehouse", "problems", "parquet", "jsonl", "mbpp"):
         raise DatasetError(f"dataset spec {spec!r}: unknown kind {kind!r}; use builtin, warehouse, "
-                           "problems, parquet or jsonl")
+                           "problems, parquet, jsonl or mbpp")
     if not target:
         raise DatasetError(f"dataset spec {spec!r} names no {kind} target")
     if kind == "builtin" and target not in BUILTINS:
@@ -287,6 +299,10 @@ def load_rows(spec: str, *, limit: int | None = None, seed: int = 0) -> list[dic
         except RuntimeError as exc:  # ingest errors (no local file and no hub) are runtime errors
             raise DatasetMissing(f"dataset {spec!r}: {exc}") from exc
         rows = _filter([p.to_row() for p in result.problems], params, spec)
+    elif kind == "mbpp":
+        from training.code_tasks import load_code_rows
+
+        rows = load_code_rows(target, params, limit=limit)
     else:
         path = Path(target).expanduser()
         if not path.is_file():

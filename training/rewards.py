@@ -48,6 +48,9 @@ names used in recipes to those factories.
   (one implementation, shared with MOSAIC).
 - Budget-aware reward: correct AND the completion is within the prompt's token budget; the
   budget instructions are ``pipelines.formats.budget_instruction`` (Engagement App. F).
+- Code reward (:func:`get_code_reward`): the completion's code run against its problem's tests
+  in the sandbox by ``eval.code_grader`` (as in code evaluation), the group's programs at once
+  on a warm jail pool, each under a time limit; 1 when all tests pass, else 0.
 - Format rewards for the three schemas (``pipelines.formats.follows_format``; an SxS stream
   may end in a trailing think block, SxS Algorithm 1 lines 28-30), and a group length penalty
   (shorter is better within a group; wrong answers never gain from being short).
@@ -217,8 +220,8 @@ def check_groups(prompts: Sequence[Any] | None, group_size: int) -> list[slice]:
 
 # Rewards whose per-completion output is a verifier's verdict: 1.0 correct, 0.0 wrong, None (NaN
 # in TRL) unscorable. ``budget``'s verdict is "correct and within budget", the success that
-# budget-aware RL verifies.
-VERIFIER_REWARDS = ("outcome", "budget")
+# budget-aware RL verifies; ``code``'s is "every test passes" (unless run with ``partial``).
+VERIFIER_REWARDS = ("outcome", "budget", "code")
 
 
 def verdicts(values: Sequence[float | None],
@@ -562,6 +565,196 @@ def get_length_penalty_reward(num_generations: int, answer_format: str = "boxed"
 
 
 # ---------------------------------------------------------------------------------------------
+# Code reward: model-written programs graded in the sandbox (the grader evaluation uses)
+
+CODE_PROBLEM_KEY = "code_problem"
+CODE_RUN_OVERHEAD_S = 2.0  # per program on top of its limit: harness, jail restart after a kill
+
+
+class WarmSandboxPool:
+    """A :class:`pipelines.sandbox.SandboxPool` made on first use, kept warm across reward
+    calls, and closed by :meth:`close` (the GRPO script calls it when training ends) or at
+    interpreter exit, whichever comes first. A closed holder makes a new pool if used again."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: Any = None
+        self._lock = threading.Lock()
+        self._exit_hook = False
+        self.created = 0  # pools made so far (1 while the same pool serves every call)
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._pool is None:
+                import atexit
+
+                from pipelines.sandbox import SandboxPool
+
+                pool = SandboxPool(workers=self.workers)
+                pool.warm_up()  # a machine without a working jail fails here, loudly
+                self._pool = pool
+                self.created += 1
+                if not self._exit_hook:
+                    atexit.register(self.close)
+                    self._exit_hook = True
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
+def parse_code_problem(value: Any) -> tuple[dict | None, str]:
+    """(problem, "") for a ``code_problem`` value (a JSON object or its text) the code grader
+    can run, else (None, why not)."""
+    import json
+
+    from eval.code_grader import HUMANEVAL, MBPPPLUS, detect_benchmark
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            return None, f"not JSON ({exc})"
+    if not isinstance(value, Mapping):
+        return None, f"expected a JSON object, got {type(value).__name__}"
+    problem = dict(value)
+    try:
+        kind = detect_benchmark(problem)
+    except (TypeError, ValueError) as exc:
+        return None, str(exc)
+    if kind == MBPPPLUS:
+        needed = ["entry_point"] + ([] if problem.get("expected_outputs") is not None
+                                    else ["canonical_solution"])
+        for key in ("base_input", "plus_input"):
+            if not isinstance(problem.get(key) or [], list):
+                return None, f"{key!r} must be a list of argument lists"
+    elif kind == HUMANEVAL:
+        needed = ["prompt", "test", "entry_point"]
+    else:
+        needed = ["tests"]
+    missing = [k for k in needed if not isinstance(problem.get(k), (str, list)) or not problem[k]]
+    if missing:
+        return None, f"a {kind} problem needs {missing}"
+    return problem, ""
+
+
+def code_call_bound_s(n: int, workers: int, timeout_s: float) -> float:
+    """Seconds within which one code-reward call over ``n`` completions returns, once its
+    problems' reference outputs are known: ceil(n / workers) waves of at most ``timeout_s`` +
+    :data:`CODE_RUN_OVERHEAD_S` each."""
+    return math.ceil(n / max(1, workers)) * (timeout_s + CODE_RUN_OVERHEAD_S)
+
+
+def get_code_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
+                    workers: int = 2, partial: bool = False) -> RewardFunc:
+    """Runs each completion's code against its problem's tests in the sandbox, through
+    ``eval.code_grader.grade_code_many`` (the grader code evaluation uses, after the same
+    ``extract_code`` step): 1.0 when every test passes, else 0.0; with ``partial`` the share of
+    tests passed (then it is no verdict: keep ``drop_degenerate_groups`` off, or grade
+    correctness with a binary ``code`` reward). None for a row whose problem cannot be graded
+    (missing or malformed ``problem_key`` column, a reference solution that does not run),
+    with the reason logged. A bad completion (no code, a syntax error, an endless loop, a
+    hostile program) is never an exception: it scores 0.
+
+    ``problem_key`` names a dataset column holding one problem per row in a code benchmark's
+    file shape (``training.code_tasks`` writes MBPP+-shaped JSON text there). The whole batch
+    is graded at once on a warm pool of ``workers`` jails that lives across calls
+    (:class:`WarmSandboxPool`, exposed as the function's ``pool``; ``close()`` ends it), each
+    program under ``timeout_s`` seconds of wall clock (the grader raises it to 3x + 1 s for a
+    task whose reference solution is that slow). A call over n completions returns within
+    :func:`code_call_bound_s` (ceil(n / workers) x (timeout_s + 2 s)), plus, the first time a
+    process sees a problem, one run of its reference solution (milliseconds for generated
+    tasks; the grader caps it at 120 s) and, on the first call, the pool's start.
+    """
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not 0 < timeout_s <= 600:
+        raise ValueError(f"timeout_s must be a number of seconds in (0, 600], got {timeout_s!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if partial is not True and partial is not False:
+        raise ValueError(f"partial must be true or false, got {partial!r}")
+    holder = WarmSandboxPool(workers)
+
+    def score(result: Any) -> float:
+        if partial and result.tests_total:
+            return result.tests_passed / result.tests_total
+        return float(result.passed)
+
+    def grade_each(pool: Any, candidates: list[str], problems: list[dict]) -> list[Any]:
+        """Per-item grading, used when the batch call failed: a problem the grader rejects
+        gives None, the others still get a verdict."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from eval.code_grader import grade_code
+
+        def one(pair: tuple[str, dict]) -> Any:
+            try:
+                return grade_code(pair[0], pair[1], pool, timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a problem the grader cannot use
+                log.warning("code reward: cannot grade problem %s: %s",
+                            pair[1].get("task_id"), exc)
+                return None
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="weft-code-reward") as ex:
+            return list(ex.map(one, zip(candidates, problems)))
+
+    def code(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        import time
+
+        from eval.code_grader import extract_code, grade_code_many
+        from pipelines.sandbox import SandboxUnavailable
+
+        n = len(completions)
+        values = _column(kwargs, problem_key, n, "code")
+        out: list[float | None] = [None] * n
+        index, candidates, problems, unscorable = [], [], [], []
+        for i, (completion, value) in enumerate(zip(completions, values)):
+            problem, why = parse_code_problem(value)
+            if problem is None:
+                unscorable.append(why)
+                continue
+            try:
+                text = completion_text(completion)
+            except TypeError as exc:  # not a completion at all: nothing to run, so it fails
+                log.warning("code reward: completion %d is unreadable (%s); scored 0", i, exc)
+                out[i] = 0.0
+                continue
+            index.append(i)
+            candidates.append(extract_code(text, problem.get("entry_point")))
+            problems.append(problem)
+        if unscorable:
+            log.warning("code reward: %d of %d rows have no gradable %r (first: %s); scored None",
+                        len(unscorable), n, problem_key, unscorable[0])
+        if not candidates:
+            return out
+        pool = holder.get()
+        start = time.monotonic()
+        try:
+            results = grade_code_many(candidates, problems, pool=pool, timeout_s=timeout_s)
+        except SandboxUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a reference solution that does not run
+            log.warning("code reward: batch grading failed (%s); grading item by item", exc)
+            results = grade_each(pool, candidates, problems)
+        elapsed = time.monotonic() - start
+        bound = code_call_bound_s(len(candidates), workers, timeout_s)
+        if elapsed > bound:
+            log.info("code reward: %d programs took %.1fs (bound %.1fs without reference runs)",
+                     len(candidates), elapsed, bound)
+        for i, result in zip(index, results):
+            out[i] = None if result is None else score(result)
+        return out
+
+    fn = _named(code, "code_partial" if partial else "code", (problem_key,))
+    fn.pool = holder  # type: ignore[attr-defined]
+    fn.close = holder.close  # type: ignore[attr-defined]
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
 # Registry: the names recipes use
 
 
@@ -588,6 +781,7 @@ REWARDS["granularity"] = get_granularity_reward
 REWARDS["action_process"] = get_action_process_reward
 REWARDS["budget"] = get_budget_reward
 REWARDS["length_penalty"] = get_length_penalty_reward
+REWARDS["code"] = get_code_reward
 
 # Factory arguments filled in by the training script rather than the recipe.
 INJECTED_ARGS = ("num_generations", "tokenizer")
