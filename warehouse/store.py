@@ -23,12 +23,27 @@ SUMMARIZE, or EXPLAIN of one of those), checked with DuckDB's own parser; on a c
 opens the catalog read-only (or the in-memory fallback) with DuckDB's external access disabled
 except for the warehouse folder (``allowed_directories``; DuckDB canonicalises paths, so ``..``
 and symlinks out of it are refused), extension install/autoload off, and the configuration
-locked so the query cannot undo any of it. Refusals raise ``UnsafeQueryError`` saying why.
+locked so the query cannot undo any of it. Refusals raise ``UnsafeQueryError`` saying why. It
+is also bounded (``warehouse.limits``): memory, threads, disk spill (to a folder under
+``WEFT_HOME``, not the warehouse folder) and wall-clock time, each with a default and
+configurable; a query stopped by a limit raises ``QueryLimitError`` naming the limit and how to
+raise it.
+
+Quarantined partitions: a partition whose folder or data file resolves (symlinks followed) to a
+place outside the warehouse folder cannot be read by the confined connection, and a view over a
+glob that matches it would fail for every query on the table. Such a partition is left out of
+the table's view, ``files`` and ``read`` (``partitions`` still lists it: it exists), with a
+warning naming it and the reason each time the views are built; ``Warehouse.quarantined()``
+lists them (``python -m warehouse tables`` prints them). Symlinks that stay inside the
+warehouse folder are read like any partition; dangling or looping ones match no data file and
+are ignored. While a table has a quarantined partition its view lists the readable files
+instead of a glob.
 
 Not guaranteed: cross-partition transactions (each partition is replaced on its own); a temp
 file of a live writer that takes longer than ``STALE_TEMP_AGE_S`` for one partition may be
-removed (that write then fails and can be re-run); the SQL path does not limit CPU or memory,
-and files placed inside the warehouse folder by someone else are readable by queries.
+removed (that write then fails and can be re-run); files placed inside the warehouse folder by
+someone else are readable by queries; a partition symlinked out after the catalog was built is
+noticed at the next query's start, not during a query already running.
 """
 
 from __future__ import annotations
@@ -57,6 +72,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.settings import weft_home
+from warehouse.limits import QueryLimits, enforce, limit_settings
 from warehouse.schema import LINEAGE_COLUMNS, TABLES
 
 log = logging.getLogger(__name__)
@@ -75,6 +91,14 @@ _EXPLAIN_RE = re.compile(
 # connection to the same path the same database instance, whose settings are global, and
 # opening it read-only and read-write at once from two threads fails.
 _OPEN_LOCK = threading.Lock()
+# The limits each catalog's shared instance was confined with (written under _OPEN_LOCK when a
+# fresh instance is confined): a query asking for other limits cannot change a locked instance,
+# so it builds its views in memory instead.
+_CONFINED_LIMITS: dict[str, tuple] = {}
+
+
+class _OtherLimits(Exception):
+    """The catalog's shared instance is confined with other limits than the query asks for."""
 
 
 class UnsafeQueryError(ValueError):
@@ -98,6 +122,19 @@ class Lineage:
             "partition": self.partition,
             "config_hash": self.config_hash,
         }
+
+
+@dataclass(frozen=True)
+class QuarantinedPartition:
+    """A partition left out of its table's reads and view, and why."""
+
+    table: str
+    partition: str
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.table}/{self.path.parent.name} ({self.path}): {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -160,10 +197,15 @@ def _to_arrow(table: str, data: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Ta
 class Warehouse:
     """Parquet files under ``root`` plus the DuckDB catalog that makes them queryable."""
 
-    def __init__(self, root: str | Path | None = None):
+    def __init__(self, root: str | Path | None = None, *, limits: QueryLimits | None = None):
         # absolute, so the views' file paths and the allowed directory agree whatever the cwd
         self.root = Path(os.path.abspath(root)) if root else weft_home() / "warehouse"
         self.catalog_path = self.root / "catalog.duckdb"
+        self.limits = limits  # None: QueryLimits.from_env() at each query
+
+    def query_limits(self, limits: QueryLimits | None = None) -> QueryLimits:
+        """``limits``, else the warehouse's, else ``QueryLimits.from_env()``; resolved."""
+        return (limits or self.limits or QueryLimits.from_env()).resolved()
 
     # ---- writing -------------------------------------------------------------------------
     def write(
@@ -237,10 +279,13 @@ class Warehouse:
         if not self.root.is_dir():
             return []
         return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and any(p.glob(f"*/{DATA_FILE}"))
+            p.name for p in self.root.iterdir()
+            if p.is_dir() and _TABLE_RE.match(p.name) and self.files(p.name)
         )
 
     def partitions(self, table: str) -> list[str]:
+        """Every partition of ``table`` with a data file, quarantined ones included (they exist;
+        ``files``, ``read`` and the view leave them out)."""
         _check_table(table)
         base = self.root / table
         if not base.is_dir():
@@ -248,8 +293,30 @@ class Warehouse:
         return sorted(unquote(p.parent.name) for p in base.glob(f"*/{DATA_FILE}"))
 
     def files(self, table: str) -> list[Path]:
+        """Data files of ``table``'s readable partitions (quarantined ones are left out)."""
+        return self._scan(table)[0]
+
+    def quarantined(self, table: str | None = None) -> list[QuarantinedPartition]:
+        """Partitions left out of reads and views, with the reason (module docstring)."""
+        tables = [table] if table is not None else (
+            sorted(p.name for p in self.root.iterdir() if p.is_dir() and _TABLE_RE.match(p.name))
+            if self.root.is_dir() else [])
+        return [q for t in tables for q in self._scan(t)[1]]
+
+    def _scan(self, table: str) -> tuple[list[Path], list[QuarantinedPartition]]:
         _check_table(table)
-        return sorted((self.root / table).glob(f"*/{DATA_FILE}"))
+        good, bad = [], []
+        inside = os.path.realpath(self.root)
+        for path in sorted((self.root / table).glob(f"*/{DATA_FILE}")):
+            real = os.path.realpath(path)
+            if os.path.commonpath([inside, real]) != inside:
+                bad.append(QuarantinedPartition(
+                    table, unquote(path.parent.name), path,
+                    f"resolves to {real}, outside the warehouse folder {inside} (a symlink out "
+                    "of it), which queries may not read"))
+            else:
+                good.append(path)
+        return good, bad
 
     def read(self, table: str, partition: str | None = None) -> pa.Table:
         """All rows of a table (or one partition) as Arrow; empty declared schema if none."""
@@ -282,9 +349,15 @@ class Warehouse:
     # ---- the catalog ----------------------------------------------------------------------
     def _view_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str | None:
         schema = TABLES.get(table)
-        if self.files(table):
-            path = self.glob(table).replace("'", "''")
-            source = f"read_parquet('{path}', union_by_name=true, hive_partitioning=false)"
+        files, quarantined = self._scan(table)
+        for bad in quarantined:
+            log.warning("partition left out of the %s view: %s", table, bad)
+        if files:
+            # the glob keeps a read-only catalog current as partitions are added; with a
+            # partition quarantined, the view lists the readable files instead
+            paths = [self.glob(table)] if not quarantined else [str(f) for f in files]
+            listed = ", ".join(_sql_string(p) for p in paths)
+            source = f"read_parquet([{listed}], union_by_name=true, hive_partitioning=false)"
             # Files written before a column was declared lack it: the view still has every
             # declared column (NULL there), so views built on top of it keep working.
             present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
@@ -340,15 +413,22 @@ class Warehouse:
             return True
 
     @contextmanager
-    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, limits: QueryLimits | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection confined to the warehouse folder (see the module docstring)
         with every table as a view: the refreshed catalog, or an in-memory copy of its views.
+        Memory, threads and spill are bounded by ``limits`` (default: the warehouse's, else
+        ``QueryLimits.from_env()``); the wall-clock limit applies in ``sql`` only.
 
         Unlike ``sql`` it does not check statements (a COPY into the warehouse folder would
         run): use it for fixed queries in code, and pass SQL text from users to ``sql``."""
-        self.refresh_catalog()
+        limits = self.query_limits(limits)
+        refreshed = self.refresh_catalog()
         con = None
-        for _ in range(3):
+        # a catalog that could not be refreshed may still have a table's view over a glob that
+        # now matches a quarantined partition: then the views are built in memory
+        tries = 3 if refreshed or not self.quarantined() else 0
+        why = "catalog busy"
+        for _ in range(tries):
             with _OPEN_LOCK:
                 try:
                     con = duckdb.connect(str(self.catalog_path), read_only=True)
@@ -356,7 +436,11 @@ class Warehouse:
                     con = None
                 else:
                     try:
-                        _confine(con, self.root)
+                        _confine(con, self.root, limits, shared=str(self.catalog_path))
+                    except _OtherLimits:
+                        con.close()
+                        con, why = None, "catalog open in this process with other limits"
+                        break
                     except BaseException:
                         con.close()
                         raise
@@ -364,11 +448,12 @@ class Warehouse:
                 break
             time.sleep(0.2)
         if con is None:
-            log.warning("catalog busy; building the views in memory for this query")
+            log.warning("%s; building the views in memory for this query",
+                        why if tries else "catalog not refreshed and a partition quarantined")
             con = duckdb.connect()
             try:
                 self._install_views(con)
-                _confine(con, self.root)
+                _confine(con, self.root, limits)
             except BaseException:
                 con.close()
                 raise
@@ -377,21 +462,27 @@ class Warehouse:
         finally:
             con.close()
 
-    def sql(self, query: str, params: Mapping[str, Any] | list[Any] | None = None) -> pa.Table:
+    def sql(self, query: str, params: Mapping[str, Any] | list[Any] | None = None, *,
+            limits: QueryLimits | None = None) -> pa.Table:
         """Run one read-only query; ``params`` bind ``$name`` (dict) or ``?`` (list) placeholders.
+        ``limits`` (default: the warehouse's, else ``QueryLimits.from_env()``) bound its memory,
+        threads, disk spill and wall-clock time, the time counted from this call.
 
         Raises ``UnsafeQueryError`` for an empty query, several statements, a statement other
-        than the SELECT family, or a file outside the warehouse folder; ``duckdb.Error`` for
-        ordinary SQL errors."""
+        than the SELECT family, or a file outside the warehouse folder; ``QueryLimitError`` when
+        a limit stopped it; ``duckdb.Error`` for ordinary SQL errors."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a SQL string, got {type(query).__name__}")
+        limits = self.query_limits(limits)
+        started = time.monotonic()
 
         def run() -> pa.Table:
-            with self.connect() as con:
+            with self.connect(limits) as con:
                 check_read_only(con, query)
                 try:
-                    rel = con.sql(query, params=params) if params else con.sql(query)
-                    return pa.table({}) if rel is None else rel.to_arrow_table()
+                    with enforce(con, limits, started):
+                        rel = con.sql(query, params=params) if params else con.sql(query)
+                        return pa.table({}) if rel is None else rel.to_arrow_table()
                 except duckdb.PermissionException as err:
                     raise UnsafeQueryError(
                         f"{err}. Queries may read files only under the warehouse folder "
@@ -435,10 +526,12 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _confine(con: duckdb.DuckDBPyConnection, root: Path) -> None:
-    """Lock ``con``'s database down: files only under ``root``, no extension downloads or
-    autoloading, configuration locked. A database instance shared with an earlier connection
-    to the same path may already be locked down; then it is only verified."""
+def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
+             shared: str | None = None) -> None:
+    """Lock ``con``'s database down: ``limits`` (resolved) on memory, threads and spill, files
+    only under ``root``, no extension downloads or autoloading, configuration locked. A database
+    instance shared with an earlier connection to the path ``shared`` may already be locked
+    down; then it is only verified, and ``_OtherLimits`` raised if its limits differ."""
     settings = dict(con.execute(
         "SELECT name, value FROM duckdb_settings() WHERE name IN "
         "('lock_configuration', 'enable_external_access')"
@@ -449,19 +542,23 @@ def _confine(con: duckdb.DuckDBPyConnection, root: Path) -> None:
                 "the warehouse catalog is open in this process with an unconfined, locked "
                 "configuration; close that connection before querying through Warehouse.sql"
             )
+        if shared is None or _CONFINED_LIMITS.get(shared) != limits.instance_settings():
+            raise _OtherLimits(shared)
         return
     dirs = sorted({os.path.abspath(root), os.path.realpath(root)})
     for statement in (
         "SET autoinstall_known_extensions = false",
         "SET autoload_known_extensions = false",
         "SET allow_community_extensions = false",
-        # spill files stay inside the warehouse folder too (DuckDB allows its temp directory)
-        f"SET temp_directory = {_sql_string(os.path.join(dirs[0], 'catalog.duckdb.tmp'))}",
+        # memory, threads and the spill folder and its size (DuckDB allows its temp directory)
+        *limit_settings(limits),
         f"SET allowed_directories = [{', '.join(_sql_string(d) for d in dirs)}]",
         "SET enable_external_access = false",
         "SET lock_configuration = true",
     ):
         con.execute(statement)
+    if shared is not None:
+        _CONFINED_LIMITS[shared] = limits.instance_settings()
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,301 @@
+"""Resource limits for user SQL: memory, threads, disk spill and wall-clock time.
+
+Every query through ``Warehouse.sql`` (hence ``python -m warehouse``) runs under a
+``QueryLimits``. The defaults suit a laptop; each limit is configurable in Python
+(``QueryLimits(...)``, ``Warehouse(limits=...)``, ``Warehouse.sql(..., limits=...)``), by
+environment variable, and by a ``python -m warehouse`` flag:
+
+=============  ==========================  ===========================  ==================
+limit          default                     environment variable         flag
+=============  ==========================  ===========================  ==================
+memory         a quarter of RAM, at most   ``WEFT_SQL_MEMORY_LIMIT``    ``--memory-limit``
+               4 GiB, at least 256 MiB
+threads        the usable cores, at most 4 ``WEFT_SQL_THREADS``         ``--threads``
+spill          4 GiB (0 turns spilling     ``WEFT_SQL_SPILL_LIMIT``     ``--spill-limit``
+               off)
+time           300 s                       ``WEFT_SQL_TIMEOUT_S``       ``--timeout``
+spill folder   ``WEFT_HOME/tmp/sql-spill`` ``WEFT_SQL_SPILL_DIR``       ``--spill-dir``
+=============  ==========================  ===========================  ==================
+
+Sizes are written like DuckDB's (``512MB``, ``4GB``, ``4GiB``, or a number of bytes). Memory,
+threads and spill are DuckDB's ``memory_limit``, ``threads`` and ``max_temp_directory_size``,
+set before the connection's configuration is locked; spill files go to the spill folder (under
+``WEFT_HOME`` with the other artifacts, never into the warehouse folder), which DuckDB creates
+when a query first spills and removes when the connection closes. The wall-clock limit is a
+watchdog thread that calls ``interrupt()`` on the query's connection once the deadline has
+passed, and again every ``INTERRUPT_REPEAT_S`` until the query returns (an interrupt that lands
+between two statements is lost, so it is repeated). A query stopped by a limit raises
+``QueryLimitError`` naming the limit, its value and how to raise it.
+
+Not guaranteed: the limits bound one connection, not the whole process (concurrent queries each
+get their own); DuckDB's memory limit covers its buffer manager, not every allocation (Python
+conversion of a large result is outside it); the wall-clock limit stops the query within about
+``INTERRUPT_REPEAT_S`` of the deadline, not to the millisecond, and the time to open the
+catalog counts towards it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import duckdb
+
+from pipelines.settings import weft_home
+
+ENV_MEMORY = "WEFT_SQL_MEMORY_LIMIT"
+ENV_THREADS = "WEFT_SQL_THREADS"
+ENV_SPILL = "WEFT_SQL_SPILL_LIMIT"
+ENV_TIMEOUT = "WEFT_SQL_TIMEOUT_S"
+ENV_SPILL_DIR = "WEFT_SQL_SPILL_DIR"
+
+KIB, MIB, GIB = 1024, 1024**2, 1024**3
+MAX_DEFAULT_MEMORY = 4 * GIB
+MIN_DEFAULT_MEMORY = 256 * MIB
+MAX_DEFAULT_THREADS = 4
+DEFAULT_SPILL = 4 * GIB
+DEFAULT_TIMEOUT_S = 300.0
+INTERRUPT_REPEAT_S = 0.05
+
+_UNITS = {
+    "": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+    "kib": KIB, "mib": MIB, "gib": GIB, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+class QueryLimitError(RuntimeError):
+    """A query stopped by one of its limits. ``limit`` is ``"memory"``, ``"spill"`` or
+    ``"time"``; the message names the limit's value and the flag and variable that raise it."""
+
+    def __init__(self, limit: str, message: str):
+        super().__init__(message)
+        self.limit = limit
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Bytes in ``text``: a number of bytes or a number with a unit (KB/MB/GB/TB are powers of
+    1000, KiB/MiB/GiB/TiB powers of 1024, as in DuckDB)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = _SIZE_RE.match(str(text))
+        unit = match[2].lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(f"{what} {text!r} is not a size: write e.g. 512MB, 4GB or 4GiB")
+        value = int(float(match[1]) * _UNITS[unit])
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {text!r}")
+    return value
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _total_ram() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 4 * MAX_DEFAULT_MEMORY
+
+
+def default_memory() -> int:
+    return max(MIN_DEFAULT_MEMORY, min(MAX_DEFAULT_MEMORY, _total_ram() // 4))
+
+
+def default_threads() -> int:
+    return max(1, min(MAX_DEFAULT_THREADS, _usable_cores()))
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """Limits of one query connection. ``spill`` 0 turns spilling to disk off; ``spill_dir``
+    None means ``WEFT_HOME/tmp/sql-spill`` at the time of the query."""
+
+    memory: int = field(default_factory=default_memory)
+    threads: int = field(default_factory=default_threads)
+    spill: int = DEFAULT_SPILL
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    spill_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.memory, int) or self.memory < MIB:
+            raise ValueError(f"memory limit must be at least 1MiB (in bytes), got {self.memory!r}; "
+                             "parse a size like '4GB' with warehouse.limits.parse_size")
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"threads must be a whole number of at least 1, got {self.threads!r}")
+        if not isinstance(self.spill, int) or self.spill < 0:
+            raise ValueError(f"spill limit must be 0 (no spilling) or more bytes, got {self.spill!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout must be more than 0 seconds, got {self.timeout_s!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> QueryLimits:
+        """Defaults, replaced by the ``WEFT_SQL_*`` variables set in ``env`` (default
+        ``os.environ``), replaced by the ``overrides`` that are not None."""
+        env = os.environ if env is None else env
+        values: dict = {}
+        if env.get(ENV_MEMORY):
+            values["memory"] = parse_size(env[ENV_MEMORY], ENV_MEMORY)
+        if env.get(ENV_THREADS):
+            values["threads"] = _parse_int(env[ENV_THREADS], ENV_THREADS)
+        if env.get(ENV_SPILL):
+            values["spill"] = parse_size(env[ENV_SPILL], ENV_SPILL)
+        if env.get(ENV_TIMEOUT):
+            values["timeout_s"] = _parse_float(env[ENV_TIMEOUT], ENV_TIMEOUT)
+        if env.get(ENV_SPILL_DIR):
+            values["spill_dir"] = Path(env[ENV_SPILL_DIR])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def instance_settings(self) -> tuple:
+        """What is set on the DuckDB instance (everything but the wall-clock limit)."""
+        return (self.memory, self.threads, self.spill, self.spill_dir)
+
+    def resolved(self) -> QueryLimits:
+        """The same limits with an absolute spill folder."""
+        folder = self.spill_dir if self.spill_dir is not None else default_spill_dir()
+        return replace(self, spill_dir=Path(os.path.abspath(folder)))
+
+
+def default_spill_dir() -> Path:
+    return weft_home() / "tmp" / "sql-spill"
+
+
+def _parse_int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{what} must be a whole number, got {text!r}") from None
+
+
+def _parse_float(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{what} must be a number of seconds, got {text!r}") from None
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def limit_settings(limits: QueryLimits) -> list[str]:
+    """The SET statements that put ``limits`` (resolved) on a DuckDB connection. With spilling
+    off the temp directory is empty, so DuckDB cannot offload at all."""
+    folder = limits.spill_dir
+    if folder is None:
+        raise ValueError("resolve the limits (QueryLimits.resolved()) before applying them")
+    statements = [f"SET memory_limit = '{limits.memory}B'", f"SET threads = {limits.threads}"]
+    if limits.spill == 0:
+        statements += ["SET max_temp_directory_size = '0B'", "SET temp_directory = ''"]
+    else:
+        # DuckDB creates the last level of the folder itself, not its parents
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        statements += [f"SET temp_directory = {_sql_string(str(folder))}",
+                       f"SET max_temp_directory_size = '{limits.spill}B'"]
+    return statements
+
+
+def _how_to_raise(flag: str, env: str, example: str, field_name: str) -> str:
+    return (f"raise it with `python -m warehouse sql {flag} {example} ...`, the environment "
+            f"variable {env}={example}, or QueryLimits({field_name}=...) in Python")
+
+
+def memory_error(limits: QueryLimits) -> QueryLimitError:
+    spill = ("spilling to disk is off" if limits.spill == 0
+             else f"spilling up to {format_size(limits.spill)} to disk was not enough")
+    return QueryLimitError("memory", (
+        f"query stopped: it needs more memory than the memory limit of "
+        f"{format_size(limits.memory)} ({spill}); "
+        + _how_to_raise("--memory-limit", ENV_MEMORY, "8GB", "memory")
+        + ", or narrow the query (WHERE, LIMIT, fewer columns)"))
+
+
+def spill_error(limits: QueryLimits) -> QueryLimitError:
+    where = f" in {limits.spill_dir}" if limits.spill else ""
+    return QueryLimitError("spill", (
+        f"query stopped: it needs more disk for spilling than the spill limit of "
+        f"{format_size(limits.spill)}{where} (memory limit {format_size(limits.memory)}); "
+        + _how_to_raise("--spill-limit", ENV_SPILL, "16GB", "spill")
+        + f" (or the memory limit with --memory-limit / {ENV_MEMORY}), "
+        "or narrow the query (WHERE, LIMIT, fewer columns)"))
+
+
+def timeout_error(limits: QueryLimits, elapsed_s: float) -> QueryLimitError:
+    return QueryLimitError("time", (
+        f"query stopped after {elapsed_s:.1f} s: it reached the wall-clock limit of "
+        f"{limits.timeout_s:g} s; "
+        + _how_to_raise("--timeout", ENV_TIMEOUT, "900", "timeout_s")
+        + ", or narrow the query (WHERE, LIMIT, no cross joins)"))
+
+
+def out_of_memory_error(err: duckdb.OutOfMemoryException, limits: QueryLimits) -> QueryLimitError:
+    """Which limit an OutOfMemory error hit: DuckDB names ``max_temp_directory_size`` when the
+    spill folder was full, otherwise memory could not be allocated."""
+    return spill_error(limits) if "max_temp_directory_size" in str(err) else memory_error(limits)
+
+
+class _Watchdog:
+    def __init__(self, con: duckdb.DuckDBPyConnection, deadline: float):
+        self.con = con
+        self.deadline = deadline
+        self.fired = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="weft-sql-watchdog", daemon=True)
+
+    def _run(self) -> None:
+        if self._done.wait(max(0.0, self.deadline - time.monotonic())):
+            return
+        self.fired = True
+        # keep interrupting: one that lands before the query began (or between two
+        # statements) is lost
+        while True:
+            self.con.interrupt()
+            if self._done.wait(INTERRUPT_REPEAT_S):
+                return
+
+    def __enter__(self) -> _Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+@contextmanager
+def enforce(con: duckdb.DuckDBPyConnection, limits: QueryLimits, started: float | None = None
+               ) -> Iterator[None]:
+    """Run the block under ``limits``: interrupt ``con`` once ``limits.timeout_s`` have passed
+    since ``started`` (``time.monotonic()``, default now) and raise ``QueryLimitError``; map
+    DuckDB's out-of-memory errors to the memory or spill limit."""
+    started = time.monotonic() if started is None else started
+    with _Watchdog(con, started + limits.timeout_s) as dog:
+        try:
+            yield
+        except duckdb.OutOfMemoryException as err:
+            if dog.fired:
+                raise timeout_error(limits, time.monotonic() - started) from err
+            raise out_of_memory_error(err, limits) from err
+        except duckdb.Error as err:
+            if dog.fired:  # interrupted (InterruptException, or an error raised on the way out)
+                raise timeout_error(limits, time.monotonic() - started) from err
+            raise
