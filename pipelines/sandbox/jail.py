@@ -35,24 +35,34 @@ process that calls ``setsid`` can outlive the run; it is used only where the cal
 Not guaranteed: anything against kernel exploits (no seccomp filter is installed); the file
 count of ``/tmp`` when the host is not root, or cannot mount (then bubblewrap's own tmpfs is
 used, with a warning); host memory used through channels other than files: memfds and SysV
-shared memory are bounded only by the file-size, open-files and process rlimits; that the
-jail's init process is reaped at once (bubblewrap's outer process exits first and leaves it
-to the host's pid 1).
+shared memory are bounded only by the file-size, open-files and process rlimits.
+
+Reaping: every process weft starts is waited for by weft. A jail is killed from the inside out
+(its init first, so bubblewrap reaps it, then bubblewrap), because killing bubblewrap first
+would hand the init to the host's pid 1 as a zombie. weft does not make itself a subreaper and
+installs no SIGCHLD handler. The host folder of the tmpfs mount points
+(``weft-jail-mnt-<pid>.<host tag>-*`` in the temp dir) is removed at exit; one left by a
+process killed with SIGKILL is removed by the next process that starts jails.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import logging
 import os
 import queue
+import re
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +80,10 @@ PYTHON_FLAGS = ("-s", "-P")  # no user site-packages, no script dir on sys.path
 _RO_BINDS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MB = 1024 * 1024
+MOUNT_DIR_PREFIX = "weft-jail-mnt-"
+_MOUNT_DIR_RE = re.compile(re.escape(MOUNT_DIR_PREFIX) + r"(?P<pid>\d+)\.(?P<tag>[0-9a-f]{8})-.+")
+# how long bubblewrap may take to reap its killed init and exit before it is killed itself
+INIT_EXIT_S = 2.0
 
 
 class SandboxUnavailable(RuntimeError):
@@ -127,10 +141,80 @@ def _python_binds(python: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1)
+def _host_tag() -> str:
+    """Names this host and pid namespace in mount folder names, so a pid in a name is checked
+    only where it means the same process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    digest = hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()
+    return digest[:8]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def remove_stale_mount_dirs(parent: str | None = None) -> list[str]:
+    """Remove the mount folders (``weft-jail-mnt-<pid>.<host tag>-*``) that processes killed
+    before their exit handler ran left in ``parent`` (default: the temp dir). A folder is removed
+    only when its owner pid names a process of this host and pid namespace that no longer runs,
+    it belongs to this user, and it holds nothing but the two empty, unmounted mount points
+    (each is removed with ``rmdir``, which fails on anything not empty). Returns the removed
+    folders; anything else is left alone."""
+    parent = parent or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        match = _MOUNT_DIR_RE.fullmatch(name)
+        if match is None or match["tag"] != _host_tag():
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        top = os.path.join(parent, name)
+        try:
+            st = os.lstat(top)
+            inside = os.listdir(top) if stat.S_ISDIR(st.st_mode) else None
+        except OSError:
+            continue
+        if inside is None or st.st_uid != os.geteuid() or not set(inside) <= {"tmp", "shm"}:
+            continue
+        points = [os.path.join(top, sub) for sub in inside]
+        if any(os.path.islink(p) or os.path.ismount(p) for p in points):
+            continue
+        try:
+            for point in points:
+                os.rmdir(point)
+            os.rmdir(top)
+        except OSError as exc:  # not empty, or another process removed it first
+            log.debug("left mount folder %s: %s", top, exc)
+            continue
+        removed.append(top)
+    if removed:
+        log.info("removed %d stale sandbox mount folder(s) of dead processes: %s",
+                 len(removed), removed)
+    return removed
+
+
+@functools.lru_cache(maxsize=1)
 def _mount_points() -> tuple[str, str]:
     """Two empty host directories the per-jail tmpfs mounts go on (inside each jail's own
-    private mount namespace, so the host never sees them mounted)."""
-    top = tempfile.mkdtemp(prefix="weft-jail-mnt-")
+    private mount namespace, so the host never sees them mounted). Their folder's name carries
+    this process's pid, so the next process to start jails can remove it if this one is killed
+    before its exit handler runs (see :func:`remove_stale_mount_dirs`)."""
+    remove_stale_mount_dirs()
+    top = tempfile.mkdtemp(prefix=f"{MOUNT_DIR_PREFIX}{os.getpid()}.{_host_tag()}-")
     os.chmod(top, 0o755)
     points = (os.path.join(top, "tmp"), os.path.join(top, "shm"))
     for point in points:
@@ -328,10 +412,65 @@ def launch(spec: JailSpec, limits: Limits, driver_args: list[str], *, pass_fds: 
     return Launch(proc, workdir, ISOLATION_SUBPROCESS)
 
 
+def _children(pid: int) -> list[int]:
+    """The child pids of ``pid`` (all its threads'), from /proc; [] when it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+        return int(text[text.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_children(pid: int) -> None:
+    """SIGKILL every child of ``pid`` through a pidfd opened while it is still ``pid``'s child
+    (so a recycled pid is never signalled)."""
+    for child in _children(pid):
+        try:
+            fd = os.pidfd_open(child)
+        except OSError:
+            continue
+        try:
+            if _parent_of(child) == pid:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def kill_jail(launch_: Launch) -> None:
-    """Kill the jail's whole process group (bubblewrap's --die-with-parent and the pid namespace
-    then take everything inside with it) and reap it."""
+    """Kill the jail and reap it, leaving no zombie anywhere.
+
+    A bubblewrap jail is killed from the inside out: first the jail's init (bubblewrap's child,
+    pid 1 of the jail's pid namespace; the kernel then kills everything else in the namespace),
+    so that bubblewrap itself reaps it and exits, and only then bubblewrap's process group.
+    Killing bubblewrap first would orphan the init to the host's pid 1, where it stays a zombie
+    until that reaps it (never, in a container whose pid 1 does not reap)."""
     proc = launch_.proc
+    if launch_.isolation == ISOLATION_BWRAP:
+        deadline = time.monotonic() + INIT_EXIT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            _kill_children(proc.pid)  # again each round: an init may appear during start-up
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
