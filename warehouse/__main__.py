@@ -135,7 +135,7 @@ def _limits_parser() -> argparse.ArgumentParser:
 def limits_from_args(args: argparse.Namespace) -> QueryLimits:
     return QueryLimits.from_env(memory=args.memory_limit, threads=args.threads,
                                 spill=args.spill_limit, timeout_s=args.timeout,
-                                spill_dir=args.spill_dir and Path(args.spill_dir))
+                                spill_dir=Path(args.spill_dir) if args.spill_dir else None)
 
 
 def _print_tables(wh: Warehouse) -> None:

@@ -126,8 +126,9 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class QueryLimits:
-    """Limits of one query connection. ``spill`` 0 turns spilling to disk off; ``spill_dir``
-    None means ``WEFT_HOME/tmp/sql-spill`` at the time of the query."""
+    """Limits of one query connection. ``memory`` and ``spill`` are bytes or sizes as text
+    (``"4GB"``); ``spill`` 0 turns spilling to disk off; ``spill_dir`` None means
+    ``WEFT_HOME/tmp/sql-spill`` at the time of the query."""
 
     memory: int = field(default_factory=default_memory)
     threads: int = field(default_factory=default_threads)
@@ -136,9 +137,11 @@ class QueryLimits:
     spill_dir: Path | None = None
 
     def __post_init__(self) -> None:
+        for name in ("memory", "spill"):  # sizes may be given as text: "4GB", "512MiB"
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, parse_size(getattr(self, name), name))
         if not isinstance(self.memory, int) or self.memory < MIB:
-            raise ValueError(f"memory limit must be at least 1MiB (in bytes), got {self.memory!r}; "
-                             "parse a size like '4GB' with warehouse.limits.parse_size")
+            raise ValueError(f"memory limit must be at least 1MiB, got {self.memory!r}")
         if not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"threads must be a whole number of at least 1, got {self.threads!r}")
         if not isinstance(self.spill, int) or self.spill < 0:

@@ -171,6 +171,11 @@ def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
+def test_limits_take_sizes_as_text():
+    assert (QueryLimits(memory="64MiB", spill="1GB").memory, QueryLimits(spill="1GB").spill) == (
+        64 * MIB, 10**9)
+
+
 @pytest.mark.parametrize("bad", ["", "lots", "4 parsecs", "-1GB", "GB"])
 def test_parse_size_rejects_what_is_not_a_size(bad):
     with pytest.raises(ValueError, match="size|negative"):
