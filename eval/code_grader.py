@@ -1,42 +1,76 @@
-"""Grading model-written programs against code benchmarks' own tests, always in the sandbox.
+"""Grading model-written programs against code benchmarks' own tests. Candidate code only ever
+runs in the sandbox, and only to compute values; every verdict is decided on the host.
 
 :func:`grade_code` takes a candidate (a completion, a whole program, or a model answer with a
-fenced code block) and a problem as a plain dict with the benchmark file's fields:
+fenced code block) and a problem as a plain dict with the benchmark file's fields. Functions are
+graded in three steps (HumanEval, MBPP+, LiveCodeBench functional tests):
 
-- **HumanEval** (``prompt``, ``test``, ``entry_point``): the program is the prompt, the
-  candidate (a function body continuing the prompt, or a whole definition of the entry point),
-  the test code and ``check(entry_point)``; it passes when every assertion holds.
-- **MBPP+** (``base_input``, ``plus_input``, ``atol``, ``assertion``): the candidate is called
-  on every input; the expected values are the canonical solution's return values on the same
-  inputs, computed once per task in the sandbox (or taken from ``expected_outputs`` when the
-  problem carries them); float results are compared with ``atol`` (1e-6 when the expected value
-  holds floats and ``atol`` is 0); then the ``assertion`` block must pass too.
-- **LiveCodeBench** (``tests`` with ``testtype`` ``stdin`` or ``functional``, ``starter_code``):
-  stdin tests run the program on each input and compare stdout line by line (token-wise decimal
-  equality as a second chance, as LiveCodeBench does); functional tests call the starter's
-  ``Solution`` method with the JSON arguments and compare with the JSON expected value.
-  Problems without a starter have no function to call, so their functional tests are ignored;
-  and the 12 foreign tests that the locally stored copy appends to every problem are dropped
-  (:func:`clean_livecodebench_tests`); ``ignored_tests`` counts both.
+1. **Recording** (trusted code only, once per task and process, like the MBPP+ reference
+   answers): in the sandbox, the canonical solution runs under the benchmark's own test with
+   the entry point wrapped by a recorder (``random`` seeded first): the arguments of every
+   call the test makes (encoded before the call) and the canonical answers. The recording is
+   replayed on the host at once with the canonical answers; a HumanEval task whose test does not
+   pass that way is an error, an MBPP+ ``assertion`` block that does not (it uses names only
+   the solution imports) is left out and counted in ``ignored_tests``.
+2. **Candidate run** (:func:`pipelines.sandbox.harness.relay_program`): the candidate's code,
+   without any test code or expected value, runs in a child process forked by a trusted parent;
+   it is called on the recorded arguments (and on MBPP+'s inputs, LiveCodeBench's JSON
+   arguments) and only its return values come back, as plain data (exact builtin types).
+3. **Verdict on the host**: HumanEval's ``check`` (the prompt and the test, benchmark code,
+   never the candidate's) is replayed with a stand-in for the candidate that checks each call
+   has the recorded arguments and returns the candidate's answer to it, so tests that accept
+   many answers (``find_zero``) stay correct; MBPP+ answers are compared with the canonical
+   ones (``atol``, or 1e-6 when the reference holds floats and ``atol`` is 0), then its
+   ``assertion`` block is replayed the same way as ``check``; LiveCodeBench answers are compared
+   with the JSON expected values. The replay has its own ``random`` (seeded like the recording),
+   so threads grading at once never disturb each other.
 
-Return values and verdicts are decided on the host from the program's output (see
-:mod:`pipelines.sandbox.harness`), so an early ``sys.exit(0)`` never passes.
-:func:`grade_code_many` grades many candidates on a :class:`~pipelines.sandbox.SandboxPool`.
+LiveCodeBench stdin tests run the whole program on each input and compare its stdout line by
+line (token-wise decimal equality as a second chance, as LiveCodeBench does); the output kept
+is capped at twice the expected output plus 16 KiB. Problems without a starter have no function
+to call, so their functional tests are ignored; and the 12 foreign tests that the locally
+stored copy appends to every problem are dropped (:func:`clean_livecodebench_tests`);
+``ignored_tests`` counts both.
+
+What a completion can do to its score: compute its return values (any plain data: ``None``,
+``bool``, ``int``, ``float``, ``str``, ``bytes``, ``bytearray``, ``complex``, and lists,
+tuples, sets, frozensets and dicts of them; numpy values and the stdlib's dict subclasses are
+converted). What it cannot do: run code during the comparison (an object with its own
+``__eq__``, an ``int``/``str`` subclass or any other object is "not plain data", a failed
+call); patch ``abs``, ``math.fabs`` or anything else the test uses (the test runs in another
+process, on the host); skip, replace or trace ``check`` (it is not in its process); read the
+test or the expected values (they are not in its program, its memory or its files); print a
+result line or write one into another process (its fds 0, 1 and 2 are ``/dev/null`` and a
+pipe its parent drains, and every process holding the real stdout is non-dumpable); turn a
+crash, an early exit, a kill of its parent or a flood of output into anything but a failed
+item with its reason. One MBPP+ exception: where the reference answer itself is not plain data
+(a few tasks return ``re.Match`` objects), an answer of the same type and ``repr`` counts.
+
+:func:`grade_code_many` grades many candidates on a :class:`~pipelines.sandbox.SandboxPool`;
+every item gets a :class:`CodeGradeResult`, also when grading it raised.
 
 Not guaranteed: evalplus' per-test time limits (one wall-clock limit per program here: the
 ``timeout_s`` given, raised for MBPP+ tasks whose canonical solution itself needs longer to 3x
-its time + 1 s); that a candidate written to attack the harness from inside its own process
-cannot fake a pass.
+its time + 1 s); a verdict for a candidate whose answers make the test call the function with
+arguments that were never recorded (it fails, with that reason); that the host replay stops
+within :data:`REPLAY_TIMEOUT_S` when one operation of the benchmark's own test on the
+candidate's (size-capped) answer is slow (the limit is checked at each call of the stand-in);
+the guarantees above on the plain-subprocess fallback (the candidate runs as the grading
+user; see :mod:`pipelines.sandbox.harness`).
 """
 
 from __future__ import annotations
 
+import builtins
+import copy
 import gzip
 import hashlib
 import json
+import random
 import re
 import threading
 import time
+import types
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,11 +80,22 @@ from typing import Any
 
 from pipelines.sandbox import ExecResult, Limits, LocalSandbox, SandboxPool, render_observation
 from pipelines.sandbox.harness import (
-    CODEC_SOURCE,
+    DIGEST_ABOVE,
     NOT_FOUND,
-    decode_value,
-    find_payload,
+    CallResult,
+    Digest,
+    RelayOutcome,
+    call_result,
+    canonical_json,
+    encode_call,
+    function_source,
+    marker_nonce,
     new_marker,
+    plain_decode,
+    plain_encode,
+    read_payload,
+    read_relay,
+    relay_program,
     values_match,
 )
 from pipelines.settings import require_data_dir
@@ -60,7 +105,14 @@ BENCHMARKS = (HUMANEVAL, MBPPPLUS, LIVECODEBENCH)
 DEFAULT_TIMEOUT_S = 10.0
 EXPECTED_TIMEOUT_S = 120.0
 SLOW_FACTOR = 3.0
-GRADER_OUTPUT_BYTES = 64 * 1024 * 1024
+GRADER_OUTPUT_BYTES = 64 * 1024 * 1024  # for the trusted recording runs only
+# A candidate's results may take RESULTS_FACTOR times the bytes of the reference answers (at
+# least MIN_RESULTS_BYTES); a stdin program's output 2x the expected output plus STDOUT_SLACK.
+RESULTS_FACTOR = 4
+MIN_RESULTS_BYTES = 256 * 1024
+STDOUT_SLACK = 16 * 1024
+RECORD_SEED = 20_240_601  # ``random`` is seeded with this before a test is recorded/replayed
+REPLAY_TIMEOUT_S = 5.0
 BENCHMARK_FILES = {HUMANEVAL: "humaneval.jsonl.gz", MBPPPLUS: "mbppplus.jsonl",
                    LIVECODEBENCH: "livecodebench_279.json"}
 # sha256(input + "\0" + output)[:16] of the functional tests that the stored LiveCodeBench copy
@@ -169,69 +221,298 @@ def clean_livecodebench_tests(tests: list[dict], has_starter: bool) -> tuple[lis
 
 
 # ---------------------------------------------------------------------------------------------
-# programs
+# recording the benchmark's own tests (trusted code only: no candidate runs here)
 
 
 def _defines(code: str, name: str) -> bool:
     return re.search(rf"^def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
 
 
-def humaneval_program(candidate: str, problem: dict, marker: str) -> str:
+def humaneval_source(candidate: str, problem: dict) -> str:
+    """The candidate's module: the prompt, then the candidate (a whole definition of the entry
+    point replaces the prompt's stub and can use its imports and helpers; a bare body continues
+    the prompt). The benchmark's test is not part of it."""
     entry = problem["entry_point"]
     code = extract_code(candidate, entry)
-    # A whole definition is appended after the prompt (it replaces the prompt's stub and can
-    # use the prompt's imports and helpers); a bare body continues the prompt.
-    body = problem["prompt"] + ("\n\n" if _defines(code, entry) else "") + code
-    return (f"{body}\n\n{problem['test']}\n\ncheck({entry})\n"
-            f"print({marker!r} + 'true', flush=True)\n")
+    return problem["prompt"] + ("\n\n" if _defines(code, entry) else "") + code
 
 
-def _call_harness(marker: str, calls: str, inputs: list, after: str = "") -> str:
-    return (f"{CODEC_SOURCE}\n"
-            f"import json as __weft_json, copy as __weft_copy\n"
-            f"__weft_inputs = __weft_json.loads({json.dumps(inputs)!r})\n"
-            f"__weft_results = []\n"
-            f"for __weft_args in __weft_inputs:\n"
-            f"    try:\n"
-            f"        __weft_out = {calls}\n"
-            f"        __weft_results.append(['ok', __weft_pack(__weft_out)])\n"
-            f"    except BaseException as __weft_exc:\n"
-            f"        __weft_results.append(['error', type(__weft_exc).__name__ + ': '"
-            f" + str(__weft_exc)[:300]])\n"
-            f"{after}"
-            f"__weft_emit({marker!r}, __weft_results)\n")
+_RECORDING_SOURCE = r'''
+import json as __weft_json
+import random as __weft_random
 
 
-def mbpp_program(code: str, problem: dict, inputs: list, marker: str, *,
-                 with_assertion: bool) -> str:
+def __weft_describe(exc):
+    return (type(exc).__name__ + ": " + str(exc))[:300]
+
+
+__weft_fixed = []
+for __weft_call in __weft_json.loads(__WEFT_FIXED):
+    __weft_args, __weft_kwargs = __weft_plain_decode(__weft_call)
+    try:
+        __weft_fixed.append(__weft_plain_encode(
+            globals()[__WEFT_ENTRY](*__weft_args, **__weft_kwargs), __WEFT_DIGEST_ABOVE))
+    except BaseException as __weft_exc:
+        __weft_fixed.append(["error", __weft_describe(__weft_exc)])
+__weft_calls = []
+__weft_real = globals()[__WEFT_ENTRY]
+
+
+def __weft_recorder(*args, **kwargs):
+    key = __weft_plain_encode((args, kwargs))  # before the call: a snapshot of the arguments
+    try:
+        out = __weft_real(*args, **kwargs)
+    except BaseException as exc:
+        __weft_calls.append([key, ["error", __weft_describe(exc)]])
+        raise
+    __weft_calls.append([key, __weft_plain_encode(out)])
+    return out
+
+
+__weft_error = None
+if __WEFT_TEST is not None:
+    __weft_ns = dict(globals())
+    __weft_ns[__WEFT_ENTRY] = __weft_recorder  # the test's calls, not the solution's own
+    __weft_random.seed(__WEFT_SEED)
+    try:
+        exec(compile(__WEFT_TEST, "test", "exec"), __weft_ns)
+    except BaseException as __weft_exc:
+        __weft_error = __weft_describe(__weft_exc)
+print("\n" + __WEFT_MARKER + __weft_json.dumps(
+    {"fixed": __weft_fixed, "calls": __weft_calls, "error": __weft_error}), flush=True)
+'''
+
+
+def recording_program(setup: str, entry: str, test: str | None, fixed_calls: list,
+                      marker: str, digest_above: int = 0) -> str:
+    """A trusted program (benchmark code only): run ``setup`` (the canonical solution and what
+    it needs), the entry point on each of ``fixed_calls``, then ``test`` with the entry point's
+    name bound to a recorder; print the fixed results and each recorded call (its arguments'
+    encoding before the call, and the encoded result) after ``marker``."""
+    consts = (f"__WEFT_FIXED = {json.dumps(fixed_calls)!r}\n__WEFT_ENTRY = {entry!r}\n"
+              f"__WEFT_DIGEST_ABOVE = {int(digest_above)}\n__WEFT_TEST = {test!r}\n"
+              f"__WEFT_SEED = {RECORD_SEED}\n__WEFT_MARKER = {marker!r}\n")
+    return "\n".join([setup, "", function_source(plain_encode, "__weft_plain_encode"),
+                      function_source(plain_decode, "__weft_plain_decode"), consts,
+                      _RECORDING_SOURCE])
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What the canonical solution did under the benchmark's own tests, recorded in the
+    sandbox: ``fixed`` holds its encoded results on fixed inputs (MBPP+), ``calls`` the encoded
+    arguments of each call the test made and ``results`` its answers; ``replayable`` says the
+    test passes on the host when replayed with those answers (else it is not used)."""
+
+    fixed: list
+    calls: list
+    results: list
+    seconds: float
+    size: int
+    replayable: bool
+    test_setup: str
+    test_run: str
+
+
+def _compiled(source: str, name: str):
+    key = (source, name)
+    code = _COMPILED.get(key)
+    if code is None:
+        code = _COMPILED[key] = compile(source, name, "exec")
+    return code
+
+
+_COMPILED: dict[tuple[str, str], Any] = {}
+_RECORDINGS: dict[str, Recording | Exception] = {}
+_RECORDING_LOCKS: dict[str, threading.Lock] = {}
+_RECORDING_GUARD = threading.Lock()
+
+
+def _recording(key_parts: list, make, sandbox: Any) -> Recording:
+    key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()
+    with _RECORDING_GUARD:
+        lock = _RECORDING_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _RECORDINGS:
+            try:
+                _RECORDINGS[key] = make(sandbox if sandbox is not None else _default_sandbox())
+            except (RuntimeError, ValueError) as exc:
+                _RECORDINGS[key] = exc
+        found = _RECORDINGS[key]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def _record(box: Any, *, task: Any, setup: str, entry: str, test_setup: str, test_run: str,
+            test: str | None, fixed_calls: list, digest_above: int = 0,
+            must_replay: bool) -> Recording:
+    marker = new_marker()
+    program = recording_program(setup, entry, test, fixed_calls, marker, digest_above)
+    result = box.run(program, limits=_limits(box, EXPECTED_TIMEOUT_S, GRADER_OUTPUT_BYTES))
+    payload, why = read_payload(result.stdout, marker)
+    if payload is NOT_FOUND or not isinstance(payload, dict):
+        raise RuntimeError(f"the canonical solution of {task} did not run: "
+                           f"{_failed_run(result) if not result.ok else why}")
+    if payload.get("error"):
+        raise RuntimeError(f"the canonical solution of {task} fails the benchmark's own test: "
+                           f"{payload['error']}")
+    calls = [call for call, _ in payload["calls"]]
+    results = [res for _, res in payload["calls"]]
+    fixed = payload["fixed"]
+    size = len(json.dumps(fixed)) + len(json.dumps(results))
+    replayable = test is not None and all(kind == "ok" for kind, _ in calls)
+    if replayable:
+        canonical = [call_result(res, None) for res in results]
+        why = _replay(test_setup, test_run, entry, [c for _, c in calls], canonical)
+        replayable = why is None
+        if not replayable and must_replay:
+            raise RuntimeError(f"the benchmark's test of {task} cannot be replayed on the host "
+                               f"with the canonical answers: {why}")
+    return Recording(fixed=fixed, calls=[c for _, c in calls], results=results,
+                     seconds=result.duration_s, size=size, replayable=replayable,
+                     test_setup=test_setup, test_run=test_run)
+
+
+def humaneval_recording(problem: dict, sandbox: Any = None) -> Recording:
+    """The calls HumanEval's ``check`` makes on the canonical solution (once per task and
+    process)."""
     entry = problem["entry_point"]
-    after = ""
-    if with_assertion and (problem.get("assertion") or "").strip():
-        after = ("try:\n"
-                 f"    exec('import math\\n' + {problem['assertion']!r}, globals())\n"
-                 "    __weft_results.append(['assertion', 'ok'])\n"
-                 "except BaseException as __weft_exc:\n"
-                 "    __weft_results.append(['assertion', type(__weft_exc).__name__ + ': '"
-                 " + str(__weft_exc)[:300]])\n")
-    calls = f"globals()[{entry!r}](*__weft_copy.deepcopy(__weft_args))"
-    return f"{code}\n\n{_call_harness(marker, calls, inputs, after)}"
+
+    def make(box):
+        return _record(box, task=problem.get("task_id"),
+                       setup=problem["prompt"] + problem["canonical_solution"], entry=entry,
+                       test_setup=problem["prompt"] + "\n\n" + problem["test"],
+                       test_run=f"check({entry})\n",
+                       test=problem["test"] + f"\n\ncheck({entry})\n", fixed_calls=[],
+                       must_replay=True)
+
+    return _recording(["humaneval", problem["prompt"], problem["canonical_solution"],
+                       problem["test"], entry], make, sandbox)
 
 
-def lcb_functional_program(code: str, method: str, inputs: list, marker: str) -> str:
-    calls = f"getattr(globals()['Solution'](), {method!r})(*__weft_args)"
-    return f"{LCB_PRELUDE}\n{code}\n\n{_call_harness(marker, calls, inputs)}"
+def mbpp_inputs(problem: dict) -> list:
+    return list(problem.get("base_input") or []) + list(problem.get("plus_input") or [])
+
+
+def _mbpp_assertion(problem: dict) -> str | None:
+    text = (problem.get("assertion") or "").strip()
+    return f"import math\n{text}\n" if text else None
+
+
+def mbpp_recording(problem: dict, sandbox: Any = None) -> Recording:
+    """The canonical solution's encoded results on every MBPP+ input and the calls its
+    ``assertion`` block makes (once per task and process)."""
+    entry = problem["entry_point"]
+    inputs = mbpp_inputs(problem)
+    assertion = _mbpp_assertion(problem)
+
+    def make(box):
+        return _record(box, task=problem.get("task_id"), setup=problem["canonical_solution"],
+                       entry=entry, test_setup="", test_run=assertion or "", test=assertion,
+                       fixed_calls=[encode_call(args) for args in inputs],
+                       digest_above=DIGEST_ABOVE, must_replay=False)
+
+    return _recording(["mbppplus", problem.get("canonical_solution"), entry, inputs, assertion],
+                      make, sandbox)
+
+
+def mbpp_expected(problem: dict, sandbox: Any = None) -> tuple[list, float]:
+    """(the canonical solution's encoded results on all inputs, seconds it took), computed once
+    per task and process; ``expected_outputs`` in the problem is used as is (taking 0 s)."""
+    if problem.get("expected_outputs") is not None:
+        return list(problem["expected_outputs"]), 0.0
+    recording = mbpp_recording(problem, sandbox)
+    return recording.fixed, recording.seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# replaying a benchmark's test on the host
+
+
+class _ReplayStop(BaseException):
+    """Ends a replay with a failed verdict (a BaseException, so the test cannot catch it)."""
+
+
+class _Replayed:
+    """The stand-in for the candidate during a replay: the i-th call must have the recorded
+    arguments; it returns the candidate's decoded answer to that call (or raises)."""
+
+    def __init__(self, calls: list, answers: list[CallResult], deadline: float) -> None:
+        self.keys = [canonical_json(c) for c in calls]
+        self.answers = answers
+        self.deadline = deadline
+        self.count = 0
+
+    def __call__(self, *args, **kwargs):
+        i = self.count
+        self.count += 1
+        if time.monotonic() > self.deadline:
+            raise _ReplayStop(f"the test ran longer than {REPLAY_TIMEOUT_S:g} s on the host")
+        if i >= len(self.keys):
+            raise _ReplayStop("the test called the function more often than when it was "
+                              "recorded (an earlier answer differs from the reference one)")
+        kind, enc = plain_encode((args, kwargs))
+        if kind != "ok" or canonical_json(enc) != self.keys[i]:
+            raise _ReplayStop(f"call {i} of the test has other arguments than when it was "
+                              "recorded (an earlier answer differs from the reference one)")
+        answer = self.answers[i]
+        if answer.ok:
+            return copy.deepcopy(answer.value)
+        raise _ReplayStop(f"call {i}: the function {answer.describe()}")
+
+
+def _private_random(seed: int) -> types.ModuleType:
+    """A ``random`` module of its own for one replay (seeded like the recording), so replays in
+    several threads, or other users of ``random`` in this process, never disturb each other."""
+    rng = random.Random(seed)
+    module = types.ModuleType("random")
+    for name in dir(random):
+        if not name.startswith("_"):
+            own = getattr(rng, name, None)
+            setattr(module, name, own if callable(own) and hasattr(own, "__self__")
+                    else getattr(random, name))
+    return module
+
+
+def _replay(setup: str, run: str, entry: str, calls: list, answers: list[CallResult]) -> str | None:
+    """Run the benchmark's test (trusted code) on the host with the candidate's answers; None
+    when it passes, else why not. Never raises for what the test does."""
+    private = _private_random(RECORD_SEED)
+
+    def importer(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "random" and level == 0:
+            return private
+        return builtins.__import__(name, globals, locals, fromlist, level)
+
+    space = {"__name__": "__weft_replay__",
+             "__builtins__": dict(vars(builtins), __import__=importer)}
+    stand_in = _Replayed(calls, answers, time.monotonic() + REPLAY_TIMEOUT_S)
+    try:
+        if setup:
+            exec(_compiled(setup, "benchmark"), space)  # noqa: S102 - the benchmark's own code
+        space[entry] = stand_in
+        exec(_compiled(run, "benchmark"), space)  # noqa: S102
+    except _ReplayStop as exc:
+        return str(exc)
+    except AssertionError as exc:
+        return f"the benchmark's test failed (AssertionError{': ' if str(exc) else ''}" \
+               f"{str(exc)[:200]})"
+    except Exception as exc:  # noqa: BLE001 - whatever the test raises is a failed test
+        return f"the benchmark's test raised {type(exc).__name__}: {str(exc)[:200]}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
 # grading
 
 
-def _limits(box: Any, timeout_s: float) -> Limits:
+def _limits(box: Any, timeout_s: float, output_bytes: int) -> Limits:
     """The sandbox's own limits (so a warm pool's runners fit them) with the grader's time
-    limit and a large output cap (expected outputs can be big)."""
+    limit and output cap."""
     base = getattr(box, "limits", None)
     base = base if isinstance(base, Limits) else Limits()
-    return base.with_(timeout_s=timeout_s, cpu_s=None, max_output_bytes=GRADER_OUTPUT_BYTES)
+    return base.with_(timeout_s=timeout_s, cpu_s=None, max_output_bytes=int(output_bytes))
 
 
 def _failed_run(result: ExecResult) -> str:
@@ -240,7 +521,7 @@ def _failed_run(result: ExecResult) -> str:
     if result.memory_exceeded:
         return "exceeded the memory limit"
     if result.output_truncated:
-        return "printed more output than the sandbox keeps"
+        return "printed more output than the grader keeps"
     if result.error is not None:
         return f"{result.error.name}: {result.error.value}"[:300]
     return f"exited with status {result.exit_code} before finishing the tests"
@@ -260,7 +541,9 @@ def _default_sandbox():
 def grade_code(candidate: str, problem_meta: dict, sandbox: Any = None,
                timeout_s: float = DEFAULT_TIMEOUT_S) -> CodeGradeResult:
     """Run ``candidate`` against the problem's tests in the sandbox (anything with
-    ``run(code, stdin=None, limits=None)``: a LocalSandbox, a SandboxPool, an E2BSandbox)."""
+    ``run(code, stdin=None, limits=None)``: a LocalSandbox, a SandboxPool, an E2BSandbox).
+    Raises for a malformed problem or a benchmark whose canonical solution cannot be
+    recorded; :func:`grade_code_many` turns those into failed items."""
     if not isinstance(candidate, str):
         raise TypeError(f"candidate must be a str, got {type(candidate).__name__}")
     kind = detect_benchmark(problem_meta)
@@ -277,51 +560,45 @@ def grade_code(candidate: str, problem_meta: dict, sandbox: Any = None,
                            duration_s=time.monotonic() - start, **verdict)
 
 
+def _relay(box: Any, source: str, target: tuple, calls: list, timeout_s: float, cap: int,
+           digest_count: int = 0) -> tuple[ExecResult, RelayOutcome]:
+    """Run ``source`` through the relay harness; the host keeps at most what a payload of
+    ``cap`` bytes of results can take (JSON escaping can triple it) and parses no more."""
+    marker = new_marker()
+    keep = 3 * cap + 64 * 1024
+    program = relay_program(source, target, calls, results_cap=cap, digest_above=DIGEST_ABOVE,
+                            digest_count=digest_count)
+    result = box.run(program, stdin=marker_nonce(marker), limits=_limits(box, timeout_s, keep))
+    outcome = read_relay(result.stdout, marker, len(calls), max_chars=keep)
+    if outcome.problem and not result.ok:
+        outcome = RelayOutcome(outcome.results, _failed_run(result), outcome.output)
+    return result, outcome
+
+
+def _results_cap(reference_bytes: int) -> int:
+    return max(MIN_RESULTS_BYTES, RESULTS_FACTOR * reference_bytes)
+
+
+def _details(outcome: RelayOutcome) -> str:
+    return f"its output: {outcome.output[:2000]!r}" if outcome.output else ""
+
+
 def _grade_humaneval(candidate: str, problem: dict, box, timeout_s: float) -> dict:
-    for key in ("prompt", "test", "entry_point"):
+    for key in ("prompt", "test", "entry_point", "canonical_solution"):
         if key not in problem:
             raise ValueError(f"HumanEval problem lacks {key!r}")
-    marker = new_marker()
-    program = humaneval_program(candidate, problem, marker)
-    result = box.run(program, limits=_limits(box, timeout_s))
-    passed = result.ok and find_payload(result.stdout, marker) is True
-    return {"passed": passed, "reason": "passed" if passed else _failed_run(result),
-            "tests_total": 1, "tests_passed": int(passed), "timed_out": result.timed_out,
-            "details": "" if passed else render_observation(result, 2000)}
-
-
-_EXPECTED: dict[str, tuple[list, float]] = {}
-_EXPECTED_LOCKS: dict[str, threading.Lock] = {}
-_EXPECTED_GUARD = threading.Lock()
-
-
-def mbpp_inputs(problem: dict) -> list:
-    return list(problem.get("base_input") or []) + list(problem.get("plus_input") or [])
-
-
-def mbpp_expected(problem: dict, sandbox: Any = None) -> tuple[list, float]:
-    """(the canonical solution's encoded results on all inputs, seconds it took), computed once
-    per task and process; ``expected_outputs`` in the problem is used as is (taking 0 s)."""
-    if problem.get("expected_outputs") is not None:
-        return list(problem["expected_outputs"]), 0.0
-    inputs = mbpp_inputs(problem)
-    key = hashlib.sha256(json.dumps([problem.get("canonical_solution"), problem["entry_point"],
-                                     inputs]).encode()).hexdigest()
-    with _EXPECTED_GUARD:
-        lock = _EXPECTED_LOCKS.setdefault(key, threading.Lock())
-    with lock:
-        if key not in _EXPECTED:
-            box = sandbox if sandbox is not None else _default_sandbox()
-            marker = new_marker()
-            program = mbpp_program(problem["canonical_solution"], problem, inputs, marker,
-                                   with_assertion=False)
-            result = box.run(program, limits=_limits(box, EXPECTED_TIMEOUT_S))
-            payload = find_payload(result.stdout, marker)
-            if payload is NOT_FOUND:
-                raise RuntimeError(f"the canonical solution of {problem.get('task_id')} did not "
-                                   f"run: {_failed_run(result)}")
-            _EXPECTED[key] = (payload, result.duration_s)
-        return _EXPECTED[key]
+    recording = humaneval_recording(problem, box)
+    entry = problem["entry_point"]
+    result, outcome = _relay(box, humaneval_source(candidate, problem), ("function", entry),
+                             recording.calls, timeout_s, _results_cap(recording.size))
+    base = {"tests_total": 1, "timed_out": result.timed_out}
+    if outcome.problem:
+        return {**base, "passed": False, "reason": outcome.problem, "tests_passed": 0,
+                "details": _details(outcome)}
+    why = _replay(recording.test_setup, recording.test_run, entry, recording.calls,
+                  outcome.results)
+    return {**base, "passed": why is None, "reason": why or "passed",
+            "tests_passed": int(why is None), "details": "" if why is None else _details(outcome)}
 
 
 def _grade_mbpp(candidate: str, problem: dict, box, timeout_s: float) -> dict:
@@ -329,55 +606,50 @@ def _grade_mbpp(candidate: str, problem: dict, box, timeout_s: float) -> dict:
         if key not in problem and not (key == "canonical_solution"
                                        and problem.get("expected_outputs") is not None):
             raise ValueError(f"MBPP+ problem lacks {key!r}")
+    entry = problem["entry_point"]
     inputs = mbpp_inputs(problem)
-    expected, reference_s = mbpp_expected(problem, box)
-    code = extract_code(candidate, problem["entry_point"])
-    marker = new_marker()
+    recording = mbpp_recording(problem, box) if "canonical_solution" in problem else None
+    if problem.get("expected_outputs") is not None:
+        expected, reference_s = list(problem["expected_outputs"]), 0.0
+    else:
+        expected, reference_s = recording.fixed, recording.seconds
+    replay = recording is not None and recording.replayable
+    calls = [encode_call(args) for args in inputs] + (recording.calls if replay else [])
+    code = extract_code(candidate, entry)
     # Slow tasks get the time their canonical solution needed, with a margin.
     limit_s = max(timeout_s, SLOW_FACTOR * reference_s + 1.0)
-    result = box.run(mbpp_program(code, problem, inputs, marker, with_assertion=True),
-                     limits=_limits(box, limit_s))
-    payload = find_payload(result.stdout, marker)
-    total = len(inputs) + (1 if (problem.get("assertion") or "").strip() else 0)
-    base = {"tests_total": total, "timed_out": result.timed_out}
-    if payload is NOT_FOUND or not isinstance(payload, list):
-        return {**base, "passed": False, "reason": _failed_run(result), "tests_passed": 0,
-                "details": render_observation(result, 2000)}
+    reference = len(json.dumps(expected)) + (recording.size if recording else 0)
+    result, outcome = _relay(box, code, ("function", entry), calls, limit_s,
+                             _results_cap(reference), digest_count=len(inputs))
+    total = len(inputs) + int(replay)
+    base = {"tests_total": total, "timed_out": result.timed_out,
+            "ignored_tests": int(bool(_mbpp_assertion(problem)) and not replay)}
+    if outcome.problem:
+        return {**base, "passed": False, "reason": outcome.problem, "tests_passed": 0,
+                "details": _details(outcome)}
     atol = float(problem.get("atol") or 0)
     passed, first_bad = 0, None
-    for i, (got, exp) in enumerate(zip(payload, expected)):
-        got_kind, got_value = _entry(got)
-        exp_kind, exp_value = _entry(exp)
-        ok = (got_kind == exp_kind == "ok" and values_match(got_value, exp_value, atol))
-        if ok or (got_kind == exp_kind == "error"):
+    for i, (got, exp) in enumerate(zip(outcome.results, expected)):
+        want = call_result(exp, Digest)
+        # A reference answer that is not plain data itself (a few tasks return re.Match
+        # objects) is matched by type and repr, as strings on the host.
+        if (got.ok and want.ok and values_match(got.value, want.value, atol)) or (
+                got.kind == want.kind == "error") or (
+                got.kind == want.kind == "bad" and got.value == want.value):
             passed += 1
         elif first_bad is None:
-            first_bad = (f"wrong result on input {i}: got {got_value!r:.200}"
-                         if got_kind == "ok" else f"input {i} raised {got_value}")
-    assertion = [r for r in payload[len(inputs):] if _entry(r)[0] == "assertion"]
-    if assertion:
-        if assertion[0][1] == "ok":
+            first_bad = f"input {i}: the function {got.describe()}"
+    if replay:
+        why = _replay("", recording.test_run, entry, recording.calls,
+                      outcome.results[len(inputs):])
+        if why is None:
             passed += 1
         elif first_bad is None:
-            first_bad = f"the assertion block failed: {assertion[0][1]}"
-    if len(payload) < len(inputs) and first_bad is None:
-        first_bad = "the harness reported fewer results than inputs"
+            first_bad = f"the assertion block failed: {why}"
     ok = first_bad is None and passed == total
     return {**base, "passed": ok, "tests_passed": passed,
-            "reason": "passed" if ok else first_bad or "failed"}
-
-
-def _entry(item: Any) -> tuple[str, Any]:
-    """(kind, decoded value) of one harness result; ``("invalid", ...)`` for anything else (a
-    program can print whatever it likes)."""
-    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-        return "invalid", item
-    if item[0] != "ok":
-        return item[0], item[1]
-    try:
-        return "ok", decode_value(item[1])
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return "invalid", item[1]
+            "reason": "passed" if ok else first_bad or "failed",
+            "details": "" if ok else _details(outcome)}
 
 
 def _lcb_tests(problem: dict) -> tuple[list[dict], int]:
@@ -422,42 +694,46 @@ def _grade_lcb(candidate: str, problem: dict, box, timeout_s: float) -> dict:
         found = _METHOD_RE.search(starter)
         if not found:
             raise ValueError(f"cannot find the method name in starter_code {starter[:80]!r}")
-        marker = new_marker()
         try:
             inputs = [[json.loads(line) for line in t["input"].split("\n") if line.strip()]
                       for t in tests]
+            wanted = [json.loads(t["output"]) for t in tests]
         except ValueError as exc:
             raise ValueError("a LiveCodeBench functional test's input must be one JSON value per "
-                             f"line (the method's arguments): {exc}") from exc
-        result = box.run(lcb_functional_program(code, found.group(1), inputs, marker),
-                         limits=_limits(box, timeout_s * max(1, len(tests))))
-        payload = find_payload(result.stdout, marker)
-        if payload is NOT_FOUND or not isinstance(payload, list):
-            return {**base, "passed": False, "reason": _failed_run(result), "tests_passed": 0,
-                    "timed_out": result.timed_out, "details": render_observation(result, 2000)}
+                             f"line (the method's arguments) and its output one JSON value: "
+                             f"{exc}") from exc
+        reference = sum(len(str(t["output"])) for t in tests)
+        result, outcome = _relay(box, f"{LCB_PRELUDE}\n{code}",
+                                 ("method", "Solution", found.group(1)),
+                                 [encode_call(args) for args in inputs],
+                                 timeout_s * max(1, len(tests)), _results_cap(reference))
+        if outcome.problem:
+            return {**base, "passed": False, "reason": outcome.problem, "tests_passed": 0,
+                    "timed_out": result.timed_out, "details": _details(outcome)}
         passed, first_bad = 0, None
-        for i, (got, test) in enumerate(zip(payload, tests)):
-            kind, value = _entry(got)
-            value = _listify(value) if kind == "ok" else value
-            if kind == "ok" and values_match(value, json.loads(test["output"])):
+        for i, (got, want) in enumerate(zip(outcome.results, wanted)):
+            if got.ok and values_match(_listify(got.value), want):
                 passed += 1
             elif first_bad is None:
-                first_bad = (f"wrong answer on test {i}: got {value!r:.200}" if kind == "ok"
-                             else f"test {i} raised {value}")
+                first_bad = f"wrong answer on test {i}: the method {got.describe()}"
         ok = first_bad is None and passed == len(tests)
         return {**base, "passed": ok, "tests_passed": passed, "timed_out": False,
-                "reason": "passed" if ok else first_bad or "failed"}
+                "reason": "passed" if ok else first_bad or "failed",
+                "details": "" if ok else _details(outcome)}
     passed = 0
     for i, test in enumerate(tests):
-        result = box.run(code, stdin=test["input"], limits=_limits(box, timeout_s))
-        if not result.ok:
+        expected = str(test["output"])
+        # Output much longer than the expected output is wrong anyway: keep no more than that.
+        cap = 2 * len(expected.encode("utf-8")) + STDOUT_SLACK
+        result = box.run(code, stdin=test["input"], limits=_limits(box, timeout_s, cap))
+        if not result.ok or result.output_truncated:
             return {**base, "passed": False, "tests_passed": passed,
                     "timed_out": result.timed_out, "reason": f"test {i}: {_failed_run(result)}",
                     "details": render_observation(result, 2000)}
-        if not stdout_matches(result.stdout, test["output"]):
+        if not stdout_matches(result.stdout, expected):
             return {**base, "passed": False, "tests_passed": passed, "timed_out": False,
                     "reason": f"wrong answer on test {i}",
-                    "details": f"expected {test['output'][:300]!r}, got "
+                    "details": f"expected {expected[:300]!r}, got "
                                f"{result.stdout[:300]!r}"}
         passed += 1
     return {**base, "passed": True, "tests_passed": passed, "reason": "passed",
@@ -477,7 +753,9 @@ def grade_code_many(candidates: Sequence[str], problems: Sequence[dict] | dict, 
                     timeout_s: float = DEFAULT_TIMEOUT_S) -> list[CodeGradeResult]:
     """Grade many candidates in parallel on warm sandbox workers. ``problems`` is one problem
     for all candidates or one per candidate; results come in the order of ``candidates``. A
-    pool is created (and closed) when none is given."""
+    pool is created (and closed) when none is given. Every item gets a result: an item whose
+    grading raises (a malformed problem, a canonical solution that cannot be recorded) is a
+    failed item with the error as its reason."""
     problem_list = [problems] * len(candidates) if isinstance(problems, dict) else list(problems)
     if len(problem_list) != len(candidates):
         raise ValueError(f"got {len(candidates)} candidates but {len(problem_list)} problems")
@@ -486,8 +764,25 @@ def grade_code_many(candidates: Sequence[str], problems: Sequence[dict] | dict, 
     try:
         with ThreadPoolExecutor(max_workers=max(1, pool.workers),
                                 thread_name_prefix="weft-grade") as ex:
-            return list(ex.map(lambda pair: grade_code(pair[0], pair[1], pool, timeout_s),
+            return list(ex.map(lambda pair: _grade_one(pair[0], pair[1], pool, timeout_s),
                                zip(candidates, problem_list)))
     finally:
         if own:
             pool.close()
+
+
+def _grade_one(candidate: Any, problem: Any, pool: Any, timeout_s: float) -> CodeGradeResult:
+    start = time.monotonic()
+    try:
+        return grade_code(candidate, problem, pool, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - one bad item never ends the run
+        meta = problem if isinstance(problem, dict) else {}
+        try:
+            kind = detect_benchmark(meta)
+        except (TypeError, ValueError):
+            kind = str(meta.get("benchmark") or "unknown")
+        task = meta.get("task_id") or meta.get("question_id")
+        return CodeGradeResult(passed=False, benchmark=kind,
+                               task_id=None if task is None else str(task),
+                               reason=f"grading failed: {type(exc).__name__}: {str(exc)[:300]}",
+                               duration_s=time.monotonic() - start)

@@ -1,88 +1,205 @@
-"""Building blocks for programs that call a function inside the sandbox and bring its return
-values back to the host: a value codec (tagged JSON that keeps tuples, sets, dicts with any
-keys, big ints, bytes, complex and NaN), a per-program random marker, and a comparison with a
-float tolerance.
+"""Calling model-written functions in the sandbox so that only their return values come back to
+the host, as plain data, for the host to judge.
 
-Comparisons happen on the host, after the candidate's process has ended, so a candidate can
-only influence its verdict by printing the marker line with the right content; the marker
-carries a random nonce, and programs that exit early (``sys.exit(0)`` before the tests) never
-print it.
+The pieces:
 
-Not guaranteed: that a candidate cannot read the nonce out of its own interpreter (it runs in
-the same process as the harness; the nonce defeats early exits and accidental output, not a
-program written to attack the harness); equality for objects that are neither builtin values
-nor containers of them (they are compared by type name and ``repr``).
+- a plain-data codec (:func:`plain_encode` / :func:`plain_decode`): tagged JSON for ``None``,
+  ``bool``, ``int`` (any size), ``float`` (NaN and infinities too), ``str``, ``bytes``,
+  ``bytearray``, ``complex``, ``list``, ``tuple``, ``set``, ``frozenset`` and ``dict``, checked
+  by exact type (``type(v) is int``): an ``int`` or ``str`` subclass, or any other object, is
+  *not* plain data and is reported as such instead of being encoded. numpy scalars and arrays
+  are converted with ``tolist()`` first. The same functions run in the jail and on the host.
+- :func:`relay_program`: the program the sandbox runs for a candidate. Its trusted part forks
+  before any candidate code runs. The child points fds 0, 1 and 2 at ``/dev/null`` and a pipe
+  the parent drains (keeping the first :data:`OUTPUT_KEEP_BYTES`), closes every other fd,
+  executes the candidate's code as ``__main__``, calls the target function on each recorded
+  argument tuple and writes one encoded result per call into a results pipe. The parent
+  (``prctl(PR_SET_DUMPABLE, 0)`` first, so the child cannot open its ``/proc/<pid>/fd`` or
+  memory) reads the run's nonce from its stdin only after the fork, caps the results, and prints
+  one line: marker + nonce + JSON payload.
+- :func:`read_relay`: the host side; it never raises (a missing, cut, malformed, oversized or
+  too deeply nested payload is a failed run with its reason).
+- :func:`values_match`: equality with a float tolerance, for comparisons on the host.
+
+Guarantees (with the local sandbox, jailed or not: its driver makes every process of a run
+non-dumpable): the candidate's process holds no test code and no expected value, only its own
+code and the arguments of its calls; it cannot write to the stdout the host reads (its fds are
+replaced before its code runs and the processes holding the real ones are non-dumpable), so it
+cannot print a marker line; the nonce is not in the program text; what comes back from it is
+decoded on the host into builtin values only, so no object of its making is ever compared.
+Killing or stopping the parent only loses the payload (a failed run).
+
+Not guaranteed: that the nonce never reaches the candidate's memory when the program runs on a
+warm runner (the fork server receives stdin in the same request as the program and the program
+is forked from it; the candidate still has no way to stdout, so the nonce alone is useless to
+it); a non-Linux host; the E2B backend, whose programs run without the local driver: the parent
+seals itself and unlinks its stdin file before forking, but a candidate that wins the race to
+that file, or a template without ``prctl``, weakens this to the fd isolation alone; that a
+candidate's results fit the cap its program is given (over it, the run fails).
 """
 
 from __future__ import annotations
 
+import base64
+import importlib.util
+import inspect
 import json
+import marshal
 import math
 import secrets
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 MARKER_PREFIX = "__weft_result_"
-
-# Source placed into harness programs (stdlib only; runs on the jail's python3).
-CODEC_SOURCE = r'''
-def __weft_sorted(items):
-    import json as _json
-    return sorted(items, key=lambda x: _json.dumps(x, sort_keys=True))
-
-
-def __weft_enc(v, depth=0):
-    if depth > 200:
-        return {"t": "repr", "type": type(v).__name__, "v": repr(v)[:2000]}
-    if v is None or isinstance(v, (bool, str)):
-        return v
-    if isinstance(v, int):
-        return v if -2**62 < v < 2**62 else {"t": "int", "v": hex(v)}
-    if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return {"t": "float", "v": repr(v)}
-        return v
-    if isinstance(v, list):
-        return [__weft_enc(x, depth + 1) for x in v]
-    if isinstance(v, tuple):
-        return {"t": "tuple", "v": [__weft_enc(x, depth + 1) for x in v]}
-    if isinstance(v, (set, frozenset)):
-        return {"t": "frozenset" if isinstance(v, frozenset) else "set",
-                "v": __weft_sorted([__weft_enc(x, depth + 1) for x in v])}
-    if isinstance(v, dict):
-        pairs = [[__weft_enc(k, depth + 1), __weft_enc(x, depth + 1)] for k, x in v.items()]
-        return {"t": "dict", "v": __weft_sorted(pairs)}
-    if isinstance(v, complex):
-        return {"t": "complex", "v": [repr(v.real), repr(v.imag)]}
-    if isinstance(v, (bytes, bytearray)):
-        return {"t": "bytes", "v": bytes(v).hex()}
-    if type(v).__module__ == "numpy" and hasattr(v, "tolist"):  # numpy scalars and arrays
-        return __weft_enc(v.tolist(), depth + 1)
-    return {"t": "repr", "type": type(v).__name__, "v": repr(v)[:2000]}
+OUTPUT_KEEP_BYTES = 4096  # of the candidate's own stdout/stderr, kept for the failure details
+MAX_DEPTH = 100  # plain data nested deeper than this is not plain data
+DIGEST_ABOVE = 100_000  # encodings longer than this cross as a sha256 (where digests are asked)
+MAX_ERROR_CHARS = 300
+NONCE_HEX = 32
 
 
-def __weft_pack(v, limit=__WEFT_DIGEST_ABOVE__):
-    """A value's encoding, or the sha256 of it when the encoding is large."""
-    import hashlib as _hashlib
-    import json as _json
-    enc = __weft_enc(v)
-    text = _json.dumps(enc, sort_keys=True)
-    if len(text) > limit:
-        digest = _hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-        return {"t": "sha256", "v": digest}
-    return enc
+# ---------------------------------------------------------------------------------------------
+# the codec (these two functions are also copied into sandbox programs: standard library only,
+# no module globals)
 
 
-def __weft_emit(marker, payload):
-    import json as _json
-    import sys as _sys
-    try:
-        _sys.stdout.flush()
-    except Exception:
+def plain_encode(value, digest_above=0):
+    """``["ok", encoding]`` for plain data, else ``["bad", why]`` (``why`` names the type and
+    starts the ``repr``). Dicts keep their order, sets are sorted; ``Counter``, ``OrderedDict``
+    and ``defaultdict`` are encoded as the dicts they hold, numpy values via ``tolist()``. With ``digest_above`` > 0 an encoding longer than that crosses as
+    ``{"t": "sha256", ...}`` of its canonical JSON (dict items sorted there too)."""
+    import json
+
+    class NotPlain(Exception):
         pass
-    _sys.stdout = _sys.__stdout__
-    print("\n" + marker + _json.dumps(payload), flush=True)
-'''.replace("__WEFT_DIGEST_ABOVE__", "100000")
+
+    def canon(x):
+        return json.dumps(x, sort_keys=True)
+
+    def enc(v, depth):
+        if depth > 100:
+            raise NotPlain("nested deeper than 100 levels")
+        t = type(v)
+        if v is None or t is bool or t is str:
+            return v
+        if t is int:
+            return v if -(1 << 62) < v < (1 << 62) else {"t": "int", "v": hex(v)}
+        if t is float:
+            if v != v or v in (float("inf"), float("-inf")):  # noqa: PLR0124 - NaN
+                return {"t": "float", "v": repr(v)}
+            return v
+        if t is list:
+            return [enc(x, depth + 1) for x in v]
+        if t is tuple:
+            return {"t": "tuple", "v": [enc(x, depth + 1) for x in v]}
+        if t is set or t is frozenset:
+            items = sorted((enc(x, depth + 1) for x in v), key=canon)
+            return {"t": "set" if t is set else "frozenset", "v": items}
+        if t is dict:  # in insertion order: a function may depend on it
+            return {"t": "dict", "v": [[enc(k, depth + 1), enc(x, depth + 1)]
+                                       for k, x in v.items()]}
+        if t is complex:
+            return {"t": "complex", "v": [repr(v.real), repr(v.imag)]}
+        if t is bytes or t is bytearray:
+            return {"t": t.__name__, "v": v.hex()}
+        if t in mappings:  # the stdlib's dict subclasses, as the dicts they hold
+            return enc(dict(dict.items(v)), depth)
+        if getattr(t, "__module__", None) == "numpy" and hasattr(v, "tolist"):
+            return enc(v.tolist(), depth + 1)  # numpy scalars and arrays, as builtin values
+        raise NotPlain(f"a {t.__module__}.{t.__qualname__} object"
+                       if t.__module__ != "builtins" else f"a {t.__qualname__} object")
+
+    import collections
+
+    mappings = (collections.Counter, collections.OrderedDict, collections.defaultdict)
+    try:
+        out = enc(value, 0)
+    except NotPlain as exc:
+        try:
+            text = repr(value)[:200]
+        except Exception:  # noqa: BLE001 - its own repr may raise anything
+            text = "?"
+        return ["bad", f"returned {exc}, which is not plain data ({text})"]
+    except RecursionError:
+        return ["bad", "returned data nested too deeply"]
+    if digest_above and not (out is None or type(out) in (bool, int, float)):
+        text = canon(out)
+        if len(text) > digest_above:
+            def unordered(x):  # equal dicts give equal digests, whatever their order
+                if type(x) is list:
+                    return [unordered(y) for y in x]
+                if type(x) is dict:
+                    items = [unordered(y) for y in x["v"]]
+                    return {"t": x["t"], "v": sorted(items, key=canon) if x["t"] == "dict"
+                            else items}
+                return x
+
+            text = canon(unordered(out))
+            import hashlib
+
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            return ["ok", {"t": "sha256", "v": digest}]
+    return ["ok", out]
+
+
+def plain_decode(obj, on_digest=None):
+    """Inverse of :func:`plain_encode`: only builtin values come out; anything malformed raises
+    ``ValueError``. ``on_digest(hex)`` makes the value for a sha256 tag (else it is an error)."""
+
+    def dec(o, depth):
+        if depth > 110:
+            raise ValueError("value nested too deeply")
+        t = type(o)
+        if o is None or t is bool or t is int or t is float or t is str:
+            return o
+        if t is list:
+            return [dec(x, depth + 1) for x in o]
+        if t is not dict or set(o) != {"t", "v"}:
+            raise ValueError(f"not an encoded value: {type(o).__name__}")
+        tag, v = o["t"], o["v"]
+        if tag in ("tuple", "set", "frozenset", "dict") and type(v) is not list:
+            raise ValueError(f"malformed {tag}")
+        if tag == "tuple":
+            return tuple(dec(x, depth + 1) for x in v)
+        if tag in ("set", "frozenset"):
+            try:
+                items = [dec(x, depth + 1) for x in v]
+                return set(items) if tag == "set" else frozenset(items)
+            except TypeError as exc:
+                raise ValueError(f"unhashable set member: {exc}") from None
+        if tag == "dict":
+            out = {}
+            for pair in v:
+                if type(pair) is not list or len(pair) != 2:
+                    raise ValueError("malformed dict item")
+                try:
+                    out[dec(pair[0], depth + 1)] = dec(pair[1], depth + 1)
+                except TypeError as exc:
+                    raise ValueError(f"unhashable dict key: {exc}") from None
+            return out
+        if type(v) is str and tag == "int" and len(v) < 1_000_000:
+            return int(v, 16)
+        if type(v) is str and tag == "float" and v in ("nan", "inf", "-inf"):
+            return float(v)
+        if tag == "complex" and type(v) is list and len(v) == 2 and all(
+                type(x) is str and len(x) < 40 for x in v):
+            return complex(float(v[0]), float(v[1]))
+        if type(v) is str and tag in ("bytes", "bytearray"):
+            return (bytes if tag == "bytes" else bytearray).fromhex(v)
+        if type(v) is str and tag == "sha256" and on_digest is not None:
+            return on_digest(v)
+        raise ValueError(f"unknown value tag {tag!r}")
+
+    try:
+        return dec(obj, 0)
+    except RecursionError:
+        raise ValueError("value nested too deeply") from None
+
+
+def canonical_json(encoding: Any) -> str:
+    """The canonical text of an encoding (what digests and argument checks compare)."""
+    return json.dumps(encoding, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -93,71 +210,364 @@ class Digest:
     sha256: str
 
 
-@dataclass(frozen=True)
-class Opaque:
-    """A value that crossed the sandbox boundary only as its type name and ``repr``."""
-
-    type_name: str
-    text: str
+def decode_value(obj: Any) -> Any:
+    """An encoding back to builtin values on the host (sha256 tags become :class:`Digest`)."""
+    return plain_decode(obj, on_digest=Digest)
 
 
 def new_marker() -> str:
-    """A fresh marker (prefix + random nonce) for one program."""
-    return f"{MARKER_PREFIX}{secrets.token_hex(8)}__"
+    """A fresh marker (prefix + random nonce + ``__``) for one program."""
+    return f"{MARKER_PREFIX}{secrets.token_hex(NONCE_HEX // 2)}__"
 
 
-def decode_value(obj: Any) -> Any:
-    """Inverse of the in-sandbox ``__weft_enc``: tagged JSON back to Python values."""
-    if isinstance(obj, list):
-        return [decode_value(x) for x in obj]
-    if not isinstance(obj, dict):
-        return obj
-    tag, payload = obj.get("t"), obj.get("v")
-    if tag == "tuple":
-        return tuple(decode_value(x) for x in payload)
-    if tag in ("set", "frozenset"):
-        items = [_hashable(decode_value(x)) for x in payload]
-        return set(items) if tag == "set" else frozenset(items)
-    if tag == "dict":
-        return {_hashable(decode_value(k)): decode_value(v) for k, v in payload}
-    if tag == "int":
-        return int(payload, 16)
-    if tag == "float":
-        return float(payload)
-    if tag == "complex":
-        return complex(float(payload[0]), float(payload[1]))
-    if tag == "bytes":
-        return bytes.fromhex(payload)
-    if tag == "repr":
-        return Opaque(str(obj.get("type")), str(payload))
-    if tag == "sha256":
-        return Digest(str(payload))
-    raise ValueError(f"unknown value tag {tag!r} in sandbox output")
+def marker_nonce(marker: str) -> str:
+    """The nonce in a marker: what :func:`relay_program`'s stdin must be."""
+    return marker[len(MARKER_PREFIX):-2]
 
 
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(x) for x in value)
-    if isinstance(value, set):
-        return frozenset(value)
-    if isinstance(value, dict):
-        return tuple(sorted((repr(k), _hashable(v)) for k, v in value.items()))
-    return value
+# ---------------------------------------------------------------------------------------------
+# the relay program
+
+
+_RELAY_SOURCE = r'''
+def __weft_relay(source, target, calls, digest_above, digest_count, results_cap, keep):
+    import json
+    import os
+    import select
+    import sys
+
+    sealed = False
+    try:  # non-dumpable: the child can neither ptrace us nor open /proc/<our pid>/fd or mem
+        import ctypes
+        sealed = ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0
+    except Exception:
+        pass
+    try:  # a stdin that is a named file (E2B): take its name away before the child exists
+        path = os.readlink("/proc/self/fd/0")
+        if path.startswith("/") and os.path.isfile(path):
+            os.unlink(path)
+    except OSError:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    res_r, res_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        __weft_child(source, target, calls, digest_above, digest_count, res_w, out_w)
+    os.close(res_w)
+    os.close(out_w)
+    nonce = b""
+    while len(nonce) < 256:  # only now, so the nonce was never in the child's memory
+        data = os.read(0, 256)
+        if not data:
+            break
+        nonce += data
+    nonce = "".join(c for c in nonce.decode("ascii", "replace") if c in "0123456789abcdef")
+    results, out, out_total, overflow, status = bytearray(), bytearray(), 0, False, None
+    open_fds = {res_r, out_r}
+    for fd in open_fds:
+        os.set_blocking(fd, False)
+
+    def pump(fd):
+        nonlocal overflow, out_total
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                open_fds.discard(fd)
+                return
+            if fd == res_r:
+                if len(results) + len(data) > results_cap:
+                    overflow = True
+                else:
+                    results.extend(data)
+            else:
+                out_total += len(data)
+                if len(out) < keep:
+                    out.extend(data[:keep - len(out)])
+
+    while status is None:
+        if open_fds:
+            for fd in select.select(list(open_fds), [], [], 0.05)[0]:
+                pump(fd)
+            done, st = os.waitpid(pid, os.WNOHANG)
+        else:
+            done, st = os.waitpid(pid, 0)
+        if done:
+            status = os.waitstatus_to_exitcode(st)
+            for fd in list(open_fds):  # what the child wrote before it ended
+                pump(fd)
+    parsed = []
+    for line in bytes(results).split(b"\n"):
+        if not line:
+            continue
+        try:
+            parsed.append(json.loads(line))
+        except (ValueError, RecursionError, MemoryError):
+            parsed.append(["invalid", "an unreadable result"])
+    payload = {"results": parsed, "overflow": overflow, "status": status, "sealed": sealed,
+               "output": out.decode("utf-8", "replace"), "output_bytes": out_total}
+    try:
+        text = json.dumps(payload)
+    except (ValueError, RecursionError):
+        text = json.dumps(dict(payload, results=[], overflow=True))
+    view = memoryview(("\n" + __WEFT_PREFIX + nonce + "__" + text + "\n").encode("ascii"))
+    while view:
+        view = view[os.write(1, view):]
+
+
+def __weft_child(source, target, calls, digest_above, digest_count, res_w, out_w):
+    import os
+    import sys
+    status = 0
+    try:
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        import resource
+        top = max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024) + 1
+        os.closerange(3, res_w)
+        os.closerange(res_w + 1, top)
+
+        pending = []
+
+        def flush():  # one write at the end (or per MiB): no wake-up of the parent per call
+            view = memoryview("".join(pending).encode("utf-8", "surrogatepass"))
+            pending.clear()
+            while view:
+                view = view[os.write(res_w, view):]
+
+        def send(record, size=[0]):
+            import json
+            pending.append(json.dumps(record) + "\n")
+            size[0] += len(pending[-1])
+            if size[0] > 1 << 20:
+                size[0] = 0
+                flush()
+
+        def describe(exc):
+            try:
+                return (type(exc).__name__ + ": " + str(exc))[:300]
+            except BaseException:
+                return type(exc).__name__
+
+        import builtins
+        main = type(sys)("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        sys.argv[:] = ["main.py"]
+        try:
+            exec(compile(source, "main.py", "exec"), main.__dict__)
+        except SystemExit:
+            send(["exit", "the program exited before its function was called"])
+            flush()
+            raise
+        except BaseException as exc:
+            send(["load", describe(exc)])
+            flush()
+            raise SystemExit(1)
+        for i, call in enumerate(calls):
+            try:
+                args, kwargs = __weft_plain_decode(call)
+                if target[0] == "method":
+                    fn = getattr(main.__dict__[target[1]](), target[2])
+                else:
+                    fn = main.__dict__[target[1]]
+                record = __weft_plain_encode(fn(*args, **kwargs),
+                                             digest_above if i < digest_count else 0)
+            except BaseException as exc:
+                record = ["error", describe(exc)]
+            send(record)
+        flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        status = 1
+    os._exit(status & 0xFF)
+'''
+
+
+def function_source(fn, name: str) -> str:
+    return inspect.getsource(fn).replace(f"def {fn.__name__}(", f"def {name}(", 1)
+
+
+_PRELUDE: list[str] = []
+
+
+def _relay_prelude() -> str:
+    """The fixed part of every relay program, built once per process. Compiling it costs a
+    few ms per program, more than the rest of a small program's run, so it travels compiled
+    (marshal) too and is used that way when the sandbox's interpreter has this one's bytecode
+    (same magic number); otherwise the source is compiled there."""
+    if not _PRELUDE:
+        source = "\n".join([
+            function_source(plain_encode, "__weft_plain_encode"),
+            function_source(plain_decode, "__weft_plain_decode"),
+            f"__WEFT_PREFIX = {MARKER_PREFIX!r}", _RELAY_SOURCE])
+        code = marshal.dumps(compile(source, "weft-relay", "exec"))
+        blob, text = (base64.b64encode(zlib.compress(x, 9)).decode("ascii")
+                      for x in (code, source.encode("utf-8")))
+        _PRELUDE.append(
+            "def __weft_load():\n"
+            "    import binascii, zlib\n"
+            "    if __import__('_frozen_importlib_external').MAGIC_NUMBER == "
+            f"{importlib.util.MAGIC_NUMBER!r}:\n"
+            f"        return __import__('marshal').loads(zlib.decompress(binascii.a2b_base64("
+            f"{blob!r})))\n"
+            f"    return compile(zlib.decompress(binascii.a2b_base64({text!r})), 'weft-relay', "
+            f"'exec')\n"
+            "exec(__weft_load())\n")
+    return _PRELUDE[0]
+
+
+def relay_program(source: str, target: tuple, calls: list, *, results_cap: int,
+                  digest_above: int = 0, digest_count: int | None = None) -> str:
+    """The program that runs ``source`` (the candidate's code) in a forked child and calls
+    ``target`` on each call in ``calls`` (encoded ``(args_tuple, kwargs_dict)``, see
+    :func:`encode_call`). ``target`` is ``("function", name)`` or ``("method", class, name)``
+    (a fresh instance per call). Results of the first ``digest_count`` calls (all by default)
+    longer than ``digest_above`` come back as digests; the child's results past
+    ``results_cap`` bytes are dropped (the run then fails). Run it with the marker's nonce as
+    stdin (:func:`marker_nonce`) and read it with :func:`read_relay`."""
+    if target[0] not in ("function", "method"):
+        raise ValueError(f"unknown relay target {target!r}")
+    count = len(calls) if digest_count is None else int(digest_count)
+    return (f"{_relay_prelude()}\n__weft_relay({source!r}, {tuple(target)!r}, "
+            f"__import__('json').loads({json.dumps(calls)!r}), {int(digest_above)}, {count}, "
+            f"{int(results_cap)}, {OUTPUT_KEEP_BYTES})\n")
+
+
+def encode_call(args: tuple | list, kwargs: dict | None = None) -> Any:
+    """The encoding of one call (what :func:`relay_program` takes)."""
+    kind, enc = plain_encode((tuple(args), dict(kwargs or {})))
+    if kind != "ok":
+        raise ValueError(f"call arguments are not plain data: {enc}")
+    return enc
+
+
+# ---------------------------------------------------------------------------------------------
+# reading payloads on the host
 
 
 NOT_FOUND = object()
 
 
-def find_payload(stdout: str, marker: str) -> Any:
-    """The JSON payload printed after ``marker`` (its first occurrence), or ``NOT_FOUND``."""
-    at = stdout.find(marker)
-    if at < 0:
-        return NOT_FOUND
-    line = stdout[at + len(marker):].split("\n", 1)[0]
+def read_payload(stdout: str, marker: str, max_chars: int | None = None) -> tuple[Any, str]:
+    """(the JSON printed after the first ``marker``, "") or (``NOT_FOUND``, why). Never raises:
+    a missing marker, a payload longer than ``max_chars``, bad JSON, nesting too deep for the
+    parser or memory running out are reasons."""
     try:
-        return json.loads(line)
-    except ValueError:
-        return NOT_FOUND
+        at = stdout.find(marker)
+        if at < 0:
+            return NOT_FOUND, "no result line was printed"
+        start = at + len(marker)
+        end = stdout.find("\n", start)
+        end = len(stdout) if end < 0 else end
+        if max_chars is not None and end - start > max_chars:
+            return NOT_FOUND, f"the result line is longer than {max_chars} characters"
+        return json.loads(stdout[start:end]), ""
+    except RecursionError:
+        return NOT_FOUND, "the result line is nested too deeply to parse"
+    except MemoryError:
+        return NOT_FOUND, "the result line is too large to parse"
+    except ValueError as exc:
+        return NOT_FOUND, f"the result line is not valid JSON ({str(exc)[:100]})"
+
+
+def find_payload(stdout: str, marker: str, max_chars: int | None = None) -> Any:
+    """The JSON payload printed after ``marker`` (its first occurrence), or ``NOT_FOUND``;
+    never raises (see :func:`read_payload` for the reasons)."""
+    return read_payload(stdout, marker, max_chars)[0]
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One call's outcome: ``kind`` is ``ok`` (``value`` is the decoded result), ``error``
+    (the call raised; ``value`` says what), ``bad`` (not plain data), ``missing`` (no result
+    came back) or ``invalid`` (an unreadable result)."""
+
+    kind: str
+    value: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+    def describe(self) -> str:
+        if self.kind == "ok":
+            return f"returned {self.value!r:.200}"
+        if self.kind == "error":
+            return f"raised {self.value}"
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class RelayOutcome:
+    """What came back from a relay program: one :class:`CallResult` per call (``missing`` past
+    the point the child stopped), ``problem`` (why the run as a whole failed, else ""), and the
+    start of the candidate's own output."""
+
+    results: list[CallResult] = field(default_factory=list)
+    problem: str = ""
+    output: str = ""
+
+
+def read_relay(stdout: str, marker: str, n_calls: int, max_chars: int | None = None,
+               on_digest=Digest) -> RelayOutcome:
+    """Decode a relay program's line; never raises."""
+    missing = [CallResult("missing", "no result came back for this call")] * n_calls
+    payload, why = read_payload(stdout, marker, max_chars)
+    if payload is NOT_FOUND:
+        return RelayOutcome(missing, why)
+    if not isinstance(payload, dict) or not isinstance(payload.get("results"), list):
+        return RelayOutcome(missing, "the result line has the wrong shape")
+    output = payload.get("output") if isinstance(payload.get("output"), str) else ""
+    raw = payload["results"]
+    problem = ""
+    if payload.get("overflow"):
+        problem = "its results were larger than the grader accepts"
+    head = raw[0] if raw else None
+    if isinstance(head, list) and len(head) == 2 and head[0] in ("load", "exit"):
+        what = head[1] if isinstance(head[1], str) else ""
+        problem = problem or (f"the code failed to load: {what}" if head[0] == "load" else what)
+        raw = []
+    results = [call_result(item, on_digest) for item in raw[:n_calls]]
+    if len(results) < n_calls and not problem:
+        status = payload.get("status")
+        problem = (f"the process running it ended (status {status}) after "
+                   f"{len(results)} of {n_calls} calls")
+    return RelayOutcome(results + missing[len(results):], problem, output)
+
+
+def call_result(item: Any, on_digest=Digest) -> CallResult:
+    """One encoded ``[kind, value]`` result as a :class:`CallResult`; never raises."""
+    if not (isinstance(item, list) and len(item) == 2 and item[0] in ("ok", "error", "bad")):
+        return CallResult("invalid", "an unreadable result")
+    kind, value = item
+    if kind != "ok":
+        return CallResult(kind, value if isinstance(value, str) else "?")
+    try:
+        return CallResult("ok", plain_decode(value, on_digest=on_digest))
+    except (ValueError, TypeError, MemoryError) as exc:
+        return CallResult("invalid", f"an unreadable result ({str(exc)[:100]})")
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons
 
 
 def _contains_float(value: Any) -> bool:
@@ -191,14 +601,14 @@ def _close(out: Any, exp: Any, atol: float) -> bool:
 def values_match(out: Any, exp: Any, atol: float = 0.0) -> bool:
     """Equality as code benchmarks use it: exact, else (when ``atol`` is set or the expected
     value holds floats, then with atol 1e-6) numbers within ``atol`` / relative 1e-7, with the
-    same container types and lengths."""
+    same container types and lengths. Meant for decoded plain data (builtin values only)."""
     if isinstance(out, Digest) or isinstance(exp, Digest):
         return out == exp
     try:
         if out == exp:
             return True
-    except Exception:  # noqa: BLE001 - exotic __eq__
+        if not atol and _contains_float(exp):
+            atol = 1e-6
+        return bool(atol) and _close(out, exp, float(atol))
+    except (RecursionError, OverflowError, TypeError, ValueError):
         return False
-    if not atol and _contains_float(exp):
-        atol = 1e-6
-    return bool(atol) and _close(out, exp, float(atol))

@@ -1,0 +1,457 @@
+"""Completions written to game the code grader, run on real HumanEval / MBPP+ tasks in the real
+bubblewrap jail: each one must get a failed verdict (and the grader must survive it).
+
+Every attack here passed (or crashed the grader) when the benchmark's test ran inside the
+candidate's own interpreter and a marker line printed after it meant "passed"."""
+
+import gc
+import json
+import tracemalloc
+
+import pytest
+
+from eval.code_grader import (
+    grade_code,
+    grade_code_many,
+    humaneval_recording,
+    load_benchmark,
+    mbpp_recording,
+)
+from pipelines.sandbox import SandboxPool
+from pipelines.sandbox.harness import (
+    NOT_FOUND,
+    encode_call,
+    find_payload,
+    marker_nonce,
+    new_marker,
+    read_payload,
+    read_relay,
+    relay_program,
+)
+
+# Tasks whose tests compare with ==, with abs()/math.fabs, and through a helper (poly).
+TASKS = ("HumanEval/0", "HumanEval/2", "HumanEval/13", "HumanEval/32", "HumanEval/53")
+
+
+@pytest.fixture(scope="module")
+def pool(jail):
+    with SandboxPool(jail, workers=2) as warm:
+        yield warm
+
+
+@pytest.fixture(scope="module")
+def humaneval(shared_data):
+    return {p["task_id"]: p for p in load_benchmark("humaneval")}
+
+
+@pytest.fixture(scope="module")
+def mbpp(shared_data):
+    return load_benchmark("mbppplus")
+
+
+def whole(problem: dict, body: str, prelude: str = "") -> str:
+    """A whole definition of the task's entry point with ``body`` (indented 4)."""
+    params = "*args, **kwargs"
+    return f"{prelude}\ndef {problem['entry_point']}({params}):\n{body}"
+
+
+def assert_fails(verdict):
+    assert not verdict.passed, verdict
+    assert verdict.reason and verdict.reason != "passed"
+
+
+# Finds every marker or nonce-looking string the candidate can reach: code constants and
+# locals/globals of every frame up the stack, gc-tracked objects, argv, /proc/self/cmdline,
+# stdin and __main__; then prints marker lines claiming a pass in both the old format
+# (``<marker>true``) and the relay format (with the right answers, given as FORGED), on its
+# stdout, on the real stdout object, and through /proc/<pid>/fd/1 of its parent and of pid 1.
+DIG_AND_FORGE = r'''
+def __dig():
+    import gc, os, re, sys
+    found = set()
+    marker = re.compile(r"__weft_result_[0-9a-f]+__")
+    nonce = re.compile(r"^[0-9a-f]{16,64}$")
+
+    def look(v):
+        if isinstance(v, bytes):
+            v = v.decode("latin-1")
+        if isinstance(v, str):
+            found.update(marker.findall(v))
+            if nonce.match(v.strip()):
+                found.add("__weft_result_" + v.strip() + "__")
+
+    f = sys._getframe()
+    while f is not None:
+        for c in f.f_code.co_consts:
+            look(c)
+        for v in list(f.f_locals.values()) + list(f.f_globals.values()):
+            look(v)
+            if isinstance(v, dict):
+                for x in list(v.values()):
+                    look(x)
+        f = f.f_back
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, dict):
+                for v in list(o.values())[:2000]:
+                    look(v)
+            elif isinstance(o, (list, tuple)):
+                for v in list(o)[:2000]:
+                    look(v)
+            elif hasattr(o, "__code__"):
+                for c in o.__code__.co_consts:
+                    look(c)
+        except Exception:
+            pass
+    look(" ".join(sys.argv))
+    for path in ("/proc/self/cmdline", "/proc/self/environ"):
+        try:
+            look(open(path, "rb").read())
+        except OSError:
+            pass
+    try:
+        look(os.read(0, 4096))
+    except OSError:
+        pass
+    look(" ".join(str(v) for v in vars(sys.modules["__main__"]).values()))
+    return sorted(found)
+
+
+def __forge(markers):
+    import json, os, sys
+    lines = []
+    for m in markers:
+        lines.append("\n" + m + "true\n")
+        lines.append("\n" + m + json.dumps({"results": FORGED, "overflow": False, "status": 0,
+                                          "sealed": True, "output": "", "output_bytes": 0}) + "\n")
+    text = "".join(lines)
+    for write in (sys.stdout.write, sys.__stdout__.write):
+        try:
+            write(text)
+        except Exception:
+            pass
+    for stream in (sys.stdout, sys.__stdout__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    for path in (f"/proc/{os.getppid()}/fd/1", "/proc/1/fd/1"):
+        try:
+            with open(path, "w") as handle:
+                handle.write(text)
+        except OSError:
+            pass
+    return markers
+'''
+
+
+def forged_answers(problem, pool) -> str:
+    """The right answers to every call of the task's test, as a relay payload would hold them
+    (the attacker is given them: a forged line must not pass even with correct content)."""
+    return repr(humaneval_recording(problem, pool).results)
+
+
+def dig_attack(problem, pool, then: str) -> str:
+    prelude = f"FORGED = {forged_answers(problem, pool)}\n{DIG_AND_FORGE}"
+    body = "    __forge(__dig())\n" + then
+    return whole(problem, body, prelude)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_always_equal_object_fails(task, humaneval, pool):
+    problem = humaneval[task]
+    prelude = ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+               "    def __ne__(self, other):\n        return False\n"
+               "    def __lt__(self, other):\n        return True\n"
+               "    __le__ = __gt__ = __ge__ = __lt__\n"
+               "    def __abs__(self):\n        return 0\n"
+               "    def __sub__(self, other):\n        return self\n"
+               "    __rsub__ = __add__ = __radd__ = __mul__ = __rmul__ = __sub__\n"
+               "    def __float__(self):\n        return 0.0\n"
+               "    def __hash__(self):\n        return 0\n")
+    verdict = grade_code(whole(problem, "    return Anything()\n", prelude), problem, pool)
+    assert_fails(verdict)
+    assert "not plain data" in verdict.reason
+
+
+@pytest.mark.parametrize("base", ["int", "str", "float"])
+def test_builtin_subclass_with_custom_eq_fails(base, humaneval, pool):
+    problem = humaneval["HumanEval/13"]  # greatest_common_divisor: an int
+    prelude = (f"class Sly({base}):\n    def __eq__(self, other):\n        return True\n"
+               f"    __hash__ = {base}.__hash__\n")
+    verdict = grade_code(whole(problem, f"    return Sly({'0' if base != 'str' else repr('')})\n",
+                               prelude), problem, pool)
+    assert_fails(verdict)
+    assert "not plain data" in verdict.reason
+
+
+@pytest.mark.parametrize("task", ["HumanEval/4", "HumanEval/32"])  # every assert uses abs/fabs
+def test_patched_abs_and_fabs_fail(task, humaneval, pool):
+    problem = humaneval[task]
+    prelude = "import builtins, math\nbuiltins.abs = lambda x: 0\nmath.fabs = lambda x: 0.0\n"
+    assert_fails(grade_code(whole(problem, "    return 12345.0\n", prelude), problem, pool))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_marker_from_code_constants_frames_and_gc_fails(task, humaneval, pool):
+    problem = humaneval[task]
+    assert_fails(grade_code(dig_attack(problem, pool, "    import os\n    os._exit(0)\n"),
+                            problem, pool))
+
+
+@pytest.mark.parametrize("task", ["HumanEval/0", "HumanEval/53"])
+def test_marker_forgery_fails_in_a_cold_jail_too(task, humaneval, jail, pool):
+    problem = humaneval[task]
+    humaneval_recording(problem, pool)
+    assert_fails(grade_code(dig_attack(problem, pool, "    return None\n"), problem, jail))
+
+
+def test_forged_payload_with_right_answers_then_wrong_returns_fails(humaneval, pool):
+    problem = humaneval["HumanEval/53"]  # add(x, y); its check draws random arguments
+    attack = dig_attack(problem, pool, "    import os\n    os._exit(0)\n")
+    verdict = grade_code(attack, problem, pool)
+    assert_fails(verdict)
+    assert "ended" in verdict.reason  # no result came back: the forged line was not read
+
+
+@pytest.mark.parametrize("hook", ["settrace", "setprofile"])
+@pytest.mark.parametrize("task", TASKS)
+def test_trace_or_profile_hook_that_skips_check_fails(hook, task, humaneval, pool):
+    problem = humaneval[task]
+    # At module level: a hook that jumps over the line calling check() (settrace), or that
+    # prints every marker it can find and exits as soon as check is called (setprofile).
+    module_code = f"FORGED = {forged_answers(problem, pool)}\n{DIG_AND_FORGE}\n" + (
+        "import dis, sys\n"
+        "_lines = set()\n"
+        "def _tracer(frame, event, arg):\n"
+        "    if frame.f_code.co_name == '<module>' and event == 'line' and not _lines:\n"
+        "        for ins in dis.get_instructions(frame.f_code):\n"
+        "            if ins.opname == 'LOAD_NAME' and ins.argval == 'check':\n"
+        "                _lines.add(ins.positions.lineno)\n"
+        "    if (event == 'line' and frame.f_code.co_name == '<module>'\n"
+        "            and frame.f_lineno in _lines):\n"
+        "        try:\n            frame.f_lineno = frame.f_lineno + 1\n"
+        "        except ValueError:\n            pass\n"
+        "    return _tracer\n"
+        "sys.settrace(_tracer)\nsys._getframe().f_trace = _tracer\n"
+        if hook == "settrace" else
+        "import os, sys\n"
+        "def _profile(frame, event, arg):\n"
+        "    if event == 'call' and frame.f_code.co_name == 'check':\n"
+        "        __forge(__dig())\n        os._exit(0)\n"
+        "sys.setprofile(_profile)\n")
+    candidate = whole(problem, "    return None\n") + "\n" + module_code
+    assert_fails(grade_code(candidate, problem, pool))
+
+
+LOOKUP = r'''
+def __table():
+    import ast, gc, os, sys
+    texts = []
+    f = sys._getframe()
+    while f is not None:
+        texts += [v for v in list(f.f_locals.values()) + list(f.f_globals.values())
+                  if isinstance(v, str)]
+        f = f.f_back
+    texts += [v for o in gc.get_objects() if isinstance(o, dict)
+              for v in list(o.values()) if isinstance(v, str)]
+    texts.append(" ".join(sys.argv))
+    try:
+        texts.append(open("/proc/self/cmdline", "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+    main = sys.modules["__main__"]
+    check = getattr(main, "check", None)
+    table = {}
+    for text in texts:
+        at = text.rfind("\ndef check(")
+        if at < 0:
+            continue
+        try:
+            tree = ast.parse(text[at + 1:].split("\ncheck(")[0])
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assert):
+                continue
+            test, want = node.test, True
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, want = test.operand, False
+            if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq):
+                call, want = test.left, None
+                try:
+                    want = ast.literal_eval(test.comparators[0])
+                except ValueError:
+                    continue
+            else:
+                call = test
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "candidate":
+                try:
+                    key = repr([ast.literal_eval(a) for a in call.args])
+                except ValueError:
+                    continue
+                table[key] = want
+    return table, check
+'''
+
+
+@pytest.mark.parametrize("task", ["HumanEval/0", "HumanEval/3", "HumanEval/13"])
+def test_lookup_table_from_the_program_text_fails(task, humaneval, pool):
+    problem = humaneval[task]
+    body = ("    table, _ = __table()\n"
+            "    return table.get(repr(list(args)), False)\n")
+    verdict = grade_code(whole(problem, body, LOOKUP), problem, pool)
+    assert_fails(verdict)
+
+
+def test_killing_or_stopping_the_parent_fails(humaneval, pool):
+    problem = humaneval["HumanEval/0"]
+    for signal_name in ("SIGKILL", "SIGSTOP", "SIGTERM"):
+        prelude = f"FORGED = {forged_answers(problem, pool)}\n{DIG_AND_FORGE}"
+        body = ("    import os, signal\n    markers = __dig()\n"
+                f"    for pid in (os.getppid(), 1):\n"
+                f"        try:\n            os.kill(pid, signal.{signal_name})\n"
+                "        except OSError:\n            pass\n"
+                "    __forge(markers)\n    os._exit(0)\n")
+        verdict = grade_code(whole(problem, body, prelude), problem, pool, timeout_s=3)
+        assert_fails(verdict)
+
+
+def test_the_candidate_cannot_reach_the_relay_parent(jail, pool):
+    """The forked child cannot open its parent's stdout, stdin or memory, nor ptrace it."""
+    probe = ("import ctypes, os\n"
+             "def f():\n"
+             "    out = []\n"
+             "    for pid in (os.getppid(), 1):\n"
+             "        for path in ('fd/1', 'fd/0', 'mem', 'environ'):\n"
+             "            try:\n"
+             "                open(f'/proc/{pid}/{path}', 'rb' if path != 'fd/1' else 'wb')"
+             ".close()\n"
+             "                out.append(f'{pid}/{path} opened')\n"
+             "            except OSError as exc:\n"
+             "                out.append(type(exc).__name__)\n"
+             "        libc = ctypes.CDLL(None, use_errno=True)\n"
+             "        out.append(libc.ptrace(16, pid, 0, 0) == 0 and 'attached' or 'refused')\n"
+             "    out.append(os.readlink('/proc/self/fd/1'))\n"
+             "    return out\n")
+    for box in (pool, jail):
+        marker = new_marker()
+        program = relay_program(probe, ("function", "f"), [encode_call(())],
+                                results_cap=1 << 20)
+        result = box.run(program, stdin=marker_nonce(marker))
+        outcome = read_relay(result.stdout, marker, 1)
+        assert outcome.problem == "" and outcome.results[0].ok, (outcome, result)
+        seen = outcome.results[0].value
+        assert not any("opened" in s or s == "attached" for s in seen), seen
+        assert seen[-1].startswith("pipe:"), seen  # its stdout is the parent's drain pipe
+
+
+# ---------------------------------------------------------------------------------------------
+# payloads that used to crash the grader, and floods
+
+
+def test_read_payload_never_raises():
+    marker = "M__"
+    cases = [(marker + "[" * 200_000, None, "nested too deeply"),
+             (marker + "[" * 200_000 + "]" * 200_000, None, "nested too deeply"),
+             (marker + "{not json", None, "not valid JSON"),
+             ("nothing here", None, "no result line"),
+             (marker + "[" + "1," * 1000 + "1]", 1000, "longer than")]
+    for text, cap, why in cases:
+        value, reason = read_payload(text, marker, max_chars=cap)
+        assert value is NOT_FOUND and why in reason
+        assert find_payload(text, marker, max_chars=cap) is NOT_FOUND
+    assert read_payload(marker + "[1, 2]\n", marker) == ([1, 2], "")
+
+
+def test_read_relay_survives_malformed_results():
+    marker = new_marker()
+    deep = json.loads("[" * 50 + "]" * 50)
+    payload = {"results": [["ok", {"t": "nope", "v": 1}], ["ok", deep], "junk",
+                           ["ok", {"t": "set", "v": [[1]]}], ["ok", {"t": "int", "v": "zz"}]],
+               "overflow": False, "status": 0}
+    outcome = read_relay(f"\n{marker}{json.dumps(payload)}\n", marker, 6)
+    kinds = [r.kind for r in outcome.results]
+    assert kinds == ["invalid", "ok", "invalid", "invalid", "invalid", "missing"]
+
+
+BRACKETS = "[" * 200_000
+
+
+@pytest.mark.parametrize("bench", ["humaneval", "mbppplus"])
+def test_deeply_nested_payload_is_a_failed_item_not_a_crash(bench, humaneval, mbpp, pool):
+    problem = humaneval["HumanEval/0"] if bench == "humaneval" else mbpp[0]
+    prelude = f"FORGED = []\n{DIG_AND_FORGE}"
+    body = ("    import os, sys\n    for m in __dig():\n"
+            f"        sys.stdout.write('\\n' + m + {BRACKETS[:10]!r} * 20000 + '\\n')\n"
+            "    sys.stdout.flush()\n    os._exit(0)\n")
+    candidate = whole(problem, body, prelude)
+    verdict = grade_code(candidate, problem, pool)
+    assert_fails(verdict)
+    # and in a batch, every item still gets its verdict
+    batch = grade_code_many([candidate, problem.get("canonical_solution", "")], [problem] * 2,
+                            pool=pool)
+    assert [r.passed for r in batch] == [False, True]
+
+
+@pytest.mark.parametrize("bench", ["humaneval", "mbppplus"])
+def test_64mib_flood_costs_the_host_little_memory(bench, humaneval, mbpp, pool):
+    problem = humaneval["HumanEval/0"] if bench == "humaneval" else mbpp[0]
+    grade_code(problem.get("canonical_solution", ""), problem, pool)  # recording done before
+    prelude = f"FORGED = []\n{DIG_AND_FORGE}"
+    body = ("    import os, sys\n    markers = __dig() or ['']\n"
+            "    for m in markers[:1]:\n"
+            "        sys.stdout.write(m + '[' + '[],' * (21 * 1024 * 1024) + '[]]\\n')\n"
+            "    sys.stdout.flush()\n    os._exit(0)\n")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        verdict = grade_code(whole(problem, body, prelude), problem, pool, timeout_s=30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_fails(verdict)
+    assert peak < 16 * 1024 * 1024, f"peak host allocation {peak / 2**20:.0f} MiB"
+
+
+def test_one_broken_item_does_not_end_the_batch(humaneval, pool):
+    good = humaneval["HumanEval/0"]
+    broken = {"task_id": "X/1", "prompt": "def f(:\n", "test": "def check(c):\n    pass\n",
+              "entry_point": "f", "canonical_solution": "    return 1\n"}
+    results = grade_code_many([good["canonical_solution"], "    return 1\n", "x"],
+                              [good, broken, {"question": "?"}], pool=pool)
+    assert [r.passed for r in results] == [True, False, False]
+    assert "grading failed" in results[1].reason and "grading failed" in results[2].reason
+
+
+# ---------------------------------------------------------------------------------------------
+# what must still pass
+
+
+def test_humaneval_canonical_subset_passes_and_wrong_answers_fail(humaneval, pool):
+    tasks = [humaneval[t] for t in (*TASKS, "HumanEval/38", "HumanEval/50", "HumanEval/95")]
+    good = grade_code_many([p["canonical_solution"] for p in tasks], tasks, pool=pool)
+    assert [(r.task_id, r.reason) for r in good if not r.passed] == []
+    # find_zero accepts any root: a different correct root passes too
+    bisect = ("    lo, hi = -1.0, 1.0\n    while poly(xs, lo) * poly(xs, hi) > 0:\n"
+              "        lo, hi = lo * 2, hi * 2\n    for _ in range(200):\n"
+              "        mid = (lo + hi) / 2\n"
+              "        if poly(xs, lo) * poly(xs, mid) <= 0:\n            hi = mid\n"
+              "        else:\n            lo = mid\n    return (lo + hi) / 2\n")
+    assert grade_code(bisect, humaneval["HumanEval/32"], pool).passed
+
+
+def test_mbpp_assertion_block_is_replayed_on_the_host(mbpp, pool):
+    problem = next(p for p in mbpp if p["entry_point"] == "similar_elements")
+    recording = mbpp_recording(problem, pool)
+    assert recording.replayable and recording.calls
+    good = grade_code(problem["canonical_solution"], problem, pool)
+    assert good.passed and good.tests_total == len(problem["base_input"]) + len(
+        problem["plus_input"]) + 1
+
+
+@pytest.mark.slow
+def test_all_humaneval_canonical_solutions_pass_in_a_cold_jail(humaneval, jail):
+    problems = list(humaneval.values())
+    results = [grade_code(p["canonical_solution"], p, jail) for p in problems]
+    assert [(r.task_id, r.reason) for r in results if not r.passed] == []
