@@ -9,7 +9,17 @@ fire on one side only). Besides wall time it reports CPU seconds (serial process
 pool workers via /proc), which show the pool's overhead independently of machine load.
 Prints one JSON line.
 
+``--adversarial`` times answer extraction instead, on degenerate outputs of about ``--size``
+characters (1 MB: unclosed ``\\boxed{``, deeply nested boxes, unclosed ``\\(``, thousands of
+answer phrases on one line, long whitespace after "answer", unclosed ``<answer>`` tags, ...).
+Each case runs in a child process killed after ``--limit`` seconds (reported as null), at a
+quarter of the size and at the full size: the ratio of the two is ~4 for linear work and ~16 for
+quadratic. With ``--baseline-root`` (a checkout of an older commit) every case also runs on that
+code, side by side, and the old/new ratio is printed. One JSON line per case, then a summary,
+then one reward call over sympy bombs per inner timeout (1 s, 5 s) against its stated bound.
+
     python bench/grading.py [--pairs 10000] [--processes 2] [--rounds 4]
+    python bench/grading.py --adversarial [--size 1000000] [--limit 60] [--baseline-root DIR]
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import os
 import platform
 import random
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,6 +82,115 @@ def make_pairs(golds: list[str], n: int, seed: int = 0) -> list[tuple[str, str]]
     return pairs
 
 
+# name -> (code that builds `text` from `n` repeats, call timed on it, characters per repeat)
+ADVERSARIAL = {
+    "unclosed_boxed": ('text = "\\\\boxed{" * n', "extract_answer(text)", 7),
+    "nested_boxed": ('text = "\\\\boxed{" * n + "}" * n', "extract_answer(text)", 8),
+    "unclosed_paren_after_phrase": ('text = "The answer is " + "\\\\(" * n',
+                                    "extract_answer(text)", 2),
+    "phrases_on_one_line": ('text = "answer: . " * n', "extract_answer(text)", 10),
+    "phrases_on_many_lines": ('text = "answer: **\\n" * n', "extract_answer(text)", 11),
+    "digit_groups": ('text = "1," * n', "extract_answer(text, LENIENT_POLICY)", 2),
+    "choice_unclosed_boxed": ('text = "\\\\boxed{" * n', "extract_choice(text)", 7),
+    "choice_phrase_then_spaces": ('text = "answer" + " " * n + "!"', "extract_choice(text)", 1),
+    "choice_boxed_text_spaces": ('text = "\\\\boxed{\\\\text{" + " " * n + "!}"',
+                                 "extract_choice(text)", 1),
+    "choice_markers": ('text = "(E) " * n', "extract_choice(text)", 4),
+    "tir_unclosed_answer": ('text = "<answer>" * n', "answer_region(text, 'tir')", 8),
+    "sxs_unclosed_tags": ('text = "<think><speak>" * n', "answer_region(text, 'sxs')", 14),
+}
+_CHILD = """
+import time
+from eval.graders import LENIENT_POLICY, extract_answer, extract_choice
+from pipelines.formats import answer_region
+n = {n}
+{build}
+times = []
+while not times or (len(times) < 3 and min(times) < 0.5):  # quick cases: best of 3
+    start = time.perf_counter()
+    {call}
+    times.append(time.perf_counter() - start)
+print(min(times))
+"""
+
+
+def _time_case(root: Path, name: str, chars: int, limit_s: float) -> float | None:
+    """Seconds one extraction takes on about ``chars`` characters, in a fresh child process
+    running the code under ``root``; None when it was killed after ``limit_s``."""
+    build, call, unit = ADVERSARIAL[name]
+    code = _CHILD.format(n=max(1, chars // unit), build=build, call=call)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, timeout=limit_s,
+                             capture_output=True, text=True, check=True)
+    except subprocess.TimeoutExpired:
+        return None
+    return round(float(out.stdout.strip().splitlines()[-1]), 4)
+
+
+def adversarial(size: int, limit_s: float, baseline_root: Path | None) -> None:
+    """Time every :data:`ADVERSARIAL` case (see the module docstring); prints JSON lines."""
+    here = Path(__file__).resolve().parent.parent
+    roots = {"new": here} | ({"old": baseline_root.resolve()} if baseline_root else {})
+    summary = {}
+    for name in ADVERSARIAL:
+        row: dict = {"bench": "grading_adversarial", "case": name, "chars": size}
+        for label, root in roots.items():
+            full = _time_case(root, name, size, limit_s)
+            # (no quarter-size run when the full size was killed: its growth is unknown anyway)
+            quarter = None if full is None else _time_case(root, name, size // 4, limit_s)
+            row[f"{label}_s"] = full
+            row[f"{label}_quarter_s"] = quarter
+            # ~4 when the work is linear in the input, ~16 when quadratic
+            row[f"{label}_growth_x4"] = (round(full / quarter, 1)
+                                         if full is not None and quarter else None)
+        if baseline_root:
+            old = row["old_s"]
+            new_s = max(row["new_s"] or 0.0, 1e-4) if row["new_s"] is not None else None
+            row["old_over_new"] = (None if new_s is None else round(old / new_s, 1)
+                                   if old is not None else f">{limit_s / new_s:.0f}")
+        summary[name] = row
+        print(json.dumps(row), flush=True)
+    print(json.dumps({"bench": "grading_adversarial_summary", "chars": size, "limit_s": limit_s,
+                      "new_max_s": max(limit_s if r["new_s"] is None else r["new_s"]
+                                      for r in summary.values()),
+                      "killed_new": [n for n, r in summary.items() if r["new_s"] is None],
+                      "killed_old": [n for n, r in summary.items() if r.get("old_s", 0) is None],
+                      "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                  "load_avg_1m": round(os.getloadavg()[0], 2)}}))
+
+
+BOMBS = ["\\boxed{9^{9^{9^9}}}", "\\boxed{10000000!}",
+         "\\boxed{" + "\\frac{1}{" * 2000 + "2" + "}" * 4000 + "}", "\\boxed{" * 150_000]
+
+
+def bomb_call(timeout_s: int) -> dict:
+    """One outcome-reward call over a correct answer and :data:`BOMBS`, made from a non-main
+    thread once the grading pool is warm: seconds taken vs the stated bound."""
+    import threading
+
+    from training.rewards import get_outcome_reward
+    from training.verdicts import Verdicts, call_bound_s
+
+    verdicts = Verdicts()
+    fn = get_outcome_reward("boxed", timeout_s=timeout_s, verdicts=verdicts)
+    fn(completions=["\\boxed{1}"], answer=["1"])  # starts the pool (not part of the bound)
+    out: dict = {}
+
+    def call() -> None:
+        start = time.perf_counter()
+        out["values"] = fn(completions=["so \\boxed{7}", *BOMBS], answer=["7"] + ["2"] * len(BOMBS))
+        out["seconds"] = round(time.perf_counter() - start, 2)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    return {"bench": "grading_bombs", "timeout_s": timeout_s, "processes": verdicts.processes,
+            "seconds": out["seconds"],
+            "bound_s": call_bound_s(1 + len(BOMBS), verdicts.processes, timeout_s),
+            "rewards": out["values"]}
+
+
 def _cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a process (Linux /proc), None where unavailable."""
     try:
@@ -90,7 +210,18 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=10_000)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4, help="alternating pool/serial rounds")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="time extraction on degenerate outputs instead")
+    parser.add_argument("--size", type=int, default=1_000_000, help="adversarial input chars")
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds before a case is killed")
+    parser.add_argument("--baseline-root", type=Path, default=None,
+                        help="checkout of older code to time side by side (--adversarial)")
     args = parser.parse_args()
+    if args.adversarial:
+        adversarial(args.size, args.limit, args.baseline_root)
+        for timeout_s in (1, 5):
+            print(json.dumps(bomb_call(timeout_s)), flush=True)
+        return
 
     from eval.graders import grade_many_serial
     from eval.grading_pool import GradingPool

@@ -10,13 +10,22 @@ extracted, how (``method``), what both sides parsed to, and any error. Kinds:
 - ``"choice"`` (:func:`grade_choice`): a multiple-choice letter, see :func:`extract_choice`.
 - more kinds (``"code"``) are added with one :func:`register_grader` call.
 
+:func:`grade_output` grades a model's whole output: the format's answer region
+(``pipelines.formats.answer_region``), then a registered grader; RL rewards call it (in a pool)
+so that they grade exactly as evaluation does. Answer extraction (boxes, answer phrases, math
+delimiters, choice letters) is linear in the length of the text: no rescans from every opener,
+no regex with two adjacent runs of ``\\s*`` around an optional part; a megabyte of degenerate
+output is extracted in about a second.
+
 math-verify bounds each of its calls with ``signal.alarm``: whole seconds only, and only on a
 process's main thread. :func:`grade_math` therefore runs math-verify without its own timeouts
 when called from another thread. ``eval.grading_pool.GradingPool`` grades in worker processes
 (each on its own main thread, so inner timeouts work) and adds an outer wall-clock kill per
 item, which also catches work that ignores signals. A killed item is recorded as incorrect with
-error ``"grading timed out"`` and the pool goes on. The pool depends on this module (its
-registry and result type), never the other way round.
+error ``"grading timed out"`` and the pool goes on; extraction happens inside the worker too, so
+one limit covers extraction and verification. In this process (no pool) extraction is bounded
+only by its linear cost and verification by math-verify's alarms. The pool depends on this
+module (its registry and result type), never the other way round.
 
 Not guaranteed: that math-verify judges every equivalent pair equal (units written as plain
 words, e.g. "18 dollars", do not parse; answers with several parts need the same shape on both
@@ -104,7 +113,7 @@ _NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\d])")
 _NUMBER_THEN_WORDS_RE = re.compile(r"^(-?\$?\d+(?:,\d{3})*(?:\.\d+)?)\s+[A-Za-z][A-Za-z\s]*$")
 _SCI_RE = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
-_MATH_ENV_RE = re.compile(r"(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+_MATH_ENV_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"))
 
 
 def _strip_wrappers(text: str) -> str:
@@ -123,16 +132,50 @@ def _strip_wrappers(text: str) -> str:
     return s.strip()
 
 
-def _clean_phrase_answer(text: str) -> str:
-    """The answer part of the text after an answer phrase (cut at the sentence end)."""
-    cut = _SENTENCE_END_RE.search(text)
-    s = _strip_wrappers((text[: cut.start()] if cut else text).lstrip(" :"))
+def _first_math_env(text: str) -> str | None:
+    """Content of the leftmost complete ``$…$``, ``\\(…\\)`` or ``\\[…\\]`` (non-empty; a
+    ``$`` after a backslash is no delimiter), or None. Linear time: only the FIRST opener of each
+    kind can start the leftmost match (any closer that serves a later opener serves it too), so
+    one forward search per kind suffices (a lazy regex rescans to the end from every opener)."""
+    candidates: list[tuple[int, str]] = []
+    dollars = _UNESCAPED_DOLLAR_RE.finditer(text)
+    first = next(dollars, None)
+    if first is not None:
+        close = next((m for m in dollars if m.start() >= first.end() + 1), None)
+        if close is not None:
+            candidates.append((first.start(), text[first.end():close.start()]))
+    for opener, closer in _MATH_ENV_DELIMITERS:
+        start = text.find(opener)
+        if start >= 0:
+            end = text.find(closer, start + len(opener) + 1)
+            if end >= 0:
+                candidates.append((start, text[start + len(opener):end]))
+    return min(candidates, key=lambda c: c[0])[1] if candidates else None
+
+
+def _sentence_end(text: str, start: int, end: int) -> int:
+    """Where the first sentence ends in ``text[start:end]`` (``end`` if it does not), found
+    without copying the slice: as if ``_SENTENCE_END_RE`` searched the slice itself, in which
+    "I hope" at ``start`` always follows a word boundary."""
+    if text.startswith("I hope", start) and start + 6 <= end and \
+            not (start + 6 < end and (text[start + 6].isalnum() or text[start + 6] == "_")):
+        return start
+    cut = _SENTENCE_END_RE.search(text, start, end)
+    return cut.start() if cut else end
+
+
+def _clean_phrase_answer(text: str, start: int = 0, end: int | None = None) -> str:
+    """The answer part of ``text[start:end]``, the text after an answer phrase (cut at the
+    sentence end). Only the part before the cut is copied, so trying many phrases on one long
+    line stays linear."""
+    end = len(text) if end is None else end
+    s = _strip_wrappers(text[start:_sentence_end(text, start, end)].lstrip(" :"))
     inner = last_boxed(s)
     if inner:
         return inner
-    env = _MATH_ENV_RE.search(s)
-    if env:  # "$5$ apples" -> "5"
-        s = next(g for g in env.groups() if g is not None)
+    env = _first_math_env(s)
+    if env is not None:  # "$5$ apples" -> "5"
+        s = env
     words = _NUMBER_THEN_WORDS_RE.match(s)
     if words:  # "18 dollars" -> "18"
         s = words.group(1)
@@ -152,9 +195,15 @@ def extract_answer(text: str, policy: ExtractionPolicy = DEFAULT_POLICY) -> tupl
             return boxed, "boxed"
     if policy.answer_phrase:
         anchors = list(_ANSWER_ANCHOR_RE.finditer(text))
+        # The answer is on the rest of the anchor's line. Anchors are visited last to first and
+        # each stretch of text is searched for a newline once: [scanned, line_end) holds none.
+        line_end = scanned = len(text)
         for anchor in reversed(anchors):
-            line = text[anchor.end():].split("\n", 1)[0]
-            answer = _clean_phrase_answer(line)
+            newline = text.find("\n", anchor.end(), scanned)
+            if newline >= 0:
+                line_end = newline
+            scanned = anchor.end()
+            answer = _clean_phrase_answer(text, anchor.end(), line_end)
             if answer:
                 return answer, "answer_phrase"
     if policy.last_number:
@@ -312,9 +361,12 @@ def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_PO
 # ---------------------------------------------------------------------------------------------
 # Multiple choice
 
+# Each run of whitespace has exactly one place to go (no two \s* side by side around an optional
+# part): with adjacent ones, a phrase followed by n spaces made the matcher try O(n^3) splits.
 _CHOICE_PHRASE = (
     r"(?i:\b(?:final\s+answer|answer|correct\s+(?:answer|option|choice)))"
-    r"(?:\s*\*\*)?\s*(?P<sep>is\b(?:\s*:)?|:|=)?\s*(?:\*\*|\$|\\text\{{|\\textbf\{{|\\boxed\{{)?\s*"
+    r"\s*(?:\*\*\s*)?(?:(?P<sep>is\b(?:\s*:)?|:|=)\s*)?"
+    r"(?:(?:\*\*|\$|\\text\{{|\\textbf\{{|\\boxed\{{)\s*)?"
     r"(?:\(\s*(?P<paren>{both})\s*\)|(?P<letter>{both})(?![A-Za-z])(?P<tail>[ \t.)*}}$]*$)?)"
 )
 _CHOICE_MARKER = r"\(({up})\)|(?<![A-Za-z(])({up})\)|\*\*({up})\*\*|^[ \t>*]*({up})[.:)]?[ \t*]*$"
@@ -324,7 +376,7 @@ _CHOICE_MARKER = r"\(({up})\)|(?<![A-Za-z(])({up})\)|\*\*({up})\*\*|^[ \t>*]*({u
 def _choice_patterns(letters: str) -> tuple[re.Pattern, re.Pattern, re.Pattern]:
     up = "[" + re.escape(letters.upper()) + "]"
     both = "[" + re.escape(letters.upper() + letters.lower()) + "]"
-    boxed = re.compile(rf"\s*(?:\\text(?:bf)?\{{)?\s*\(?\s*({both})\s*\)?(?![A-Za-z])")
+    boxed = re.compile(rf"\s*(?:\\text(?:bf)?\{{\s*)?(?:\(\s*)?({both})\s*\)?(?![A-Za-z])")
     phrase = re.compile(_CHOICE_PHRASE.format(both=both), re.MULTILINE)
     marker = re.compile(_CHOICE_MARKER.format(up=up), re.MULTILINE)
     return boxed, phrase, marker
@@ -420,6 +472,29 @@ def get_grader(kind: str) -> Grader:
 def grade(kind: str, prediction: str, gold: str, **kw: Any) -> GradeResult:
     """Grade with the registered grader ``kind`` (``"math"``, ``"choice"``, ...)."""
     return get_grader(kind)(prediction, gold, **kw)
+
+
+def grade_output(output: str, gold: str, *, kind: str = "math", answer_format: str = "boxed",
+                 **kw: Any) -> GradeResult:
+    """Grade a model's whole output the way evaluation does: its answer region
+    (``pipelines.formats.answer_region`` for ``answer_format``: the whole text, the speak
+    projection, or the last ``<answer>`` block), then the registered grader ``kind`` with ``kw``.
+
+    Region-finding is part of extraction, so run inside a ``GradingPool`` worker it is bounded by
+    the same per-item limit as the rest of the grading. An output with no answer region is graded
+    as the empty prediction, so a gold the grader cannot use raises here whatever the output.
+    """
+    from pipelines.formats import answer_region
+
+    fn = get_grader(kind)
+    region = answer_region(output, answer_format)
+    return fn("" if region is None else region, gold, **kw)
+
+
+def is_input_error(result: GradeResult) -> bool:
+    """True when :func:`grade_recorded` caught the grader rejecting its input (ValueError or
+    TypeError: an empty or unusable gold, a wrong type), as opposed to grading it wrong."""
+    return (result.error or "").startswith(("ValueError: ", "TypeError: "))
 
 
 def grade_recorded(fn: Grader, prediction: str, gold: str, kw: dict[str, Any]) -> GradeResult:

@@ -5,7 +5,9 @@ and cannot interrupt long C-level work. :class:`GradingPool` runs any registered
 (``eval.graders.GRADERS``) in its own worker processes, sends items in batches, gets results
 back per item, and kills a worker that spends longer than ``per_item_timeout_s`` on one item:
 that item is recorded as incorrect with error ``"grading timed out"``, the worker is replaced,
-and the rest of its batch is graded by the pool as usual.
+and the rest of its batch is graded by the pool as usual. ``grade_many(..., answer_format=...)``
+takes whole model outputs and finds their answer regions inside the workers, so extraction and
+verification run under the one per-item limit; ``call_timeout_s`` bounds a whole call.
 
 Not guaranteed: ordering of work between workers (results are always returned in input
 order); that graders registered at run time (not at import of their module) exist in the
@@ -35,12 +37,14 @@ from eval.graders import (
     check_pairs,
     get_grader,
     grade_math,
+    grade_output,
     grade_recorded,
 )
 
 log = logging.getLogger(__name__)
 
 TIMED_OUT = "grading timed out"
+NOT_GRADED = "not graded: the call ran out of time"
 START_TIMEOUT_S = 120.0
 _READY = "ready"
 
@@ -192,15 +196,37 @@ class GradingPool:
         worker.kill()
         self._workers[self._workers.index(worker)] = _Worker(self._ctx)
 
-    def grade_many(self, items: Sequence[tuple[str, str]], kind: str = "math",
+    def grade_many(self, items: Sequence[tuple[str, str]], kind: str = "math", *,
+                   answer_format: str | None = None, call_timeout_s: float | None = None,
                    **kw: Any) -> list[GradeResult]:
         """Grade ``(prediction, gold)`` pairs with grader ``kind``; results in input order.
 
         ``kw`` goes to the grader (``policy=``, ``timeout_s=`` for math; ``letters=`` for
-        choice). Grader exceptions are recorded per item (``error``), never raised; a worker
-        that cannot start at all raises RuntimeError.
+        choice). With ``answer_format`` the predictions are whole model outputs and each worker
+        first finds the answer region (``eval.graders.grade_output``), so that extraction counts
+        against the item's limit too. Grader exceptions are recorded per item (``error``), never
+        raised; a worker that cannot start at all raises RuntimeError.
+
+        ``call_timeout_s`` bounds the whole call once the workers are up: when it runs out, the
+        items still being graded are recorded as ``"grading timed out"`` (their workers are
+        killed and replaced) and those not yet started as :data:`NOT_GRADED`, all incorrect.
+        The call then returns within about a second (killing and joining the busy workers).
+        Waiting for workers to start (the first call, or after :meth:`close`) is not counted:
+        it is bounded by ``START_TIMEOUT_S`` on its own.
         """
-        fn = get_grader(kind)
+        if call_timeout_s is not None and not (isinstance(call_timeout_s, (int, float))
+                                               and not isinstance(call_timeout_s, bool)
+                                               and call_timeout_s > 0):
+            raise ValueError(f"call_timeout_s must be > 0 seconds or None, got {call_timeout_s!r}")
+        get_grader(kind)  # unknown kinds fail here, in the caller
+        if answer_format is not None:
+            from pipelines.formats import check_format
+
+            check_format(answer_format)
+            fn: Grader = grade_output
+            kw = {**kw, "kind": kind, "answer_format": answer_format}
+        else:
+            fn = get_grader(kind)
         try:
             pickle.dumps((fn, kw))
         except Exception as exc:
@@ -213,14 +239,37 @@ class GradingPool:
             return []
         with self._lock:
             try:
-                return self._run(fn, kw, pairs)
+                return self._run(fn, kw, pairs, call_timeout_s)
             except BaseException:
                 # Results still in flight would be read by the next call as its own: start clean.
                 self.close()
                 raise
 
-    def _run(self, fn: Grader, kw: dict[str, Any], pairs: list[tuple[str, str]]) -> list[GradeResult]:
+    def _await_ready(self) -> None:
+        """Wait until every worker has warmed up (at most START_TIMEOUT_S after its start)."""
+        for w in self._workers:
+            if w.ready:
+                continue
+            left = w.started + START_TIMEOUT_S - time.monotonic()
+            try:
+                if not w.conn.poll(max(0.0, left)):
+                    raise RuntimeError(f"a grading worker did not start within {START_TIMEOUT_S:.0f}s")
+                w.ready = w.conn.recv() == _READY
+            except (EOFError, OSError):
+                w.process.join(timeout=1)
+                raise RuntimeError(
+                    f"a grading worker exited during start-up (exit code {w.process.exitcode}). "
+                    "Workers re-import the main module: in a script, create the pool under "
+                    "`if __name__ == '__main__':`; and check that `eval.graders` and math-verify "
+                    "import from the project root") from None
+
+    def _run(self, fn: Grader, kw: dict[str, Any], pairs: list[tuple[str, str]],
+             call_timeout_s: float | None = None) -> list[GradeResult]:
         self.start()
+        call_deadline = None
+        if call_timeout_s is not None:
+            self._await_ready()  # start-up is not the call's time
+            call_deadline = time.monotonic() + call_timeout_s
         size = self.batch_size or max(1, min(64, math.ceil(len(pairs) / (4 * self.processes))))
         # Items sharing a gold go to the same batch, so each worker parses a gold once (cached).
         order = sorted(range(len(pairs)), key=lambda i: pairs[i][1])
@@ -249,6 +298,9 @@ class GradingPool:
             self._replace(worker)
 
         while remaining:
+            if call_deadline is not None and time.monotonic() >= call_deadline:
+                remaining -= self._give_up(queue, results)
+                break
             for w in self._workers:
                 if w.ready and not w.busy and queue:
                     batch = queue.popleft()
@@ -264,6 +316,8 @@ class GradingPool:
             now = time.monotonic()
             deadlines = [w.last_progress + self.per_item_timeout_s if w.ready
                          else w.started + START_TIMEOUT_S for w in watched]
+            if call_deadline is not None:
+                deadlines.append(call_deadline)
             ready = multiprocessing.connection.wait([w.conn for w in watched],
                                                     max(0.0, min(deadlines) - now))
             for w in [w for w in watched if w.conn in ready]:
@@ -300,5 +354,36 @@ class GradingPool:
                     log.warning("grading item %d timed out after %.1fs; worker killed",
                                 w.batch[w.done][0], self.per_item_timeout_s)
                     fail_current(w, TIMED_OUT)
-        assert all(r is not None for r in results)
+        assert remaining == 0 and all(r is not None for r in results)
         return results  # type: ignore[return-value]
+
+    def _give_up(self, queue: deque, results: list[GradeResult | None]) -> int:
+        """The call's time is up: keep answers already sent, record every other unfinished item
+        as failed, kill and replace the busy workers (their late answers must not reach the
+        next call). Returns how many items this settled (the caller's open count drops by it)."""
+        settled = 0
+        for w in list(self._workers):
+            try:
+                while w.busy and w.conn.poll():  # answers that arrived in time still count
+                    index, fields = w.conn.recv()
+                    results[index] = GradeResult(*fields)
+                    w.done += 1
+                    settled += 1
+            except (EOFError, OSError):
+                pass  # died: its current item fails below like a busy one's
+            if not w.busy:
+                continue
+            index = w.batch[w.done][0]
+            results[index] = GradeResult(False, None, "none", None, None, TIMED_OUT)
+            self.timeouts += 1
+            log.warning("grading item %d stopped: the call ran out of time; worker killed", index)
+            queue.appendleft(w.batch[w.done + 1:])
+            w.batch, w.done = [], 0
+            self._replace(w)
+            settled += 1
+        for batch in queue:
+            for index, _, _ in batch:
+                results[index] = GradeResult(False, None, "none", None, None, NOT_GRADED)
+                settled += 1
+        queue.clear()
+        return settled

@@ -78,7 +78,7 @@ BOXED, SXS, TIR = "boxed", "sxs", "tir"
 ANSWER_FORMATS = (BOXED, SXS, TIR)
 
 _TAG_RE = re.compile(r"<(/?)(think|speak)>")
-_ANSWER_BLOCK_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 # ---------------------------------------------------------------------------------------------
@@ -226,11 +226,24 @@ def answer_region(text: str, answer_format: str) -> str | None:
         return text
     if answer_format == SXS:
         return speak_projection(text) or None
-    blocks = _ANSWER_BLOCK_RE.findall(text)
-    inner = blocks[-1].strip() if blocks else ""
+    inner = _last_answer_block(text).strip()
     if not inner:
         return None
     return inner if _BOXED_RE.search(inner) else f"\\boxed{{{inner}}}"
+
+
+def _last_answer_block(text: str) -> str:
+    """Content of the last complete ``<answer>…</answer>`` ('' when none), with the blocks
+    paired as a non-greedy regex pairs them (each opening tag with the first closing tag after
+    it, scanning on from there), but in linear time: a lazy regex rescans to the end of the
+    text from every unclosed ``<answer>``."""
+    last, pos = "", 0
+    while (start := text.find(ANSWER_OPEN, pos)) >= 0:
+        end = text.find(ANSWER_CLOSE, start + len(ANSWER_OPEN))
+        if end < 0:
+            break
+        last, pos = text[start + len(ANSWER_OPEN):end], end + len(ANSWER_CLOSE)
+    return last
 
 
 def has_sxs_format(text: str) -> bool:

@@ -12,6 +12,7 @@ import re
 import unicodedata
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_RE = re.compile(r"[{}]")
 _WS_RE = re.compile(r"\s+")
 # Unicode category Cc (C0 controls, DEL, C1 controls) minus tab and newline; CR is handled as a
 # line end by strip_control_chars.
@@ -19,27 +20,41 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _CR_RE = re.compile(r"\r\n?")
 
 
+def boxed_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the content of every complete ``\\boxed{…}`` (or ``\\fbox{…}``), in
+    order of the opening ``\\boxed``; the braces inside are balanced, unterminated boxes are
+    skipped, and a box nested in another comes after its parent.
+
+    One left-to-right pass with a stack of open braces: the cost is linear in ``len(text)``
+    however many boxes are left open (scanning ahead from each box was quadratic).
+    """
+    text = text or ""
+    box_starts = {m.end() for m in _BOX_RE.finditer(text)}  # index just after each box's "{"
+    spans: list[tuple[int, int]] = []
+    stack: list[int] = []  # content start of each open brace; -1 for a brace that opens no box
+    for m in _BRACE_RE.finditer(text):
+        if m.group() == "{":
+            stack.append(m.end() if m.end() in box_starts else -1)
+        elif stack:  # a "}" with nothing open closes nothing
+            start = stack.pop()
+            if start >= 0:
+                spans.append((start, m.start()))
+    spans.sort()
+    return spans
+
+
 def boxed_contents(text: str) -> list[str]:
-    """Contents of every ``\\boxed{…}`` in order, braces balanced; unterminated ones skipped."""
-    found: list[str] = []
-    for match in _BOX_RE.finditer(text or ""):
-        depth, start = 1, match.end()
-        for i in range(start, len(text)):
-            ch = text[i]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    found.append(text[start:i].strip())
-                    break
-    return found
+    """Contents of every ``\\boxed{…}`` in order, stripped (see :func:`boxed_spans`)."""
+    return [text[a:b].strip() for a, b in boxed_spans(text)]
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last complete ``\\boxed{…}``, or None when there is none."""
-    found = boxed_contents(text)
-    return found[-1] if found else None
+    """Content of the last complete ``\\boxed{…}``, or None when there is none (linear time)."""
+    spans = boxed_spans(text)
+    if not spans:
+        return None
+    a, b = spans[-1]
+    return text[a:b].strip()
 
 
 def normalize_problem_text(text: str) -> str:

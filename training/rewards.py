@@ -7,15 +7,16 @@ scorable", which TRL turns into NaN and leaves out of the group baseline) per co
 Configurable rewards are made by ``get_<name>_reward(...)`` factories; :data:`REWARDS` maps the
 names used in recipes to those factories.
 
-- Outcome (:func:`get_outcome_reward`): 1 when the final answer matches the gold answer by
-  ``eval.graders.grade_math`` (the grader evaluation uses), else 0. The answer is read from the
-  format's answer region, ``pipelines.formats.answer_region`` (the call evaluation makes too):
-  the whole text (``boxed``), the speak projection of a think/speak stream (``sxs``, SxS
-  Eq. 11-12), or the last ``<answer>`` block (``tir``).
-  math-verify bounds its work with ``signal.alarm``, which only works on a process's main
-  thread; TRL calls reward functions on the trainer's main thread, so timeouts are active there.
-  Called from another thread, ``grade_math`` disables them (a pathological answer could then run
-  long) and this module logs a warning once.
+- Outcome (:func:`get_outcome_reward`): 1 when the final answer matches the gold answer by the
+  benchmark's grader (``grader``: ``"math"``, ``eval.graders.grade_math``, by default;
+  ``"choice"`` for multiple choice; the registry evaluation uses), else 0. The answer is read
+  from the format's answer region, ``pipelines.formats.answer_region`` (the call evaluation
+  makes too): the whole text (``boxed``), the speak projection of a think/speak stream (``sxs``,
+  SxS Eq. 11-12), or the last ``<answer>`` block (``tir``).
+  Grading goes through ``training.verdicts``: in worker processes, region-finding, extraction
+  and verification under one time limit per completion, a stated bound per reward call in any
+  thread, and one verdict per completion per step shared by the outcome, budget, length-penalty
+  and granularity rewards of one :func:`build_rewards` call.
 - Degenerate groups (:func:`degenerate_groups`, SxS §3.2 "GRPO update and group filtering",
   App. C.3): groups whose rollouts are all correct or all wrong by the verifier, whatever the
   combined reward says (shaping or a length penalty can make an all-correct group's rewards
@@ -76,10 +77,10 @@ from pipelines.formats import (  # ANSWER_FORMATS: training.config reads it from
     ANSWER_FORMATS,  # noqa: F401
     FORMAT_CHECKS,
     THINK,
-    answer_region,
     check_format,
     parse_tagged,
 )
+from training.verdicts import Verdicts, check_grader, default_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,6 @@ RewardFunc = Callable[..., list]
 
 DEFAULT_GOLD_KEY = "answer"
 DEFAULT_EPSILON = 0.5
-_warned_thread = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,19 +112,26 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"completion must be a str or a list of messages, got {type(completion).__name__}")
 
 
-def is_correct(text: str, gold: str, answer_format: str = "boxed", timeout_s: int = 5) -> bool:
+def is_correct(text: str, gold: str, answer_format: str = "boxed", timeout_s: int = 5,
+               grader: str = "math") -> bool:
     """True when the answer region of ``text`` (``pipelines.formats.answer_region``, as in
-    evaluation) matches ``gold`` by ``eval.graders.grade_math`` (the grader evaluation uses)."""
-    from eval.graders import grade_math
+    evaluation) matches ``gold`` by the registered grader ``grader`` (the one evaluation uses),
+    graded through ``training.verdicts`` (worker processes, one time limit). ValueError for a
+    gold the grader cannot use."""
+    verdict = default_verdicts().verdicts([text], [gold], answer_format=check_format(answer_format),
+                                          grader=check_grader(grader), timeout_s=timeout_s)[0]
+    if verdict is None:
+        raise ValueError(f"the {grader} grader cannot use the gold answer {gold!r}")
+    return verdict
 
-    global _warned_thread
-    if not _warned_thread and threading.current_thread() is not threading.main_thread():
-        _warned_thread = True
-        log.warning("grading rewards off the main thread: math-verify timeouts are disabled there")
-    region = answer_region(text, answer_format)
-    if region is None:
-        return False
-    return bool(grade_math(region, gold, timeout_s=timeout_s).correct)
+
+def _graded(verdicts: Verdicts | None, completions: Sequence[Any], golds: Sequence[Any],
+            answer_format: str, grader: str, timeout_s: int,
+            kwargs: Mapping[str, Any]) -> list[bool | None]:
+    """Verdicts of a batch from the shared ``verdicts`` (the process default without one)."""
+    return (verdicts or default_verdicts()).verdicts(
+        [completion_text(c) for c in completions], golds, answer_format=answer_format,
+        grader=grader, timeout_s=timeout_s, trainer_state=kwargs.get("trainer_state"))
 
 
 def _column(kwargs: Mapping[str, Any], key: str, n: int, reward: str) -> list:
@@ -151,27 +158,24 @@ def _named(fn: RewardFunc, name: str, columns: Sequence[str] = ()) -> RewardFunc
 
 
 def get_outcome_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD_KEY,
-                       timeout_s: int = 5) -> RewardFunc:
-    """1.0 when the completion's final answer equals the gold answer, 0.0 otherwise; None for a
-    row whose gold answer is missing or empty (it cannot be scored)."""
+                       timeout_s: int = 5, grader: str = "math",
+                       verdicts: Verdicts | None = None) -> RewardFunc:
+    """1.0 when the completion's final answer equals the gold answer by the benchmark's grader
+    ``grader`` (``"math"``, ``"choice"``: ``eval.graders.get_grader``, as evaluation grades),
+    0.0 otherwise; None for a row whose gold answer is missing, empty or unusable by the grader
+    (it cannot be scored). ``verdicts`` (injected by :func:`build_rewards`) is shared with the
+    other rewards of the run, so a completion is graded once per step; a call over n
+    completions returns within ``training.verdicts.call_bound_s`` in any thread."""
     check_format(answer_format)
+    check_grader(grader)
 
     def outcome(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         golds = _column(kwargs, gold_key, len(completions), "outcome")
-        out: list[float | None] = []
-        for completion, gold in zip(completions, golds):
-            if gold is None or not str(gold).strip():
-                out.append(None)
-                continue
-            try:
-                out.append(float(is_correct(completion_text(completion), str(gold), answer_format,
-                                            timeout_s)))
-            except ValueError as exc:  # a gold answer the grader cannot use: unscorable row
-                log.warning("outcome reward: cannot grade against gold %r: %s", gold, exc)
-                out.append(None)
-        return out
+        graded = _graded(verdicts, completions, golds, answer_format, grader, timeout_s, kwargs)
+        return [None if v is None else float(v) for v in graded]
 
-    return _named(outcome, f"outcome_{answer_format}", (gold_key,))
+    name = f"outcome_{answer_format}" if grader == "math" else f"outcome_{answer_format}_{grader}"
+    return _named(outcome, name, (gold_key,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +413,7 @@ def shape_group(correct: Sequence[bool], lengths: Sequence[float],
 
 def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILON,
                            gold_key: str = DEFAULT_GOLD_KEY, tokenizer: Any | None = None,
-                           timeout_s: int = 5) -> RewardFunc:
+                           timeout_s: int = 5, verdicts: Verdicts | None = None) -> RewardFunc:
     """SxS outcome reward with correctness-preserving granularity shaping (the final reward R of
     Eq. 15-17): within each group, correct rollouts whose longest think block is shorter get
     more, every correct rollout stays at least ``epsilon`` above the group mean and every wrong
@@ -426,16 +430,8 @@ def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILO
                     **kwargs: Any) -> list[float | None]:
         golds = _column(kwargs, gold_key, len(completions), "granularity")
         texts = [completion_text(c) for c in completions]
-        correct: list[bool | None] = []
-        for t, gold in zip(texts, golds):
-            if gold is None or not str(gold).strip():
-                correct.append(None)
-                continue
-            try:
-                correct.append(is_correct(t, str(gold), "sxs", timeout_s))
-            except ValueError as exc:  # a gold the grader cannot use: unscorable, as outcome
-                log.warning("granularity reward: cannot grade against gold %r: %s", gold, exc)
-                correct.append(None)
+        # one verdict per completion per step, shared with the outcome reward (None: unusable gold)
+        correct = _graded(verdicts, texts, golds, "sxs", "math", timeout_s, kwargs)
         measured = [granularity_length(t, tokenizer) for t in texts]
         lengths = [m[0] for m in measured]
         interleaved = [m[1] for m in measured]
@@ -510,13 +506,15 @@ _warned_no_end_ids = threading.Event()
 def get_budget_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD_KEY,
                       budget_key: str = "budget", timeout_s: int = 5,
                       eos_token_ids: Sequence[int] = (),
-                      tokenizer: Any | None = None) -> RewardFunc:
+                      tokenizer: Any | None = None, grader: str = "math",
+                      verdicts: Verdicts | None = None) -> RewardFunc:
     """1.0 only when the answer is correct AND the completion used at most its budget in tokens
     (Engagement Process §5.3 / App. F: "the generated solution length does not exceed the
     requested budget"). Tokens come from TRL's ``completion_ids`` without the end-of-sequence
     token that stopped the completion (ids from ``tokenizer``, injected by ``build_rewards``,
-    plus ``eos_token_ids``); whitespace words when called without ids."""
-    outcome = get_outcome_reward(answer_format, gold_key, timeout_s)
+    plus ``eos_token_ids``); whitespace words when called without ids. Correctness is the
+    outcome reward's verdict (``grader``, shared ``verdicts``: graded once per step)."""
+    outcome = get_outcome_reward(answer_format, gold_key, timeout_s, grader, verdicts)
     end_ids = end_token_ids(tokenizer, eos_token_ids)
 
     def budget(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None,
@@ -532,7 +530,8 @@ def get_budget_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD
         return [None if c is None else float(c == 1.0 and n <= int(b))
                 for c, n, b in zip(correct, used, budgets)]
 
-    return _named(budget, f"budget_{answer_format}", (gold_key, budget_key))
+    name = f"budget_{answer_format}" if grader == "math" else f"budget_{answer_format}_{grader}"
+    return _named(budget, name, (gold_key, budget_key))
 
 
 def length_penalties(lengths: Sequence[int], correct: Sequence[bool]) -> list[float]:
@@ -544,12 +543,15 @@ def length_penalties(lengths: Sequence[int], correct: Sequence[bool]) -> list[fl
 
 
 def get_length_penalty_reward(num_generations: int, answer_format: str = "boxed",
-                              gold_key: str = DEFAULT_GOLD_KEY, timeout_s: int = 5) -> RewardFunc:
+                              gold_key: str = DEFAULT_GOLD_KEY, timeout_s: int = 5,
+                              grader: str = "math",
+                              verdicts: Verdicts | None = None) -> RewardFunc:
     """Within each group, shorter completions score higher (see :func:`length_penalties`);
-    meant as a small-weight companion of an outcome reward."""
+    meant as a small-weight companion of an outcome reward, whose verdicts it shares (same
+    ``grader``; one grading per completion per step through ``verdicts``)."""
     if num_generations < 2:
         raise ValueError(f"num_generations must be >= 2, got {num_generations}")
-    outcome = get_outcome_reward(answer_format, gold_key, timeout_s)
+    outcome = get_outcome_reward(answer_format, gold_key, timeout_s, grader, verdicts)
 
     def length_penalty(prompts: Sequence[Any], completions: Sequence[Any],
                        completion_ids: Sequence[Sequence[int]] | None = None,
@@ -784,7 +786,7 @@ REWARDS["length_penalty"] = get_length_penalty_reward
 REWARDS["code"] = get_code_reward
 
 # Factory arguments filled in by the training script rather than the recipe.
-INJECTED_ARGS = ("num_generations", "tokenizer")
+INJECTED_ARGS = ("num_generations", "tokenizer", "verdicts")
 
 
 def parse_reward_specs(items: Sequence[Any]) -> list[RewardSpec]:
@@ -821,9 +823,12 @@ def parse_reward_specs(items: Sequence[Any]) -> list[RewardSpec]:
 
 def build_rewards(specs: Sequence[RewardSpec], *, num_generations: int,
                   tokenizer: Any | None = None) -> tuple[list[RewardFunc], list[float]]:
-    """Reward functions and weights for TRL's ``reward_funcs`` / ``reward_weights``."""
+    """Reward functions and weights for TRL's ``reward_funcs`` / ``reward_weights``. The rewards
+    that grade answers share one ``training.verdicts.Verdicts``: each completion is graded once
+    per training step however many of them read its verdict."""
     import inspect
 
+    shared = Verdicts()
     funcs, weights = [], []
     for spec in specs:
         factory = REWARDS[spec.name]
@@ -833,6 +838,8 @@ def build_rewards(specs: Sequence[RewardSpec], *, num_generations: int,
             args["num_generations"] = num_generations
         if "tokenizer" in params and tokenizer is not None:
             args["tokenizer"] = tokenizer
+        if "verdicts" in params:
+            args["verdicts"] = shared
         funcs.append(factory(**args))
         weights.append(spec.weight)
     return funcs, weights

@@ -37,7 +37,7 @@ from eval.graders import (
     register_grader,
     to_latex,
 )
-from eval.grading_pool import GradingPool
+from eval.grading_pool import NOT_GRADED, TIMED_OUT, GradingPool
 from pipelines.text import last_boxed
 
 N_ROWS = 25  # real rows per benchmark in the table tests
@@ -442,3 +442,37 @@ def test_pool_inside_a_dagster_op():
     result = dg.materialize([graded])
     assert result.success
     assert result.output_for_node("graded") == [True, False]
+
+
+def test_pool_grades_whole_outputs_finding_the_answer_region_in_the_worker(pool):
+    items = [("<think>\\boxed{5}</think><speak>so \\boxed{4}</speak>", "4"),
+             ("<think>it is \\boxed{4}</think>", "4"),  # no speak block: no answer region
+             ("<think>t</think><speak>The answer is (B).</speak>", "B")]
+    results = pool.grade_many(items[:2], answer_format="sxs")
+    assert [r.correct for r in results] == [True, False]
+    assert results[1].method == "none"
+    choice = pool.grade_many(items[2:], kind="choice", answer_format="sxs")
+    assert choice[0].correct and choice[0].extracted == "B"
+    assert graders.grade_output(items[2][0], "B", kind="choice", answer_format="sxs") == choice[0]
+    unusable = pool.grade_many([("<think>x</think>", "$$")], answer_format="sxs")
+    assert graders.is_input_error(unusable[0])  # a bad gold is reported even without a region
+    with pytest.raises(ValueError, match="answer_format"):
+        pool.grade_many(items, answer_format="json")
+
+
+def test_pool_call_timeout_ends_the_call_and_records_what_was_left():
+    # (10^7)! outlives math-verify's own 60 s alarm; the per-item limit (60 s) is not reached
+    # either: the call's limit (3 s) ends it. Gold order puts the slow item second of four in
+    # one batch: the first is graded, the slow one times out, the last two never start.
+    slow = ("\\boxed{(10^{7})!}", "2")
+    items = [("\\boxed{1}", "1"), slow, ("\\boxed{3}", "3"), ("\\boxed{4}", "4")]
+    with GradingPool(processes=1, per_item_timeout_s=60, batch_size=4) as p:
+        first_pid = p.worker_pids()[0]
+        results = p.grade_many(items, timeout_s=60, call_timeout_s=3)
+        assert [r.correct for r in results] == [True, False, False, False]
+        assert [r.error for r in results] == [None, TIMED_OUT, NOT_GRADED, NOT_GRADED]
+        assert p.worker_pids()[0] != first_pid  # the busy worker was killed and replaced
+        again = p.grade_many(items[2:], call_timeout_s=30)
+        assert [r.correct for r in again] == [True, True]
+    with pytest.raises(ValueError, match="call_timeout_s"):
+        GradingPool().grade_many(items, call_timeout_s=0)

@@ -250,22 +250,22 @@ def test_agreement_table_covers_every_format_and_mode():
     assert set(MODE_FORMATS.values()) == set(F.ANSWER_FORMATS)
 
 
-def _eval_verdict(mode: str, text: str, gold: str) -> bool:
+def _eval_verdict(mode: str, text: str, gold: str, benchmark: str = "math500") -> bool:
     from eval.benchmarks import get
     from eval.modes import output_fields
     from eval.runner import grade
 
     row = {"problem_id": "p", "gold": gold, "output": text, "gen_error": None,
            **output_fields(mode, text, None)}
-    grade([row], get("math500"))  # the benchmark grader, no normaliser
+    grade([row], get(benchmark))  # the benchmark grader, no normaliser
     return row["correct"]
 
 
-def _reward_verdict(fmt: str, text: str, gold: str) -> bool:
+def _reward_verdict(fmt: str, text: str, gold: str, grader: str = "math") -> bool:
     from training.rewards import get_outcome_reward
 
     chat = [{"role": "assistant", "content": text}]
-    values = get_outcome_reward(fmt)(completions=[text, chat], answer=[gold, gold])
+    values = get_outcome_reward(fmt, grader=grader)(completions=[text, chat], answer=[gold, gold])
     assert values[0] == values[1]  # plain and conversational completions agree
     return values[0] == 1.0
 
@@ -278,3 +278,41 @@ def test_evaluation_and_reward_give_the_same_verdict(fmt, text, expected):
     verdicts = {m: _eval_verdict(m, text, "42") for m in modes}
     assert verdicts == {m: expected for m in modes}, "evaluation"
     assert _reward_verdict(fmt, text, "42") is expected, "reward"
+
+
+# Multiple choice (GPQA-Diamond's grader, gold B): evaluation grades with the benchmark's
+# "choice" grader, and so must a reward whose recipe says `grader: choice`.
+CHOICE_AGREEMENT_CASES = [
+    ("boxed", "(B).", True),
+    ("boxed", "B)", True),
+    ("boxed", "The answer is B", True),
+    ("boxed", "\\boxed{B}", True),
+    ("boxed", "\\boxed{(B)}", True),
+    ("boxed", "**Answer:** B", True),
+    ("boxed", "(A).", False),
+    ("boxed", "A)", False),
+    ("boxed", "The answer is C", False),
+    ("boxed", "\\boxed{D}", False),
+    ("boxed", "Because the field is uniform", False),  # letters inside words are no answer
+    ("boxed", "", False),
+    ("sxs", "<think>maybe (A)</think><speak>The answer is (B).</speak>", True),
+    ("sxs", "<think>it is B)</think><speak>I am not sure</speak>", False),
+    ("tir", "<think>t</think><answer>B</answer>", True),
+    ("tir", "<think>t</think><answer>(C)</answer>", False),
+]
+
+
+def test_choice_agreement_table_covers_every_format():
+    assert {fmt for fmt, _, _ in CHOICE_AGREEMENT_CASES} == set(F.ANSWER_FORMATS)
+
+
+@pytest.mark.parametrize("fmt, text, expected", CHOICE_AGREEMENT_CASES)
+def test_evaluation_and_reward_give_the_same_multiple_choice_verdict(fmt, text, expected):
+    from eval.benchmarks import get
+    from eval.modes import MODE_FORMATS
+
+    grader = get("gpqa_diamond").grader
+    modes = [m for m, f in MODE_FORMATS.items() if f == fmt]
+    verdicts = {m: _eval_verdict(m, text, "B", "gpqa_diamond") for m in modes}
+    assert verdicts == {m: expected for m in modes}, "evaluation"
+    assert _reward_verdict(fmt, text, "B", grader) is expected, "reward"
