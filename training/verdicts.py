@@ -36,7 +36,10 @@ Guarantees:
   grader rejects (a ValueError from it: ``"$$"`` for math, ``"Z"`` for choice), with a warning.
 
 Not guaranteed: that a completion graded wrong because its call ran out of time was wrong (this
-happens only when other completions of the call used up their limits); the bound in a daemonic
+happens only when other completions of the call used up their limits, or when workers killed on
+the way restart slowly: a new worker re-imports the trainer's main module, about 3 s for
+``training.grpo`` on a 2-core machine, which the extra ``L`` absorbs once or twice per worker);
+math-verify's inner limits usually end a bomb first (no kill, no restart). The bound in a daemonic
 process (``multiprocessing`` workers cannot start pools): there grading runs in-process, with
 math-verify's inner timeouts only, and a warning says so.
 """
