@@ -8,6 +8,7 @@
 - warm runner latency (one program through a fork-server worker), median.
 - HumanEval canonical solutions graded on a warm pool: programs per second, and the old
   in-process programs (solution + test in one process) on the same pool, interleaved.
+- host memory while grading a candidate that prints 64 MiB (tracemalloc peak, peak-RSS growth).
 
 Run: ``python bench/sandbox.py [--runs 50] [--workers 2]``. Figures depend on machine load:
 the JSON records the load average and CPU count next to them.
@@ -19,15 +20,17 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from eval.code_grader import grade_code_many, load_benchmark
+from eval.code_grader import grade_code, grade_code_many, load_benchmark
 from pipelines.sandbox import Limits, LocalSandbox, RunJob, SandboxPool
 
 
@@ -118,6 +121,31 @@ def humaneval_throughput(workers: int) -> dict:
             "humaneval_workers": workers, "humaneval_rounds": len(graded)}
 
 
+FLOOD = ("    import sys\n    sys.stdout.write('[' + '[],' * (21 * 1024 * 1024) + '[]]\\n')\n"
+         "    sys.stdout.flush()\n    return None\n")
+
+
+def flood_host_memory() -> dict:
+    """Host memory (tracemalloc peak, growth of peak RSS) while grading one HumanEval
+    candidate that prints 64 MiB of nested JSON, and how long that took."""
+    problem = load_benchmark("humaneval")[0]
+    with SandboxPool(LocalSandbox(Limits(timeout_s=30), isolation="bwrap"), workers=1) as pool:
+        grade_code(problem["canonical_solution"], problem, pool)  # the task's recording
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        tracemalloc.start()
+        try:
+            start = time.perf_counter()
+            verdict = grade_code(FLOOD, problem, pool, timeout_s=30)
+            elapsed = time.perf_counter() - start
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss
+    return {"flood_64mib_passed": verdict.passed, "flood_64mib_s": round(elapsed, 2),
+            "flood_64mib_host_peak_alloc_mib": round(peak / 2**20, 2),
+            "flood_64mib_host_maxrss_growth_mib": round(grown / 1024, 1)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
@@ -129,6 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
     figures.update(session_round_trip(max(args.runs * 4, 50)))
     figures.update(runner_latency(args.runs))
     figures.update(humaneval_throughput(args.workers))
+    figures.update(flood_host_memory())
     figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
     figures["targets"] = {"cold_start_ratio_max": 1.5, "cell_round_trip_ms_max": 5.0,
                           "humaneval_programs_per_s_min": 30.0}

@@ -53,24 +53,21 @@ Not guaranteed: evalplus' per-test time limits (one wall-clock limit per program
 ``timeout_s`` given, raised for MBPP+ tasks whose canonical solution itself needs longer to 3x
 its time + 1 s); a verdict for a candidate whose answers make the test call the function with
 arguments that were never recorded (it fails, with that reason); that the host replay stops
-within :data:`REPLAY_TIMEOUT_S` when one operation of the benchmark's own test on the
-candidate's (size-capped) answer is slow (the limit is checked at each call of the stand-in);
+within :data:`eval.code_replay.REPLAY_TIMEOUT_S` when one operation of the benchmark's own test
+on the candidate's (size-capped) answer is slow (the limit is checked at each call of the
+stand-in);
 the guarantees above on the plain-subprocess fallback (the candidate runs as the grading
 user; see :mod:`pipelines.sandbox.harness`).
 """
 
 from __future__ import annotations
 
-import builtins
-import copy
 import gzip
 import hashlib
 import json
-import random
 import re
 import threading
 import time
-import types
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -78,21 +75,17 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from eval.code_replay import Recording, parse_recording, recording_program, replay
 from pipelines.sandbox import ExecResult, Limits, LocalSandbox, SandboxPool, render_observation
 from pipelines.sandbox.harness import (
     DIGEST_ABOVE,
     NOT_FOUND,
-    CallResult,
     Digest,
     RelayOutcome,
     call_result,
-    canonical_json,
     encode_call,
-    function_source,
     marker_nonce,
     new_marker,
-    plain_decode,
-    plain_encode,
     read_payload,
     read_relay,
     relay_program,
@@ -111,8 +104,6 @@ GRADER_OUTPUT_BYTES = 64 * 1024 * 1024  # for the trusted recording runs only
 RESULTS_FACTOR = 4
 MIN_RESULTS_BYTES = 256 * 1024
 STDOUT_SLACK = 16 * 1024
-RECORD_SEED = 20_240_601  # ``random`` is seeded with this before a test is recorded/replayed
-REPLAY_TIMEOUT_S = 5.0
 BENCHMARK_FILES = {HUMANEVAL: "humaneval.jsonl.gz", MBPPPLUS: "mbppplus.jsonl",
                    LIVECODEBENCH: "livecodebench_279.json"}
 # sha256(input + "\0" + output)[:16] of the functional tests that the stored LiveCodeBench copy
@@ -237,92 +228,6 @@ def humaneval_source(candidate: str, problem: dict) -> str:
     return problem["prompt"] + ("\n\n" if _defines(code, entry) else "") + code
 
 
-_RECORDING_SOURCE = r'''
-import json as __weft_json
-import random as __weft_random
-
-
-def __weft_describe(exc):
-    return (type(exc).__name__ + ": " + str(exc))[:300]
-
-
-__weft_fixed = []
-for __weft_call in __weft_json.loads(__WEFT_FIXED):
-    __weft_args, __weft_kwargs = __weft_plain_decode(__weft_call)
-    try:
-        __weft_fixed.append(__weft_plain_encode(
-            globals()[__WEFT_ENTRY](*__weft_args, **__weft_kwargs), __WEFT_DIGEST_ABOVE))
-    except BaseException as __weft_exc:
-        __weft_fixed.append(["error", __weft_describe(__weft_exc)])
-__weft_calls = []
-__weft_real = globals()[__WEFT_ENTRY]
-
-
-def __weft_recorder(*args, **kwargs):
-    key = __weft_plain_encode((args, kwargs))  # before the call: a snapshot of the arguments
-    try:
-        out = __weft_real(*args, **kwargs)
-    except BaseException as exc:
-        __weft_calls.append([key, ["error", __weft_describe(exc)]])
-        raise
-    __weft_calls.append([key, __weft_plain_encode(out)])
-    return out
-
-
-__weft_error = None
-if __WEFT_TEST is not None:
-    __weft_ns = dict(globals())
-    __weft_ns[__WEFT_ENTRY] = __weft_recorder  # the test's calls, not the solution's own
-    __weft_random.seed(__WEFT_SEED)
-    try:
-        exec(compile(__WEFT_TEST, "test", "exec"), __weft_ns)
-    except BaseException as __weft_exc:
-        __weft_error = __weft_describe(__weft_exc)
-print("\n" + __WEFT_MARKER + __weft_json.dumps(
-    {"fixed": __weft_fixed, "calls": __weft_calls, "error": __weft_error}), flush=True)
-'''
-
-
-def recording_program(setup: str, entry: str, test: str | None, fixed_calls: list,
-                      marker: str, digest_above: int = 0) -> str:
-    """A trusted program (benchmark code only): run ``setup`` (the canonical solution and what
-    it needs), the entry point on each of ``fixed_calls``, then ``test`` with the entry point's
-    name bound to a recorder; print the fixed results and each recorded call (its arguments'
-    encoding before the call, and the encoded result) after ``marker``."""
-    consts = (f"__WEFT_FIXED = {json.dumps(fixed_calls)!r}\n__WEFT_ENTRY = {entry!r}\n"
-              f"__WEFT_DIGEST_ABOVE = {int(digest_above)}\n__WEFT_TEST = {test!r}\n"
-              f"__WEFT_SEED = {RECORD_SEED}\n__WEFT_MARKER = {marker!r}\n")
-    return "\n".join([setup, "", function_source(plain_encode, "__weft_plain_encode"),
-                      function_source(plain_decode, "__weft_plain_decode"), consts,
-                      _RECORDING_SOURCE])
-
-
-@dataclass(frozen=True)
-class Recording:
-    """What the canonical solution did under the benchmark's own tests, recorded in the
-    sandbox: ``fixed`` holds its encoded results on fixed inputs (MBPP+), ``calls`` the encoded
-    arguments of each call the test made and ``results`` its answers; ``replayable`` says the
-    test passes on the host when replayed with those answers (else it is not used)."""
-
-    fixed: list
-    calls: list
-    results: list
-    seconds: float
-    size: int
-    replayable: bool
-    test_setup: str
-    test_run: str
-
-
-def _compiled(source: str, name: str):
-    key = (source, name)
-    code = _COMPILED.get(key)
-    if code is None:
-        code = _COMPILED[key] = compile(source, name, "exec")
-    return code
-
-
-_COMPILED: dict[tuple[str, str], Any] = {}
 _RECORDINGS: dict[str, Recording | Exception] = {}
 _RECORDING_LOCKS: dict[str, threading.Lock] = {}
 _RECORDING_GUARD = threading.Lock()
@@ -351,27 +256,12 @@ def _record(box: Any, *, task: Any, setup: str, entry: str, test_setup: str, tes
     program = recording_program(setup, entry, test, fixed_calls, marker, digest_above)
     result = box.run(program, limits=_limits(box, EXPECTED_TIMEOUT_S, GRADER_OUTPUT_BYTES))
     payload, why = read_payload(result.stdout, marker)
-    if payload is NOT_FOUND or not isinstance(payload, dict):
+    if payload is NOT_FOUND:
         raise RuntimeError(f"the canonical solution of {task} did not run: "
                            f"{_failed_run(result) if not result.ok else why}")
-    if payload.get("error"):
-        raise RuntimeError(f"the canonical solution of {task} fails the benchmark's own test: "
-                           f"{payload['error']}")
-    calls = [call for call, _ in payload["calls"]]
-    results = [res for _, res in payload["calls"]]
-    fixed = payload["fixed"]
-    size = len(json.dumps(fixed)) + len(json.dumps(results))
-    replayable = test is not None and all(kind == "ok" for kind, _ in calls)
-    if replayable:
-        canonical = [call_result(res, None) for res in results]
-        why = _replay(test_setup, test_run, entry, [c for _, c in calls], canonical)
-        replayable = why is None
-        if not replayable and must_replay:
-            raise RuntimeError(f"the benchmark's test of {task} cannot be replayed on the host "
-                               f"with the canonical answers: {why}")
-    return Recording(fixed=fixed, calls=[c for _, c in calls], results=results,
-                     seconds=result.duration_s, size=size, replayable=replayable,
-                     test_setup=test_setup, test_run=test_run)
+    return parse_recording(payload, task=task, entry=entry, test_setup=test_setup,
+                           test_run=test_run, seconds=result.duration_s,
+                           must_replay=must_replay and test is not None)
 
 
 def humaneval_recording(problem: dict, sandbox: Any = None) -> Recording:
@@ -424,83 +314,6 @@ def mbpp_expected(problem: dict, sandbox: Any = None) -> tuple[list, float]:
         return list(problem["expected_outputs"]), 0.0
     recording = mbpp_recording(problem, sandbox)
     return recording.fixed, recording.seconds
-
-
-# ---------------------------------------------------------------------------------------------
-# replaying a benchmark's test on the host
-
-
-class _ReplayStop(BaseException):
-    """Ends a replay with a failed verdict (a BaseException, so the test cannot catch it)."""
-
-
-class _Replayed:
-    """The stand-in for the candidate during a replay: the i-th call must have the recorded
-    arguments; it returns the candidate's decoded answer to that call (or raises)."""
-
-    def __init__(self, calls: list, answers: list[CallResult], deadline: float) -> None:
-        self.keys = [canonical_json(c) for c in calls]
-        self.answers = answers
-        self.deadline = deadline
-        self.count = 0
-
-    def __call__(self, *args, **kwargs):
-        i = self.count
-        self.count += 1
-        if time.monotonic() > self.deadline:
-            raise _ReplayStop(f"the test ran longer than {REPLAY_TIMEOUT_S:g} s on the host")
-        if i >= len(self.keys):
-            raise _ReplayStop("the test called the function more often than when it was "
-                              "recorded (an earlier answer differs from the reference one)")
-        kind, enc = plain_encode((args, kwargs))
-        if kind != "ok" or canonical_json(enc) != self.keys[i]:
-            raise _ReplayStop(f"call {i} of the test has other arguments than when it was "
-                              "recorded (an earlier answer differs from the reference one)")
-        answer = self.answers[i]
-        if answer.ok:
-            return copy.deepcopy(answer.value)
-        raise _ReplayStop(f"call {i}: the function {answer.describe()}")
-
-
-def _private_random(seed: int) -> types.ModuleType:
-    """A ``random`` module of its own for one replay (seeded like the recording), so replays in
-    several threads, or other users of ``random`` in this process, never disturb each other."""
-    rng = random.Random(seed)
-    module = types.ModuleType("random")
-    for name in dir(random):
-        if not name.startswith("_"):
-            own = getattr(rng, name, None)
-            setattr(module, name, own if callable(own) and hasattr(own, "__self__")
-                    else getattr(random, name))
-    return module
-
-
-def _replay(setup: str, run: str, entry: str, calls: list, answers: list[CallResult]) -> str | None:
-    """Run the benchmark's test (trusted code) on the host with the candidate's answers; None
-    when it passes, else why not. Never raises for what the test does."""
-    private = _private_random(RECORD_SEED)
-
-    def importer(name, globals=None, locals=None, fromlist=(), level=0):
-        if name == "random" and level == 0:
-            return private
-        return builtins.__import__(name, globals, locals, fromlist, level)
-
-    space = {"__name__": "__weft_replay__",
-             "__builtins__": dict(vars(builtins), __import__=importer)}
-    stand_in = _Replayed(calls, answers, time.monotonic() + REPLAY_TIMEOUT_S)
-    try:
-        if setup:
-            exec(_compiled(setup, "benchmark"), space)  # noqa: S102 - the benchmark's own code
-        space[entry] = stand_in
-        exec(_compiled(run, "benchmark"), space)  # noqa: S102
-    except _ReplayStop as exc:
-        return str(exc)
-    except AssertionError as exc:
-        return f"the benchmark's test failed (AssertionError{': ' if str(exc) else ''}" \
-               f"{str(exc)[:200]})"
-    except Exception as exc:  # noqa: BLE001 - whatever the test raises is a failed test
-        return f"the benchmark's test raised {type(exc).__name__}: {str(exc)[:200]}"
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -595,7 +408,7 @@ def _grade_humaneval(candidate: str, problem: dict, box, timeout_s: float) -> di
     if outcome.problem:
         return {**base, "passed": False, "reason": outcome.problem, "tests_passed": 0,
                 "details": _details(outcome)}
-    why = _replay(recording.test_setup, recording.test_run, entry, recording.calls,
+    why = replay(recording.test_setup, recording.test_run, entry, recording.calls,
                   outcome.results)
     return {**base, "passed": why is None, "reason": why or "passed",
             "tests_passed": int(why is None), "details": "" if why is None else _details(outcome)}
@@ -613,17 +426,17 @@ def _grade_mbpp(candidate: str, problem: dict, box, timeout_s: float) -> dict:
         expected, reference_s = list(problem["expected_outputs"]), 0.0
     else:
         expected, reference_s = recording.fixed, recording.seconds
-    replay = recording is not None and recording.replayable
-    calls = [encode_call(args) for args in inputs] + (recording.calls if replay else [])
+    use_assertion = recording is not None and recording.replayable
+    calls = [encode_call(args) for args in inputs] + (recording.calls if use_assertion else [])
     code = extract_code(candidate, entry)
     # Slow tasks get the time their canonical solution needed, with a margin.
     limit_s = max(timeout_s, SLOW_FACTOR * reference_s + 1.0)
     reference = len(json.dumps(expected)) + (recording.size if recording else 0)
     result, outcome = _relay(box, code, ("function", entry), calls, limit_s,
                              _results_cap(reference), digest_count=len(inputs))
-    total = len(inputs) + int(replay)
+    total = len(inputs) + int(use_assertion)
     base = {"tests_total": total, "timed_out": result.timed_out,
-            "ignored_tests": int(bool(_mbpp_assertion(problem)) and not replay)}
+            "ignored_tests": int(bool(_mbpp_assertion(problem)) and not use_assertion)}
     if outcome.problem:
         return {**base, "passed": False, "reason": outcome.problem, "tests_passed": 0,
                 "details": _details(outcome)}
@@ -639,8 +452,8 @@ def _grade_mbpp(candidate: str, problem: dict, box, timeout_s: float) -> dict:
             passed += 1
         elif first_bad is None:
             first_bad = f"input {i}: the function {got.describe()}"
-    if replay:
-        why = _replay("", recording.test_run, entry, recording.calls,
+    if use_assertion:
+        why = replay("", recording.test_run, entry, recording.calls,
                       outcome.results[len(inputs):])
         if why is None:
             passed += 1

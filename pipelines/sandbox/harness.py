@@ -21,21 +21,27 @@ The pieces:
   too deeply nested payload is a failed run with its reason).
 - :func:`values_match`: equality with a float tolerance, for comparisons on the host.
 
-Guarantees (with the local sandbox, jailed or not: its driver makes every process of a run
-non-dumpable): the candidate's process holds no test code and no expected value, only its own
-code and the arguments of its calls; it cannot write to the stdout the host reads (its fds are
-replaced before its code runs and the processes holding the real ones are non-dumpable), so it
-cannot print a marker line; the nonce is not in the program text; what comes back from it is
-decoded on the host into builtin values only, so no object of its making is ever compared.
-Killing or stopping the parent only loses the payload (a failed run).
+Guarantees (local sandbox, bubblewrap jail): the candidate's process holds no test code and no
+expected value, only its own code and its calls' arguments; it cannot write to the stdout the
+host reads (its fds are replaced before its code runs, and every process holding the real one
+is non-dumpable: the driver seals the jail's processes and the parent seals itself again, so
+``/proc/<pid>/fd``, ``/proc/<pid>/mem`` and ``ptrace`` are refused), so no line it prints or
+forges is ever read as a result; what comes back from it is decoded on the host into builtin
+values only, so no object of its making is ever compared. Killing or stopping the parent only
+loses the payload (a failed run). A parent that could not seal itself says so (``sealed``) and
+its run fails.
 
-Not guaranteed: that the nonce never reaches the candidate's memory when the program runs on a
-warm runner (the fork server receives stdin in the same request as the program and the program
-is forked from it; the candidate still has no way to stdout, so the nonce alone is useless to
-it); a non-Linux host; the E2B backend, whose programs run without the local driver: the parent
-seals itself and unlinks its stdin file before forking, but a candidate that wins the race to
-that file, or a template without ``prctl``, weakens this to the fd isolation alone; that a
-candidate's results fit the cap its program is given (over it, the run fails).
+Not guaranteed: that the nonce stays out of the candidate's memory on a warm runner (the fork
+server receives stdin in the same request as the program, and the program is forked from it;
+a cold ``LocalSandbox.run`` passes stdin as a file descriptor the driver never reads). This
+does not weaken the above: with no way to stdout, the nonce is of no use to the candidate.
+The plain-subprocess fallback, where the candidate runs as the grading user when that user is
+not root: it can then reach the host process itself (open ``/proc/<host pid>/fd/*``, which
+includes the host's end of its output pipe), so a deliberate attack can forge a result there.
+The E2B backend runs programs without the local driver: the parent seals itself and unlinks
+its stdin file before it forks, which leaves a candidate only a race for that file (the nonce,
+useless without a way to stdout). That a candidate's results fit the cap its program is given
+(over it, the run fails). A non-Linux host.
 """
 
 from __future__ import annotations
@@ -538,7 +544,9 @@ def read_relay(stdout: str, marker: str, n_calls: int, max_chars: int | None = N
     output = payload.get("output") if isinstance(payload.get("output"), str) else ""
     raw = payload["results"]
     problem = ""
-    if payload.get("overflow"):
+    if payload.get("sealed") is not True:
+        problem = "the sandbox could not make the grading process non-dumpable"
+    elif payload.get("overflow"):
         problem = "its results were larger than the grader accepts"
     head = raw[0] if raw else None
     if isinstance(head, list) and len(head) == 2 and head[0] in ("load", "exit"):

@@ -206,6 +206,13 @@ def test_marker_forgery_fails_in_a_cold_jail_too(task, humaneval, jail, pool):
     assert_fails(grade_code(dig_attack(problem, pool, "    return None\n"), problem, jail))
 
 
+def test_relay_in_the_plain_subprocess_fallback(humaneval, fallback, pool):
+    problem = humaneval["HumanEval/0"]
+    assert grade_code(problem["canonical_solution"], problem, fallback).passed
+    assert_fails(grade_code(dig_attack(problem, pool, "    import os\n    os._exit(0)\n"),
+                            problem, fallback))
+
+
 def test_forged_payload_with_right_answers_then_wrong_returns_fails(humaneval, pool):
     problem = humaneval["HumanEval/53"]  # add(x, y); its check draws random arguments
     attack = dig_attack(problem, pool, "    import os\n    os._exit(0)\n")
