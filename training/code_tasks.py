@@ -30,7 +30,8 @@ inputs have different types from row to row.
 
 Not guaranteed: that a loaded row's canonical solution is right (the reward returns None for
 a row whose canonical solution does not run); that an MBPP row whose assertions all stay in the
-``assertion`` block is graded on the host (those verdicts come from the sandboxed program).
+``assertion`` block can be graded (the grader leaves out an assertion block it cannot replay;
+with no input either, nothing is tested and the reward returns None).
 """
 
 from __future__ import annotations
@@ -546,7 +547,7 @@ def mbppplus_keys() -> tuple[set[int], set[str]]:
     return numbers, texts
 
 
-def _read_records(target: str, params: Mapping[str, str], limit: int | None) -> list[Any]:
+def _read_records(target: str, params: Mapping[str, str]) -> list[Any]:
     from training.data import DatasetError, DatasetMissing
 
     path = Path(target).expanduser()
@@ -556,7 +557,7 @@ def _read_records(target: str, params: Mapping[str, str], limit: int | None) -> 
         if not path.is_file():
             raise DatasetMissing(f"mbpp:{target}: no file at {path}")
         try:
-            records, bad = read_local_records(path, limit=limit)
+            records, bad = read_local_records(path)
         except IngestError as exc:
             raise DatasetError(f"mbpp:{target}: {exc}") from exc
         for line, reason, _raw in bad:
@@ -566,7 +567,7 @@ def _read_records(target: str, params: Mapping[str, str], limit: int | None) -> 
 
     try:
         return load_hf_records(target, params.get("config") or None,
-                               params.get("split") or "train", limit=limit)
+                               params.get("split") or "train")
     except HubUnavailableError as exc:
         raise DatasetMissing(f"mbpp:{target}: {exc}") from exc
 
@@ -587,7 +588,9 @@ def load_code_rows(target: str, params: Mapping[str, str], *,
     mode = params.get("decontaminate", "mbppplus")
     if mode not in ("mbppplus", "none"):
         raise DatasetError(f"mbpp:{target}: decontaminate must be mbppplus or none, got {mode!r}")
-    records = _read_records(target, params, limit)
+    # Read everything: decontamination and rejects come before the limit, so `limit` usable
+    # rows come back when the data has them (MBPP-sized sets are small).
+    records = _read_records(target, params)
     numbers: set[int] = set()
     texts: set[str] = set()
     if mode == "mbppplus":
@@ -601,6 +604,8 @@ def load_code_rows(target: str, params: Mapping[str, str], *,
     by_number = "mbpp" in target.lower()
     rows, rejected, removed = [], 0, 0
     for index, record in enumerate(records):
+        if limit is not None and len(rows) >= limit:
+            break
         try:
             text, problem = code_problem_from_record(record)
         except CodeTaskError as exc:

@@ -120,6 +120,10 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     finally:
         if server is not None:
             server.stop()
+        for fn in funcs:  # rewards holding resources (the code reward's warm sandbox pool)
+            close = getattr(fn, "close", None)
+            if callable(close):
+                close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,8 @@ names used in recipes to those factories.
   budget instructions are ``pipelines.formats.budget_instruction`` (Engagement App. F).
 - Code reward (:func:`get_code_reward`): the completion's code run against its problem's tests
   in the sandbox by ``eval.code_grader`` (as in code evaluation), the group's programs at once
-  on a warm jail pool, each under a time limit; 1 when all tests pass, else 0.
+  on a warm jail pool, each under a time limit; 1 when all tests pass, else 0
+  (``code_tests``: the share of tests passed).
 - Format rewards for the three schemas (``pipelines.formats.follows_format``; an SxS stream
   may end in a trailing think block, SxS Algorithm 1 lines 28-30), and a group length penalty
   (shorter is better within a group; wrong answers never gain from being short).
@@ -224,7 +225,8 @@ def check_groups(prompts: Sequence[Any] | None, group_size: int) -> list[slice]:
 
 # Rewards whose per-completion output is a verifier's verdict: 1.0 correct, 0.0 wrong, None (NaN
 # in TRL) unscorable. ``budget``'s verdict is "correct and within budget", the success that
-# budget-aware RL verifies; ``code``'s is "every test passes" (unless run with ``partial``).
+# budget-aware RL verifies; ``code``'s is "every test passes" (``code_tests`` is a share: no
+# verdict).
 VERIFIER_REWARDS = ("outcome", "budget", "code")
 
 
@@ -571,6 +573,7 @@ def get_length_penalty_reward(num_generations: int, answer_format: str = "boxed"
 
 CODE_PROBLEM_KEY = "code_problem"
 CODE_RUN_OVERHEAD_S = 2.0  # per program on top of its limit: harness, jail restart after a kill
+GRADING_FAILED = "grading failed"  # how eval.code_grader's reason starts for a problem it cannot use
 
 
 class WarmSandboxPool:
@@ -651,12 +654,11 @@ def code_call_bound_s(n: int, workers: int, timeout_s: float) -> float:
 
 
 def get_code_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
-                    workers: int = 2, partial: bool = False) -> RewardFunc:
+                    workers: int = 2) -> RewardFunc:
     """Runs each completion's code against its problem's tests in the sandbox, through
     ``eval.code_grader.grade_code_many`` (the grader code evaluation uses, after the same
-    ``extract_code`` step): 1.0 when every test passes, else 0.0; with ``partial`` the share of
-    tests passed (then it is no verdict: keep ``drop_degenerate_groups`` off, or grade
-    correctness with a binary ``code`` reward). None for a row whose problem cannot be graded
+    ``extract_code`` step): 1.0 when every test passes, else 0.0 (a verifier: it can define
+    correctness for the degenerate-group filter). None for a row whose problem cannot be graded
     (missing or malformed ``problem_key`` column, a reference solution that does not run),
     with the reason logged. A bad completion (no code, a syntax error, an endless loop, a
     hostile program) is never an exception: it scores 0.
@@ -671,17 +673,28 @@ def get_code_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
     process sees a problem, one run of its reference solution (milliseconds for generated
     tasks; the grader caps it at 120 s) and, on the first call, the pool's start.
     """
+    return _code_reward(problem_key, timeout_s, workers, share=False)
+
+
+def get_code_tests_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
+                          workers: int = 2) -> RewardFunc:
+    """Like :func:`get_code_reward`, but the share of the problem's tests that pass (0 for a
+    program that does not run): a denser signal for a model that rarely passes everything.
+    It is no verdict, so it is not a verifier; pair it with a ``code`` reward (weight 0 is
+    enough) where correctness matters."""
+    return _code_reward(problem_key, timeout_s, workers, share=True)
+
+
+def _code_reward(problem_key: str, timeout_s: float, workers: int, share: bool) -> RewardFunc:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not 0 < timeout_s <= 600:
         raise ValueError(f"timeout_s must be a number of seconds in (0, 600], got {timeout_s!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    if partial is not True and partial is not False:
-        raise ValueError(f"partial must be true or false, got {partial!r}")
     holder = WarmSandboxPool(workers)
 
     def score(result: Any) -> float:
-        if partial and result.tests_total:
+        if share and result.tests_total:
             return result.tests_passed / result.tests_total
         return float(result.passed)
 
@@ -746,11 +759,24 @@ def get_code_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
         if elapsed > bound:
             log.info("code reward: %d programs took %.1fs (bound %.1fs without reference runs)",
                      len(candidates), elapsed, bound)
+        ungraded = []
         for i, result in zip(index, results):
-            out[i] = None if result is None else score(result)
+            if result is None:  # grade_each logged why
+                continue
+            if result.reason.startswith(GRADING_FAILED) or not result.tests_total:
+                # the grader could not use the problem, or no test was left to run: a program
+                # that is never checked must not score
+                failed = result.reason.startswith(GRADING_FAILED)
+                why = result.reason if failed else "no test was run"
+                ungraded.append(f"{result.task_id}: {why}")
+                continue
+            out[i] = score(result)
+        if ungraded:
+            log.warning("code reward: %d of %d rows could not be graded (first: %s); scored None",
+                        len(ungraded), n, ungraded[0])
         return out
 
-    fn = _named(code, "code_partial" if partial else "code", (problem_key,))
+    fn = _named(code, "code_tests" if share else "code", (problem_key,))
     fn.pool = holder  # type: ignore[attr-defined]
     fn.close = holder.close  # type: ignore[attr-defined]
     return fn
@@ -784,6 +810,7 @@ REWARDS["action_process"] = get_action_process_reward
 REWARDS["budget"] = get_budget_reward
 REWARDS["length_penalty"] = get_length_penalty_reward
 REWARDS["code"] = get_code_reward
+REWARDS["code_tests"] = get_code_tests_reward
 
 # Factory arguments filled in by the training script rather than the recipe.
 INJECTED_ARGS = ("num_generations", "tokenizer", "verdicts")

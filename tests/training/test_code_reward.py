@@ -48,12 +48,12 @@ CASES = [  # (name, completion, expected reward)
     ("endless loop", "def sum_multiples_of_3(nums):\n    while True:\n        pass\n", 0.0),
     ("endless loop at import", "while True:\n    pass\n" + GOOD, 0.0),
     ("always-equal object",
-     "class Same:\n    def __eq__(self, other):\n        return True\n"
+     ("class Same:\n    def __eq__(self, other):\n        return True\n"
      "    def __hash__(self):\n        return 0\n"
-     "def sum_multiples_of_3(nums):\n    return Same()\n", 0.0),
+     "def sum_multiples_of_3(nums):\n    return Same()\n"), 0.0),
     ("int subclass equal to everything",
-     "class Yes(int):\n    def __eq__(self, other):\n        return True\n"
-     "def sum_multiples_of_3(nums):\n    return Yes(0)\n", 0.0),
+     ("class Yes(int):\n    def __eq__(self, other):\n        return True\n"
+     "def sum_multiples_of_3(nums):\n    return Yes(0)\n"), 0.0),
     ("exits before the tests", "import sys\nsys.exit(0)\n" + GOOD, 0.0),
     ("hard exit in the function",
      "import os\ndef sum_multiples_of_3(nums):\n    os._exit(0)\n", 0.0),
@@ -142,7 +142,22 @@ def test_a_reference_solution_that_fails_makes_only_its_rows_none(reward, caplog
         out = reward(completions=["def g(nums):\n    return 0\n", GOOD],
                      code_problem=[json.dumps(broken), json.dumps(SUM3)])
     assert out == [None, 1.0]
-    assert "cannot grade problem broken" in caplog.text
+    assert "broken" in caplog.text and "never closed" in caplog.text  # the grader's reason
+
+
+@pytest.mark.parametrize("extra", [
+    {"assertion": ""},  # no input and no assertion: nothing to run
+    # an assertion that needs a name only the reference imports: the grader leaves it out
+    {"assertion": "assert re.match('b', f('a'))", "entry_point": "f",
+     "canonical_solution": "import re\ndef f(s):\n    return re.sub('a', 'b', s)\n"},
+])
+def test_a_problem_with_no_test_left_scores_none_not_a_pass(reward, extra, caplog):
+    problem = {**SUM3, "task_id": "untested", "base_input": [], **extra}
+    with caplog.at_level("WARNING", logger="training.rewards"):
+        out = reward(completions=["def f(s):\n    return 'anything'\n", GOOD],
+                     code_problem=[json.dumps(problem), json.dumps(SUM3)])
+    assert out == [None, 1.0]
+    assert "untested: no test was run" in caplog.text
 
 
 def test_missing_column_names_it():
@@ -153,11 +168,12 @@ def test_missing_column_names_it():
 
 @pytest.mark.parametrize("args, match", [
     ({"timeout_s": 0}, "timeout_s"), ({"timeout_s": True}, "timeout_s"),
-    ({"workers": 0}, "workers"), ({"workers": 1.5}, "workers"), ({"partial": "yes"}, "partial"),
+    ({"workers": 0}, "workers"), ({"workers": 1.5}, "workers"),
 ])
 def test_bad_factory_arguments(args, match):
-    with pytest.raises(ValueError, match=match):
-        R.get_code_reward(**args)
+    for factory in (R.get_code_reward, R.get_code_tests_reward):
+        with pytest.raises(ValueError, match=match):
+            factory(**args)
 
 
 def test_pool_is_made_once_and_reused_across_calls():
@@ -184,15 +200,15 @@ def test_pool_is_made_once_and_reused_across_calls():
         fn.close()
 
 
-def test_partial_mode_is_the_share_of_tests_passed():
-    fn = R.get_code_reward(timeout_s=TIMEOUT_S, partial=True)
+def test_code_tests_is_the_share_of_tests_passed():
+    fn = R.get_code_tests_reward(timeout_s=TIMEOUT_S)
     try:
         # correct except on the empty list (an edge input) and on inputs with no multiple of 3
         odd = "def sum_multiples_of_3(nums):\n    return sum(x for x in nums if x % 3 == 0) or None\n"
         out = fn(completions=[GOOD, odd, "syntax (("], code_problem=[json.dumps(SUM3)] * 3)
     finally:
         fn.close()
-    assert fn.__name__ == "code_partial"
+    assert fn.__name__ == "code_tests"
     assert out[0] == 1.0 and out[2] == 0.0 and 0.0 < out[1] < 1.0
     n = len(SUM3["base_input"])
     assert out[1] * n == pytest.approx(round(out[1] * n))  # a whole number of tests passed
@@ -223,14 +239,14 @@ def test_reward_agrees_with_the_evaluation_grader(reward, shared_data):
                 f"def {entry}(*args):\n    return args[0]\n",
                 f"def {entry}(*args:\n",
                 f"import sys\nsys.exit(0)\n{problem['canonical_solution']}",
-                f"class S:\n    def __eq__(self, o):\n        return True\ndef {entry}(*a):\n"
-                "    return S()\n"):
+                (f"class S:\n    def __eq__(self, o):\n        return True\ndef {entry}(*a):\n"
+                "    return S()\n")):
             completions.append(candidate)
             problems.append(problem)
     got = reward(completions=completions, code_problem=[json.dumps(p) for p in problems])
     assert got == _eval_verdicts(completions, problems)
     assert got.count(1.0) == len(real + generated)  # the canonical ones, nothing else
-    partial = R.get_code_reward(timeout_s=TIMEOUT_S, partial=True)
+    partial = R.get_code_tests_reward(timeout_s=TIMEOUT_S)
     try:
         shares = partial(completions=completions, code_problem=problems)
     finally:
@@ -239,8 +255,10 @@ def test_reward_agrees_with_the_evaluation_grader(reward, shared_data):
 
 
 def test_code_is_a_verifier_for_the_degenerate_group_filter(reward):
-    specs = R.parse_reward_specs([{"name": "code", "timeout_s": 2.0}])
-    assert R.correctness_reward_index(specs) == 0
+    specs = R.parse_reward_specs([{"name": "code_tests"}, {"name": "code", "weight": 0.0}])
+    assert R.correctness_reward_index(specs) == 1  # code_tests is a share, not a verdict
+    with pytest.raises(ValueError, match="tells correct from wrong"):
+        R.correctness_reward_index(specs[:1])
     out = reward(completions=[GOOD, "x = ("], code_problem=[SUM3, SUM3])
     assert R.verdicts(out) == [True, False]
     assert R.degenerate_groups(R.verdicts(out), 2) == [False]
