@@ -13,7 +13,8 @@ The pieces:
   before any candidate code runs. The child points fds 0, 1 and 2 at ``/dev/null`` and a pipe
   the parent drains (keeping the first :data:`OUTPUT_KEEP_BYTES`), closes every other fd,
   executes the candidate's code as ``__main__``, calls the target function on each recorded
-  argument tuple and writes one encoded result per call into a results pipe. The parent
+  argument tuple and writes one encoded result per call into a results pipe (in one write at
+  the end). The parent
   (``prctl(PR_SET_DUMPABLE, 0)`` first, so the child cannot open its ``/proc/<pid>/fd`` or
   memory) reads the run's nonce from its stdin only after the fork, caps the results, and prints
   one line: marker + nonce + JSON payload.
@@ -38,10 +39,10 @@ does not weaken the above: with no way to stdout, the nonce is of no use to the 
 The plain-subprocess fallback, where the candidate runs as the grading user when that user is
 not root: it can then reach the host process itself (open ``/proc/<host pid>/fd/*``, which
 includes the host's end of its output pipe), so a deliberate attack can forge a result there.
-The E2B backend runs programs without the local driver: the parent seals itself and unlinks
-its stdin file before it forks, which leaves a candidate only a race for that file (the nonce,
-useless without a way to stdout). That a candidate's results fit the cap its program is given
-(over it, the run fails). A non-Linux host.
+The E2B backend runs programs without the local driver: there the parent's own sealing (a run
+whose parent could not seal itself fails) and the unlinking of its stdin file before it forks
+carry the guarantees, untested here (no E2B account). That a candidate's results fit the cap
+its program is given (over it, the run fails). A non-Linux host.
 """
 
 from __future__ import annotations

@@ -174,6 +174,24 @@ def test_always_equal_object_fails(task, humaneval, pool):
     assert "not plain data" in verdict.reason
 
 
+ANYTHING = ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+            "    def __ne__(self, other):\n        return False\n"
+            "    def __bool__(self):\n        return True\n")
+
+
+def test_every_humaneval_task_resists_an_always_equal_object_and_a_trace_hook(humaneval, pool):
+    problems = list(humaneval.values())
+    equal = [whole(p, "    return Anything()\n", ANYTHING) for p in problems]
+    hook = [whole(p, "    return None\n") + "\nimport sys, os\n"
+            "def _profile(frame, event, arg):\n"
+            "    if event == 'call' and frame.f_code.co_name == 'check':\n"
+            "        print('__weft_result_0__true', flush=True)\n        os._exit(0)\n"
+            "sys.setprofile(_profile)\n" for p in problems]
+    results = grade_code_many(equal + hook, problems + problems, pool=pool)
+    assert [r.task_id for r in results if r.passed] == []
+    assert all("not plain data" in r.reason for r in results[:len(problems)])
+
+
 @pytest.mark.parametrize("base", ["int", "str", "float"])
 def test_builtin_subclass_with_custom_eq_fails(base, humaneval, pool):
     problem = humaneval["HumanEval/13"]  # greatest_common_divisor: an int
@@ -203,7 +221,8 @@ def test_marker_from_code_constants_frames_and_gc_fails(task, humaneval, pool):
 def test_marker_forgery_fails_in_a_cold_jail_too(task, humaneval, jail, pool):
     problem = humaneval[task]
     humaneval_recording(problem, pool)
-    assert_fails(grade_code(dig_attack(problem, pool, "    return None\n"), problem, jail))
+    assert_fails(grade_code(dig_attack(problem, pool, "    import os\n    os._exit(0)\n"),
+                            problem, jail))
 
 
 def test_relay_in_the_plain_subprocess_fallback(humaneval, fallback, pool):
@@ -211,6 +230,33 @@ def test_relay_in_the_plain_subprocess_fallback(humaneval, fallback, pool):
     assert grade_code(problem["canonical_solution"], problem, fallback).passed
     assert_fails(grade_code(dig_attack(problem, pool, "    import os\n    os._exit(0)\n"),
                             problem, fallback))
+
+
+def test_knowing_the_nonce_does_not_help_and_a_cold_run_never_holds_it(humaneval, pool, jail,
+                                                                       monkeypatch):
+    import eval.code_grader as grader
+
+    issued = []
+
+    def spy():
+        issued.append(new_marker())
+        return issued[-1]
+
+    problem = humaneval["HumanEval/0"]
+    humaneval_recording(problem, pool)
+    monkeypatch.setattr(grader, "new_marker", spy)
+    prelude = f"FORGED = {forged_answers(problem, pool)}\n{DIG_AND_FORGE}"
+    attack = whole(problem, "    print(' '.join(__dig()), flush=True)\n    __forge(__dig())\n"
+                            "    return None\n", prelude)
+    # A warm runner received the nonce with the program, so the candidate can dig it out of
+    # the fork server's frames; its forged lines still never reach the host's stdout.
+    warm = grade_code(attack, problem, pool)
+    assert_fails(warm)
+    assert marker_nonce(issued[-1]) in warm.details
+    # A cold run passes stdin as a descriptor the driver never reads: nothing to dig out.
+    cold = grade_code(attack, problem, jail)
+    assert_fails(cold)
+    assert "its output" in cold.details and marker_nonce(issued[-1]) not in cold.details
 
 
 def test_forged_payload_with_right_answers_then_wrong_returns_fails(humaneval, pool):
