@@ -361,6 +361,7 @@ def grade_code(candidate: str, problem_meta: dict, sandbox: Any = None,
         raise TypeError(f"candidate must be a str, got {type(candidate).__name__}")
     kind = detect_benchmark(problem_meta)
     box = sandbox if sandbox is not None else _default_sandbox()
+    getattr(box, "isolation", None)  # a sandbox that cannot run says so first (one probe)
     start = time.monotonic()
     task = problem_meta.get("task_id") or problem_meta.get("question_id")
     if kind == HUMANEVAL:

@@ -19,7 +19,9 @@ cannot rewrite the warm worker for the programs after it, nor write into its rep
   killed when it ends; after a timed-out cell the reply says how many threads are still
   running, ``threads_left``, and the host then replaces the kernel). ROLE ``runner`` forks a
   fresh child per program from this pristine process (a warm "fork server"), enforces the
-  wall-clock limit, kills every leftover process and wipes the work dir before answering.
+  wall-clock limit, kills every leftover process and wipes the work dir before answering. The
+  child is forked before its request is read and gets its code over a pipe and its stdin in a
+  memfd, so the request's stdin (a grader's secret nonce) is never in the program's memory.
 
 ``sys.setrecursionlimit`` is capped at ``MAX_RECURSION_LIMIT`` (a departure from plain CPython,
 which accepts any limit): a runaway recursion then ends in a RecursionError within seconds,
@@ -603,43 +605,81 @@ def _finish_child():
             pass
 
 
-def _spawn(req, rfd, wfd, jailed, workdirs):
-    import select
+def _prefork(rfd, wfd, jailed):
+    """Fork the next program's process before its request is read, so it never holds what the
+    request carries (its stdin: a grader's nonce) in memory. It waits for its job (code and
+    limits) on a pipe; its stdin arrives in a memfd it already holds."""
     import signal
 
-    source = req["code"]
-    stdin = req.get("stdin")
-    timeout_s = float(req["timeout_s"])
-    cpu_s = int(req["cpu_s"])
+    job_r, job_w = os.pipe()
     rep_r, rep_w = os.pipe()
-    if stdin is None:
-        in_fd = os.open("/dev/null", os.O_RDONLY)
-    else:
-        in_fd = os.memfd_create("stdin", 0)
-        _write_all(in_fd, stdin.encode("latin-1"))
-        os.lseek(in_fd, 0, 0)
+    in_fd = os.memfd_create("stdin", 0)
     pid = os.fork()
-    if pid == 0:  # child: becomes the program
+    if pid == 0:  # child: becomes the program once its job arrives
         status = 70
         try:
-            os.close(rep_r)
-            os.close(rfd)
-            os.close(wfd)
+            for fd in (job_w, rep_r, rfd, wfd):
+                os.close(fd)
+            os.set_inheritable(rep_w, False)
+            data = _read_all(job_r)
+            os.close(job_r)
+            if not data:  # the runner is shutting down
+                os._exit(0)
+            import json
+
+            job = json.loads(data.decode("utf-8", "surrogatepass"))
+            if not job["stdin"]:
+                os.close(in_fd)
+                in_fd = os.open("/dev/null", os.O_RDONLY)
             os.dup2(in_fd, 0)
             os.close(in_fd)
-            os.set_inheritable(rep_w, False)
             if not jailed:
                 os.setpgid(0, 0)
             for signum in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            _set_limits(req["limits"])
-            status = _run_program(source, "main.py", rep_w)
+            _set_limits(job["limits"])
+            status = _run_program(job["code"], "main.py", rep_w)
             _finish_child()
         finally:
             os._exit(status)
+    os.close(job_r)
     os.close(rep_w)
-    os.close(in_fd)
+    return {"pid": pid, "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd}
+
+
+def _drop(zygote):
+    """End a pre-forked process that got no job."""
+    os.close(zygote["job_w"])
+    os.close(zygote["rep_r"])
+    os.close(zygote["in_fd"])
+    try:
+        os.waitpid(zygote["pid"], 0)
+    except ChildProcessError:
+        pass
+
+
+def _spawn(req, zygote, jailed, workdirs):
+    import json
+    import select
+    import signal
+
+    timeout_s = float(req["timeout_s"])
+    cpu_s = int(req["cpu_s"])
+    stdin = req.get("stdin")
+    pid, rep_r = zygote["pid"], zygote["rep_r"]
+    if stdin is not None:
+        view, at = memoryview(stdin.encode("latin-1")), 0
+        while at < len(view):
+            at += os.pwrite(zygote["in_fd"], view[at:], at)
+    os.close(zygote["in_fd"])
+    job = json.dumps({"code": req["code"], "limits": req["limits"],
+                      "stdin": stdin is not None}).encode("utf-8", "surrogatepass")
+    try:
+        _write_all(zygote["job_w"], job)
+    except OSError:
+        pass  # the child died before reading its job: reported from its exit status below
+    os.close(zygote["job_w"])
     pidfd = os.pidfd_open(pid)
     try:
         timed_out = not select.select([pidfd], [], [], timeout_s)[0]
@@ -686,14 +726,19 @@ def _serve_runner(rfd, wfd, jailed):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     workdirs = [os.getcwd()] + (["/dev/shm"] if jailed else [])
     _send(wfd, {"ready": True, "pid": os.getpid()})
+    zygote = None
     while True:
+        if zygote is None:
+            zygote = _prefork(rfd, wfd, jailed)
         req = _recv(rfd)
         if req is None:
+            _drop(zygote)
             return 0
         nonce = req.pop("nonce", None)
         op = req.get("op")
         if op == "spawn":
-            reply = _spawn(req, rfd, wfd, jailed, workdirs)
+            reply = _spawn(req, zygote, jailed, workdirs)
+            zygote = None
         else:
             reply = {"error": ["ProtocolError", f"unknown op {op!r}", ""]}
         reply["nonce"] = nonce

@@ -32,11 +32,11 @@ values only, so no object of its making is ever compared. Killing or stopping th
 loses the payload (a failed run). A parent that could not seal itself says so (``sealed``) and
 its run fails.
 
-Not guaranteed: that the nonce stays out of the candidate's memory on a warm runner (the fork
-server receives stdin in the same request as the program, and the program is forked from it;
-a cold ``LocalSandbox.run`` passes stdin as a file descriptor the driver never reads). This
-does not weaken the above: with no way to stdout, the nonce is of no use to the candidate.
-The plain-subprocess fallback, where the candidate runs as the grading user when that user is
+The nonce never enters the candidate's memory: a cold ``LocalSandbox.run`` passes stdin as a
+descriptor the driver never reads, and a warm runner forks each program's process before it
+reads the request that carries its stdin; the parent reads it only after forking the child.
+
+Not guaranteed: the plain-subprocess fallback, where the candidate runs as the grading user when that user is
 not root: it can then reach the host process itself (open ``/proc/<host pid>/fd/*``, which
 includes the host's end of its output pipe), so a deliberate attack can forge a result there.
 The E2B backend runs programs without the local driver: there the parent's own sealing (a run

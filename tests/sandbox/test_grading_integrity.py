@@ -232,8 +232,7 @@ def test_relay_in_the_plain_subprocess_fallback(humaneval, fallback, pool):
                             problem, fallback))
 
 
-def test_knowing_the_nonce_does_not_help_and_a_cold_run_never_holds_it(humaneval, pool, jail,
-                                                                       monkeypatch):
+def test_the_candidate_never_holds_the_nonce_warm_or_cold(humaneval, pool, jail, monkeypatch):
     import eval.code_grader as grader
 
     issued = []
@@ -248,15 +247,14 @@ def test_knowing_the_nonce_does_not_help_and_a_cold_run_never_holds_it(humaneval
     prelude = f"FORGED = {forged_answers(problem, pool)}\n{DIG_AND_FORGE}"
     attack = whole(problem, "    print(' '.join(__dig()), flush=True)\n    __forge(__dig())\n"
                             "    return None\n", prelude)
-    # A warm runner received the nonce with the program, so the candidate can dig it out of
-    # the fork server's frames; its forged lines still never reach the host's stdout.
-    warm = grade_code(attack, problem, pool)
-    assert_fails(warm)
-    assert marker_nonce(issued[-1]) in warm.details
-    # A cold run passes stdin as a descriptor the driver never reads: nothing to dig out.
-    cold = grade_code(attack, problem, jail)
-    assert_fails(cold)
-    assert "its output" in cold.details and marker_nonce(issued[-1]) not in cold.details
+    # What it dug out is printed first in its output: never the nonce of its own run (a warm
+    # runner forks the program before reading the request that carries it; a cold run passes
+    # it as a descriptor the driver never reads; the parent reads it after the fork).
+    for box in (pool, pool, jail):
+        verdict = grade_code(attack, problem, box)
+        assert_fails(verdict)
+        assert "its output" in verdict.details
+        assert marker_nonce(issued[-1]) not in verdict.details
 
 
 def test_forged_payload_with_right_answers_then_wrong_returns_fails(humaneval, pool):
