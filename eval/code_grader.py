@@ -6,7 +6,8 @@ fenced code block) and a problem as a plain dict with the benchmark file's field
 graded in three steps (HumanEval, MBPP+, LiveCodeBench functional tests):
 
 1. **Recording** (trusted code only, once per task and process, like the MBPP+ reference
-   answers): in the sandbox, the canonical solution runs under the benchmark's own test with
+   answers): in a fresh jail of its own (never a warm runner that later runs candidates: its
+   memory would keep remnants), the canonical solution runs under the benchmark's own test with
    the entry point wrapped by a recorder (``random`` seeded first): the arguments of every
    call the test makes (encoded before the call) and the canonical answers. The recording is
    replayed on the host at once with the canonical answers; a HumanEval task whose test does not
@@ -254,7 +255,10 @@ def _record(box: Any, *, task: Any, setup: str, entry: str, test_setup: str, tes
             must_replay: bool) -> Recording:
     marker = new_marker()
     program = recording_program(setup, entry, test, fixed_calls, marker, digest_above)
-    result = box.run(program, limits=_limits(box, EXPECTED_TIMEOUT_S, GRADER_OUTPUT_BYTES))
+    # A fresh jail of its own, never a pool's warm runner: a runner's heap keeps remnants of
+    # the programs it was sent, and the candidates it runs later must find none of this one.
+    cold = box.backend if isinstance(box, SandboxPool) else box
+    result = cold.run(program, limits=_limits(box, EXPECTED_TIMEOUT_S, GRADER_OUTPUT_BYTES))
     payload, why = read_payload(result.stdout, marker)
     if payload is NOT_FOUND:
         raise RuntimeError(f"the canonical solution of {task} did not run: "

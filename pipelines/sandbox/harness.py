@@ -36,7 +36,10 @@ The nonce never enters the candidate's memory: a cold ``LocalSandbox.run`` passe
 descriptor the driver never reads, and a warm runner forks each program's process before it
 reads the request that carries its stdin; the parent reads it only after forking the child.
 
-Not guaranteed: the plain-subprocess fallback, where the candidate runs as the grading user when that user is
+Not guaranteed: that a candidate on a warm runner finds nothing of the programs that runner
+ran before (its heap keeps remnants, inherited by every program it forks: other candidates'
+code and stale nonces; so the grader records the benchmark's tests in jails of their own). The
+plain-subprocess fallback, where the candidate runs as the grading user when that user is
 not root: it can then reach the host process itself (open ``/proc/<host pid>/fd/*``, which
 includes the host's end of its output pipe), so a deliberate attack can forge a result there.
 The E2B backend runs programs without the local driver: there the parent's own sealing (a run

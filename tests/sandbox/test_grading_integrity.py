@@ -257,6 +257,47 @@ def test_the_candidate_never_holds_the_nonce_warm_or_cold(humaneval, pool, jail,
         assert marker_nonce(issued[-1]) not in verdict.details
 
 
+# Reads every anonymous readable mapping of its own process and looks for a line of the task's
+# test, in two halves, so that the whole line is never in its own memory unless leaked there.
+SCAN = r'''
+def __leaked(first, second):
+    import ctypes
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        name = parts[5] if len(parts) > 5 else ""
+        if "r" not in parts[1] or (name and name not in ("[heap]", "[stack]")):
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        try:
+            data = ctypes.string_at(lo, hi - lo)
+        except Exception:
+            continue
+        at = data.find(first)
+        while at >= 0:
+            if data[at + len(first):at + len(first) + len(second)] == second:
+                return True
+            at = data.find(first, at + 1)
+    return False
+'''
+
+
+def test_no_remnant_of_the_test_in_the_candidates_memory(humaneval, jail, monkeypatch):
+    """The recording (canonical solution + test) runs in a jail of its own: a warm runner that
+    had run it would keep remnants in its heap, inherited by every program it forks later."""
+    import eval.code_grader as grader
+
+    monkeypatch.setattr(grader, "_RECORDINGS", {})  # record again, on this pool
+    problem = humaneval["HumanEval/7"]
+    line = next(ln.strip() for ln in problem["test"].splitlines() if "assert" in ln).encode()
+    half = len(line) // 2
+    body = (f"    print('LEAKED' if __leaked({line[:half]!r}, {line[half:]!r}) else 'clean')\n"
+            "    return None\n")
+    with SandboxPool(jail, workers=1) as one:
+        verdict = grade_code(whole(problem, body, SCAN), problem, one)
+    assert_fails(verdict)
+    assert "clean" in verdict.details and "LEAKED" not in verdict.details
+
+
 def test_forged_payload_with_right_answers_then_wrong_returns_fails(humaneval, pool):
     problem = humaneval["HumanEval/53"]  # add(x, y); its check draws random arguments
     attack = dig_attack(problem, pool, "    import os\n    os._exit(0)\n")
