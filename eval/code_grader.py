@@ -77,7 +77,15 @@ from pathlib import Path
 from typing import Any
 
 from eval.code_replay import Recording, parse_recording, recording_program, replay
-from pipelines.sandbox import ExecResult, Limits, LocalSandbox, SandboxPool, render_observation
+from pipelines.sandbox import (
+    E2BUnavailable,
+    ExecResult,
+    Limits,
+    LocalSandbox,
+    SandboxPool,
+    SandboxUnavailable,
+    render_observation,
+)
 from pipelines.sandbox.harness import (
     DIGEST_ABOVE,
     NOT_FOUND,
@@ -573,7 +581,8 @@ def grade_code_many(candidates: Sequence[str], problems: Sequence[dict] | dict, 
     for all candidates or one per candidate; results come in the order of ``candidates``. A
     pool is created (and closed) when none is given. Every item gets a result: an item whose
     grading raises (a malformed problem, a canonical solution that cannot be recorded) is a
-    failed item with the error as its reason."""
+    failed item with the error as its reason. Only a missing sandbox (``SandboxUnavailable``,
+    ``E2BUnavailable``) raises, at once."""
     problem_list = [problems] * len(candidates) if isinstance(problems, dict) else list(problems)
     if len(problem_list) != len(candidates):
         raise ValueError(f"got {len(candidates)} candidates but {len(problem_list)} problems")
@@ -593,6 +602,8 @@ def _grade_one(candidate: Any, problem: Any, pool: Any, timeout_s: float) -> Cod
     start = time.monotonic()
     try:
         return grade_code(candidate, problem, pool, timeout_s)
+    except (SandboxUnavailable, E2BUnavailable):
+        raise  # no sandbox at all: fail fast with how to get one, not once per item
     except Exception as exc:  # noqa: BLE001 - one bad item never ends the run
         meta = problem if isinstance(problem, dict) else {}
         try:
