@@ -76,7 +76,13 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from eval.code_replay import Recording, parse_recording, recording_program, replay
+from eval.code_replay import (
+    Recording,
+    RecordingError,
+    parse_recording,
+    recording_program,
+    replay,
+)
 from pipelines.sandbox import (
     E2BUnavailable,
     ExecResult,
@@ -250,7 +256,7 @@ def _recording(key_parts: list, make, sandbox: Any) -> Recording:
         if key not in _RECORDINGS:
             try:
                 _RECORDINGS[key] = make(sandbox if sandbox is not None else _default_sandbox())
-            except (RuntimeError, ValueError) as exc:
+            except (RecordingError, ValueError) as exc:  # a run that failed is tried again
                 _RECORDINGS[key] = exc
         found = _RECORDINGS[key]
     if isinstance(found, Exception):

@@ -44,6 +44,10 @@ RECORD_SEED = 20_240_601  # ``random`` is seeded with this before a test is reco
 REPLAY_TIMEOUT_S = 5.0
 
 
+class RecordingError(RuntimeError):
+    """A recording that can never be used (the same on every attempt)."""
+
+
 _RECORDING_SOURCE = r'''
 import json as __weft_json
 import random as __weft_random
@@ -134,28 +138,29 @@ _COMPILED: dict[tuple[str, str], Any] = {}
 
 def parse_recording(payload: Any, *, task: Any, entry: str, test_setup: str, test_run: str,
                     seconds: float, must_replay: bool) -> Recording:
-    """A :class:`Recording` from a recording program's payload. Raises ``RuntimeError`` when
-    the canonical solution failed its own test, the payload is malformed, or (``must_replay``)
-    the test does not pass on the host with the canonical answers."""
+    """A :class:`Recording` from a recording program's payload. Raises
+    :class:`RecordingError` when the canonical solution failed its own test, the payload is
+    malformed, or (``must_replay``) the test does not pass on the host with the canonical
+    answers."""
     try:
         if payload.get("error"):
-            raise RuntimeError(f"the canonical solution of {task} fails the benchmark's own "
+            raise RecordingError(f"the canonical solution of {task} fails the benchmark's own "
                                f"test: {payload['error']}")
         keys = [key for key, _ in payload["calls"]]
         results = [res for _, res in payload["calls"]]
         fixed = list(payload["fixed"])
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise RuntimeError(f"the recording of {task} is malformed: {exc}") from None
+        raise RecordingError(f"the recording of {task} is malformed: {exc}") from None
     calls = [enc for kind, enc in keys if kind == "ok"]
     replayable = bool(test_run) and len(calls) == len(keys)
     if replayable:
         why = replay(test_setup, test_run, entry, calls, [call_result(r, None) for r in results])
         replayable = why is None
         if why is not None and must_replay:
-            raise RuntimeError(f"the benchmark's test of {task} cannot be replayed on the host "
+            raise RecordingError(f"the benchmark's test of {task} cannot be replayed on the host "
                                f"with the canonical answers: {why}")
     elif must_replay:
-        raise RuntimeError(f"the benchmark's test of {task} calls the function with arguments "
+        raise RecordingError(f"the benchmark's test of {task} calls the function with arguments "
                            "that are not plain data")
     return Recording(fixed=fixed, calls=calls, results=results, seconds=seconds,
                      size=len(json.dumps(fixed)) + len(json.dumps(results)),
