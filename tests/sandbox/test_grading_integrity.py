@@ -1,11 +1,19 @@
 """Completions written to game the code grader, run on real HumanEval / MBPP+ tasks in the real
 bubblewrap jail: each one must get a failed verdict (and the grader must survive it).
 
-Every attack here passed (or crashed the grader) when the benchmark's test ran inside the
-candidate's own interpreter and a marker line printed after it meant "passed"."""
+The attacks: an object whose ``__eq__`` is always true, ``int``/``str``/``float`` subclasses,
+patched ``builtins.abs`` / ``math.fabs``, a marker (or the nonce) dug out of code constants,
+frames, ``gc.get_objects()``, argv, ``/proc/self/cmdline``, stdin and ``__main__`` and printed
+with a forged payload (also into ``/proc/<ppid>/fd/1`` and ``/proc/1/fd/1``), trace and profile
+hooks that skip ``check``, a lookup table built from the program text, killing or stopping the
+parent, a raw scan of the candidate's own memory for the test, a 200,000-deep payload and a
+64 MiB flood. Every attack here passed (or crashed the grader, or cost the host >100 MiB) when
+the benchmark's test ran inside the candidate's own interpreter and a marker line printed
+after it meant "passed"."""
 
 import gc
 import json
+import time
 import tracemalloc
 
 import pytest
@@ -504,6 +512,26 @@ def test_64mib_flood_costs_the_host_little_memory(bench, humaneval, mbpp, pool):
         tracemalloc.stop()
     assert_fails(verdict)
     assert peak < 16 * 1024 * 1024, f"peak host allocation {peak / 2**20:.0f} MiB"
+
+
+def test_host_replay_is_bounded_and_turns_every_failure_into_a_reason(monkeypatch):
+    from eval import code_replay
+    from pipelines.sandbox.harness import CallResult
+
+    monkeypatch.setattr(code_replay, "REPLAY_TIMEOUT_S", 0.2)
+    call, one = encode_call((1,)), CallResult("ok", 1)
+    endless = "import time\nwhile True:\n    time.sleep(0.01)\n    assert f(1) == 1\n"
+    start = time.monotonic()
+    assert "longer than 0.2 s" in code_replay.replay("", endless, "f", [call] * 1000, [one] * 1000)
+    assert time.monotonic() - start < 3
+    assert "ZeroDivisionError" in code_replay.replay("", "1 / 0\n", "f", [], [])
+    assert "RecursionError" in code_replay.replay("", "def g():\n    g()\ng()\n", "f", [], [])
+    assert "more often" in code_replay.replay("", "f(1)\n", "f", [], [])
+    assert "other arguments" in code_replay.replay("", "f(2)\n", "f", [call], [one])
+    assert "raised ValueError: x" in code_replay.replay(
+        "", "f(1)\n", "f", [call], [CallResult("error", "ValueError: x")])
+    assert "AssertionError" in code_replay.replay("", "assert f(1) == 2\n", "f", [call], [one])
+    assert code_replay.replay("", "assert f(1) == 1\n", "f", [call], [one]) is None
 
 
 def test_one_broken_item_does_not_end_the_batch(humaneval, pool):
