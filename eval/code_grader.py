@@ -558,7 +558,9 @@ def _grade_lcb(candidate: str, problem: dict, box, timeout_s: float) -> dict:
         # Output much longer than the expected output is wrong anyway: keep no more than that.
         cap = 2 * len(expected.encode("utf-8")) + STDOUT_SLACK
         result = box.run(code, stdin=test["input"], limits=_limits(box, timeout_s, cap))
-        if not result.ok or result.output_truncated:
+        # A cut stdout fails (what was cut could matter); a cut stderr alone does not.
+        cut = result.output_truncated and len(result.stdout.encode("utf-8")) >= cap
+        if not result.ok or cut:
             return {**base, "passed": False, "tests_passed": passed,
                     "timed_out": result.timed_out, "reason": f"test {i}: {_failed_run(result)}",
                     "details": render_observation(result, 2000)}

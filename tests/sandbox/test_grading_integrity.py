@@ -57,6 +57,11 @@ def mbpp(shared_data):
     return load_benchmark("mbppplus")
 
 
+@pytest.fixture(scope="module")
+def lcb(shared_data):
+    return load_benchmark("livecodebench")
+
+
 def whole(problem: dict, body: str, prelude: str = "") -> str:
     """A whole definition of the task's entry point with ``body`` (indented 4)."""
     params = "*args, **kwargs"
@@ -532,6 +537,27 @@ def test_host_replay_is_bounded_and_turns_every_failure_into_a_reason(monkeypatc
         "", "f(1)\n", "f", [call], [CallResult("error", "ValueError: x")])
     assert "AssertionError" in code_replay.replay("", "assert f(1) == 2\n", "f", [call], [one])
     assert code_replay.replay("", "assert f(1) == 1\n", "f", [call], [one]) is None
+
+
+def test_livecodebench_stdout_is_capped_near_the_expected_output(lcb, pool):
+    problem = lcb[0]  # prints one number per test
+    answer = ("n = int(input())\na = list(map(int, input().split()))\n"
+              "print(a.index(sorted(a)[-2]) + 1)\n")
+    assert grade_code(answer, problem, pool).passed
+    noisy = "import sys\nsys.stderr.write('debug ' * 100000)\n" + answer
+    assert grade_code(noisy, problem, pool).passed  # stderr is not the answer
+    padded = answer + "print(' ' * 100000 + 'extra')\n"  # the kept part alone would match
+    verdict = grade_code(padded, problem, pool)
+    assert_fails(verdict)
+    assert "more output than the grader keeps" in verdict.reason
+    tracemalloc.start()
+    try:
+        flood = grade_code(answer + "print('9' * (64 * 1024 * 1024))\n", problem, pool)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_fails(flood)
+    assert peak < 16 * 1024 * 1024, f"peak host allocation {peak / 2**20:.0f} MiB"
 
 
 def test_one_broken_item_does_not_end_the_batch(humaneval, pool):
