@@ -139,7 +139,10 @@ _METHOD_RE = re.compile(r"def\s+([A-Za-z_]\w*)\s*\(\s*self\b")
 @dataclass(frozen=True)
 class CodeGradeResult:
     """One verdict. ``reason`` says why in a sentence; ``details`` holds the observation of
-    the deciding run (truncated); ``tests_*`` count the benchmark's test cases."""
+    the deciding run (truncated); ``tests_*`` count the benchmark's test cases.
+    ``ungradable`` marks an item the grader could not use at all (a malformed problem, a
+    reference solution that cannot be recorded, a problem with no test): it is failed, and
+    its reason starts with ``grading failed:``; an RL reward scores it as unscorable."""
 
     passed: bool
     reason: str
@@ -151,6 +154,7 @@ class CodeGradeResult:
     timed_out: bool = False
     duration_s: float = 0.0
     details: str = ""
+    ungradable: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,6 +425,9 @@ def _grade_humaneval(candidate: str, problem: dict, box, timeout_s: float) -> di
             raise ValueError(f"HumanEval problem lacks {key!r}")
     recording = humaneval_recording(problem, box)
     entry = problem["entry_point"]
+    if not recording.calls:  # a test that never calls the function would pass anything
+        raise ValueError(f"the HumanEval test of {entry!r} never calls it with the canonical "
+                         "solution: nothing to grade")
     result, outcome = _relay(box, humaneval_source(candidate, problem), ("function", entry),
                              recording.calls, timeout_s, _results_cap(recording.size))
     base = {"tests_total": 1, "timed_out": result.timed_out}
@@ -446,6 +453,9 @@ def _grade_mbpp(candidate: str, problem: dict, box, timeout_s: float) -> dict:
     else:
         expected, reference_s = recording.fixed, recording.seconds
     use_assertion = recording is not None and recording.replayable
+    if not inputs and not use_assertion:  # no test at all would pass anything
+        raise ValueError("MBPP+ problem has no inputs (base_input, plus_input) and no assertion "
+                         "block the host can replay: nothing to grade")
     calls = [encode_call(args) for args in inputs] + (recording.calls if use_assertion else [])
     code = extract_code(candidate, entry)
     # Slow tasks get the time their canonical solution needed, with a margin.
@@ -622,4 +632,4 @@ def _grade_one(candidate: Any, problem: Any, pool: Any, timeout_s: float) -> Cod
         return CodeGradeResult(passed=False, benchmark=kind,
                                task_id=None if task is None else str(task),
                                reason=f"grading failed: {type(exc).__name__}: {str(exc)[:300]}",
-                               duration_s=time.monotonic() - start)
+                               duration_s=time.monotonic() - start, ungradable=True)

@@ -573,7 +573,6 @@ def get_length_penalty_reward(num_generations: int, answer_format: str = "boxed"
 
 CODE_PROBLEM_KEY = "code_problem"
 CODE_RUN_OVERHEAD_S = 2.0  # per program on top of its limit: harness, jail restart after a kill
-GRADING_FAILED = "grading failed"  # how eval.code_grader's reason starts for a problem it cannot use
 
 
 class WarmSandboxPool:
@@ -698,29 +697,10 @@ def _code_reward(problem_key: str, timeout_s: float, workers: int, share: bool) 
             return result.tests_passed / result.tests_total
         return float(result.passed)
 
-    def grade_each(pool: Any, candidates: list[str], problems: list[dict]) -> list[Any]:
-        """Per-item grading, used when the batch call failed: a problem the grader rejects
-        gives None, the others still get a verdict."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from eval.code_grader import grade_code
-
-        def one(pair: tuple[str, dict]) -> Any:
-            try:
-                return grade_code(pair[0], pair[1], pool, timeout_s)
-            except Exception as exc:  # noqa: BLE001 - a problem the grader cannot use
-                log.warning("code reward: cannot grade problem %s: %s",
-                            pair[1].get("task_id"), exc)
-                return None
-
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="weft-code-reward") as ex:
-            return list(ex.map(one, zip(candidates, problems)))
-
     def code(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         import time
 
         from eval.code_grader import extract_code, grade_code_many
-        from pipelines.sandbox import SandboxUnavailable
 
         n = len(completions)
         values = _column(kwargs, problem_key, n, "code")
@@ -747,13 +727,9 @@ def _code_reward(problem_key: str, timeout_s: float, workers: int, share: bool) 
             return out
         pool = holder.get()
         start = time.monotonic()
-        try:
-            results = grade_code_many(candidates, problems, pool=pool, timeout_s=timeout_s)
-        except SandboxUnavailable:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. a reference solution that does not run
-            log.warning("code reward: batch grading failed (%s); grading item by item", exc)
-            results = grade_each(pool, candidates, problems)
+        # every item gets a result (a problem the grader cannot use is ``ungradable``); only a
+        # missing sandbox raises
+        results = grade_code_many(candidates, problems, pool=pool, timeout_s=timeout_s)
         elapsed = time.monotonic() - start
         bound = code_call_bound_s(len(candidates), workers, timeout_s)
         if elapsed > bound:
@@ -761,13 +737,10 @@ def _code_reward(problem_key: str, timeout_s: float, workers: int, share: bool) 
                      len(candidates), elapsed, bound)
         ungraded = []
         for i, result in zip(index, results):
-            if result is None:  # grade_each logged why
-                continue
-            if result.reason.startswith(GRADING_FAILED) or not result.tests_total:
+            if result.ungradable or not result.tests_total:
                 # the grader could not use the problem, or no test was left to run: a program
                 # that is never checked must not score
-                failed = result.reason.startswith(GRADING_FAILED)
-                why = result.reason if failed else "no test was run"
+                why = result.reason if result.ungradable else "no test was run"
                 ungraded.append(f"{result.task_id}: {why}")
                 continue
             out[i] = score(result)

@@ -568,6 +568,23 @@ def test_one_broken_item_does_not_end_the_batch(humaneval, pool):
                               [good, broken, {"question": "?"}], pool=pool)
     assert [r.passed for r in results] == [True, False, False]
     assert "grading failed" in results[1].reason and "grading failed" in results[2].reason
+    assert [r.ungradable for r in results] == [False, True, True]
+
+
+def test_a_problem_with_no_test_passes_nothing(pool):
+    # a test that never calls the function, or an MBPP+ task with neither inputs nor an
+    # assertion block, would accept any program: the item is ungradable instead
+    never_called = {"task_id": "X/2", "prompt": "def f(x):\n    \"\"\"x\"\"\"\n",
+                    "entry_point": "f",
+                    "test": "def check(candidate):\n    assert True\n",
+                    "canonical_solution": "    return x\n"}
+    no_inputs = {"task_id": "Mbpp/x", "benchmark": "mbppplus", "entry_point": "f",
+                 "canonical_solution": "def f(x):\n    return x\n", "base_input": [],
+                 "plus_input": [], "assertion": ""}
+    results = grade_code_many(["    return 'anything'\n", "def f(x):\n    return None\n"],
+                              [never_called, no_inputs], pool=pool)
+    assert [(r.passed, r.ungradable) for r in results] == [(False, True), (False, True)]
+    assert all("nothing to grade" in r.reason for r in results)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,7 +157,7 @@ def test_a_problem_with_no_test_left_scores_none_not_a_pass(reward, extra, caplo
         out = reward(completions=["def f(s):\n    return 'anything'\n", GOOD],
                      code_problem=[json.dumps(problem), json.dumps(SUM3)])
     assert out == [None, 1.0]
-    assert "untested: no test was run" in caplog.text
+    assert "untested: grading failed" in caplog.text and "nothing to grade" in caplog.text
 
 
 def test_missing_column_names_it():
