@@ -9,7 +9,9 @@ names used in recipes to those factories.
 
 - Outcome (:func:`get_outcome_reward`): 1 when the final answer matches the gold answer by the
   benchmark's grader (``grader``: ``"math"``, ``eval.graders.grade_math``, by default;
-  ``"choice"`` for multiple choice; the registry evaluation uses), else 0. The answer is read
+  ``"choice"`` for multiple choice; the registry evaluation uses; or ``benchmark``: a registered
+  benchmark's own grader and answer normaliser, exactly as its evaluation applies them, e.g.
+  GSM8K's thousands separators), else 0. The answer is read
   from the format's answer region, ``pipelines.formats.answer_region`` (the call evaluation
   makes too): the whole text (``boxed``), the speak projection of a think/speak stream (``sxs``,
   SxS Eq. 11-12), or the last ``<answer>`` block (``tir``).
@@ -127,12 +129,39 @@ def is_correct(text: str, gold: str, answer_format: str = "boxed", timeout_s: in
 
 
 def _graded(verdicts: Verdicts | None, completions: Sequence[Any], golds: Sequence[Any],
-            answer_format: str, grader: str, timeout_s: int,
-            kwargs: Mapping[str, Any]) -> list[bool | None]:
-    """Verdicts of a batch from the shared ``verdicts`` (the process default without one)."""
+            answer_format: str, grader: str, timeout_s: int, kwargs: Mapping[str, Any],
+            normalize: Callable[[str], str] | None = None) -> list[bool | None]:
+    """Verdicts of a batch from the shared ``verdicts`` (the process default without one);
+    ``normalize`` is a benchmark's answer normaliser, applied to each text first."""
+    texts = [completion_text(c) for c in completions]
+    if normalize is not None:
+        texts = [normalize(t) for t in texts]
     return (verdicts or default_verdicts()).verdicts(
-        [completion_text(c) for c in completions], golds, answer_format=answer_format,
-        grader=grader, timeout_s=timeout_s, trainer_state=kwargs.get("trainer_state"))
+        texts, golds, answer_format=answer_format, grader=grader, timeout_s=timeout_s,
+        trainer_state=kwargs.get("trainer_state"))
+
+
+def benchmark_grading(grader: str, benchmark: str | None
+                      ) -> tuple[str, Callable[[str], str] | None, str]:
+    """(grader kind, answer normaliser, name suffix) for a reward: ``grader`` alone, or the
+    registered ``benchmark``'s own grader and normaliser (``eval.benchmarks``), so the reward
+    and that benchmark's evaluation read and grade an answer the same way."""
+    if benchmark is None:
+        check_grader(grader)
+        return grader, None, "" if grader == "math" else f"_{grader}"
+    from eval.benchmarks import get as get_benchmark
+
+    try:
+        bench = get_benchmark(benchmark)
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    if bench.grader == "code":
+        raise ValueError(f"benchmark {benchmark!r} is graded by running code; use the `code` "
+                         "reward (a code_problem column) instead of an answer-matching reward")
+    if grader not in ("math", bench.grader):
+        raise ValueError(f"grader {grader!r} contradicts benchmark {benchmark!r}, whose grader "
+                         f"is {bench.grader!r}; give one of the two")
+    return check_grader(bench.grader), bench.normalizer, f"_{benchmark}"
 
 
 def _column(kwargs: Mapping[str, Any], key: str, n: int, reward: str) -> list:
@@ -160,23 +189,26 @@ def _named(fn: RewardFunc, name: str, columns: Sequence[str] = ()) -> RewardFunc
 
 def get_outcome_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD_KEY,
                        timeout_s: int = 5, grader: str = "math",
-                       verdicts: Verdicts | None = None) -> RewardFunc:
+                       verdicts: Verdicts | None = None,
+                       benchmark: str | None = None) -> RewardFunc:
     """1.0 when the completion's final answer equals the gold answer by the benchmark's grader
-    ``grader`` (``"math"``, ``"choice"``: ``eval.graders.get_grader``, as evaluation grades),
-    0.0 otherwise; None for a row whose gold answer is missing, empty or unusable by the grader
-    (it cannot be scored). ``verdicts`` (injected by :func:`build_rewards`) is shared with the
-    other rewards of the run, so a completion is graded once per step; a call over n
-    completions returns within ``training.verdicts.call_bound_s`` in any thread."""
+    ``grader`` (``"math"``, ``"choice"``: ``eval.graders.get_grader``, as evaluation grades) or,
+    with ``benchmark``, by that registered benchmark's grader after its answer normaliser (as
+    its evaluation does), 0.0 otherwise; None for a row whose gold answer is missing, empty or
+    unusable by the grader (it cannot be scored). ``verdicts`` (injected by
+    :func:`build_rewards`) is shared with the other rewards of the run, so a completion is
+    graded once per step; a call over n completions returns within
+    ``training.verdicts.call_bound_s`` in any thread."""
     check_format(answer_format)
-    check_grader(grader)
+    kind, normalize, suffix = benchmark_grading(grader, benchmark)
 
     def outcome(completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         golds = _column(kwargs, gold_key, len(completions), "outcome")
-        graded = _graded(verdicts, completions, golds, answer_format, grader, timeout_s, kwargs)
+        graded = _graded(verdicts, completions, golds, answer_format, kind, timeout_s, kwargs,
+                         normalize)
         return [None if v is None else float(v) for v in graded]
 
-    name = f"outcome_{answer_format}" if grader == "math" else f"outcome_{answer_format}_{grader}"
-    return _named(outcome, name, (gold_key,))
+    return _named(outcome, f"outcome_{answer_format}{suffix}", (gold_key,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,14 +541,17 @@ def get_budget_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD
                       budget_key: str = "budget", timeout_s: int = 5,
                       eos_token_ids: Sequence[int] = (),
                       tokenizer: Any | None = None, grader: str = "math",
-                      verdicts: Verdicts | None = None) -> RewardFunc:
+                      verdicts: Verdicts | None = None,
+                      benchmark: str | None = None) -> RewardFunc:
     """1.0 only when the answer is correct AND the completion used at most its budget in tokens
     (Engagement Process §5.3 / App. F: "the generated solution length does not exceed the
     requested budget"). Tokens come from TRL's ``completion_ids`` without the end-of-sequence
     token that stopped the completion (ids from ``tokenizer``, injected by ``build_rewards``,
     plus ``eos_token_ids``); whitespace words when called without ids. Correctness is the
-    outcome reward's verdict (``grader``, shared ``verdicts``: graded once per step)."""
-    outcome = get_outcome_reward(answer_format, gold_key, timeout_s, grader, verdicts)
+    outcome reward's verdict (``grader`` or ``benchmark``, shared ``verdicts``: graded once per
+    step)."""
+    outcome = get_outcome_reward(answer_format, gold_key, timeout_s, grader, verdicts, benchmark)
+    suffix = benchmark_grading(grader, benchmark)[2]
     end_ids = end_token_ids(tokenizer, eos_token_ids)
 
     def budget(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None,
@@ -532,8 +567,7 @@ def get_budget_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD
         return [None if c is None else float(c == 1.0 and n <= int(b))
                 for c, n, b in zip(correct, used, budgets)]
 
-    name = f"budget_{answer_format}" if grader == "math" else f"budget_{answer_format}_{grader}"
-    return _named(budget, name, (gold_key, budget_key))
+    return _named(budget, f"budget_{answer_format}{suffix}", (gold_key, budget_key))
 
 
 def length_penalties(lengths: Sequence[int], correct: Sequence[bool]) -> list[float]:
@@ -547,13 +581,14 @@ def length_penalties(lengths: Sequence[int], correct: Sequence[bool]) -> list[fl
 def get_length_penalty_reward(num_generations: int, answer_format: str = "boxed",
                               gold_key: str = DEFAULT_GOLD_KEY, timeout_s: int = 5,
                               grader: str = "math",
-                              verdicts: Verdicts | None = None) -> RewardFunc:
+                              verdicts: Verdicts | None = None,
+                              benchmark: str | None = None) -> RewardFunc:
     """Within each group, shorter completions score higher (see :func:`length_penalties`);
     meant as a small-weight companion of an outcome reward, whose verdicts it shares (same
-    ``grader``; one grading per completion per step through ``verdicts``)."""
+    ``grader`` or ``benchmark``; one grading per completion per step through ``verdicts``)."""
     if num_generations < 2:
         raise ValueError(f"num_generations must be >= 2, got {num_generations}")
-    outcome = get_outcome_reward(answer_format, gold_key, timeout_s, grader, verdicts)
+    outcome = get_outcome_reward(answer_format, gold_key, timeout_s, grader, verdicts, benchmark)
 
     def length_penalty(prompts: Sequence[Any], completions: Sequence[Any],
                        completion_ids: Sequence[Sequence[int]] | None = None,

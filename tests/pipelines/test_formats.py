@@ -316,3 +316,62 @@ def test_evaluation_and_reward_give_the_same_multiple_choice_verdict(fmt, text, 
     verdicts = {m: _eval_verdict(m, text, "B", "gpqa_diamond") for m in modes}
     assert verdicts == {m: expected for m in modes}, "evaluation"
     assert _reward_verdict(fmt, text, "B", grader) is expected, "reward"
+
+
+# A benchmark with an answer normaliser (GSM8K drops thousands separators before grading):
+# a reward that names the benchmark reads the answer exactly as that benchmark's evaluation.
+GSM8K_AGREEMENT_CASES = [
+    ("boxed", "\\boxed{1,000}", True),
+    ("boxed", "The answer is 1,000.", True),
+    ("boxed", "\\boxed{1000}", True),
+    ("boxed", "\\boxed{1,001}", False),
+    ("boxed", "\\boxed{10,00}", False),  # not a thousands separator
+    ("sxs", "<think>t</think><speak>\\boxed{1,000}</speak>", True),
+    ("tir", "<think>t</think><answer>1,000</answer>", True),
+]
+
+
+@pytest.mark.parametrize("fmt, text, expected", GSM8K_AGREEMENT_CASES)
+def test_evaluation_and_a_benchmark_reward_agree_after_its_normaliser(fmt, text, expected):
+    from eval.modes import MODE_FORMATS
+    from training.rewards import get_outcome_reward
+
+    modes = [m for m, f in MODE_FORMATS.items() if f == fmt]
+    verdicts = {m: _eval_verdict(m, text, "1000", "gsm8k") for m in modes}
+    assert verdicts == {m: expected for m in modes}, "evaluation"
+    reward = get_outcome_reward(fmt, benchmark="gsm8k")
+    assert reward(completions=[text], answer=["1000"]) == [float(expected)], "reward"
+    assert reward.__name__ == f"outcome_{fmt}_gsm8k"
+
+
+def test_a_benchmark_reward_applies_that_benchmarks_normaliser(monkeypatch):
+    # math-verify already reads most thousands separators, so GSM8K's own normaliser rarely
+    # changes a verdict; give the benchmark one that always does, and both paths must follow it
+    import dataclasses
+
+    from eval import benchmarks
+    from training.rewards import get_outcome_reward
+
+    spelled = dataclasses.replace(benchmarks.get("gsm8k"),
+                                  normalizer=lambda t: t.replace("forty-two", "42"))
+    monkeypatch.setitem(benchmarks.BENCHMARKS, "gsm8k", spelled)
+    text = "\\boxed{forty-two}"
+    assert _eval_verdict("single", text, "42", "gsm8k") is True
+    assert get_outcome_reward("boxed", benchmark="gsm8k")(completions=[text],
+                                                          answer=["42"]) == [1.0]
+    assert get_outcome_reward("boxed")(completions=[text], answer=["42"]) == [0.0]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"benchmark": "nope"}, "unknown benchmark"),
+    ({"benchmark": "humaneval"}, "use the `code` reward"),
+    ({"benchmark": "gpqa_diamond", "grader": "math"}, None),  # math is the default: no clash
+])
+def test_benchmark_reward_arguments(kwargs, match):
+    from training.rewards import get_outcome_reward
+
+    if match is None:
+        assert get_outcome_reward("boxed", **kwargs).__name__ == "outcome_boxed_gpqa_diamond"
+    else:
+        with pytest.raises(ValueError, match=match):
+            get_outcome_reward("boxed", **kwargs)
