@@ -387,3 +387,35 @@ class GradingPool:
                 settled += 1
         queue.clear()
         return settled
+
+
+# ---------------------------------------------------------------------------------------------
+# process-wide warm pools (RL rewards, evaluation without a pool of its own)
+
+_shared: dict[tuple[int, float], GradingPool] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(processes: int | None = None, per_item_timeout_s: float = 10.0) -> GradingPool:
+    """The process-wide warm pool for these settings: made on first use, reused by every later
+    caller of the process (its ``grade_many`` calls take turns), closed at interpreter exit or
+    by :func:`close_shared_pools`."""
+    key = (processes or _default_processes(), float(per_item_timeout_s))
+    with _shared_lock:
+        pool = _shared.get(key)
+        if pool is None:
+            if not _shared:
+                import atexit
+
+                atexit.register(close_shared_pools)
+            pool = _shared[key] = GradingPool(processes=key[0], per_item_timeout_s=key[1])
+        return pool
+
+
+def close_shared_pools() -> None:
+    """Stop every pool :func:`shared_pool` made (also run at interpreter exit)."""
+    with _shared_lock:
+        pools = list(_shared.values())
+        _shared.clear()
+    for pool in pools:
+        pool.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -225,7 +226,11 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
     ``correct`` stays None for a failed generation (``gen_error`` set): it is not an answer.
 
     The graded text is ``graded_text`` when the mode produced one (speak projection, tool
-    answer), else the raw output; the benchmark's normaliser is applied first."""
+    answer), else the raw output; the benchmark's normaliser is applied first. Answers are
+    graded in ``pool`` or, without one, in the process-wide warm pool
+    (``eval.grading_pool.shared_pool``): extraction and verification of each answer always run
+    together under one per-item wall-clock limit, whatever the text holds (in-process only in
+    a daemonic process, which cannot start workers)."""
     texts = []
     for r in rows:
         text = r.get("graded_text")
@@ -248,6 +253,10 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
     from eval.graders import grade as grade_one
 
     pairs = [(t, r["gold"]) for t, r in zip(texts, rows)]
+    if pool is None and not multiprocessing.current_process().daemon:
+        from eval.grading_pool import shared_pool
+
+        pool = shared_pool()
     if pool is not None:
         results = pool.grade_many(pairs, kind=bench.grader)
     else:

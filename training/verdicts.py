@@ -11,7 +11,7 @@ Guarantees:
 - The grading is evaluation's: ``eval.graders.grade_output`` takes the format's answer region
   (``pipelines.formats.answer_region``) and applies the registered grader the recipe names
   (``"math"`` by default, ``"choice"`` for multiple choice: the benchmark's own grader).
-- It runs in a process-wide warm ``eval.grading_pool.GradingPool`` (started on first use, reused
+- It runs in a process-wide warm ``eval.grading_pool.shared_pool`` (started on first use, reused
   across steps and by every ``Verdicts`` of the process, closed at exit), each worker on its own
   main thread, so math-verify's inner timeouts work whatever thread the trainer calls from.
   Region-finding, answer extraction and verification of one completion run together under one
@@ -46,7 +46,6 @@ math-verify's inner timeouts only, and a warning says so.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import inspect
 import logging
@@ -64,8 +63,6 @@ MAX_PROCESSES = 4  # grading processes per trainer process (fewer on smaller mac
 MAX_CACHED = 65_536  # verdicts kept before the cache is emptied (when no step is known)
 DEFAULT_TIMEOUT_S = 5
 
-_pools: dict[tuple[int, float], Any] = {}
-_pools_lock = threading.Lock()
 _warned_daemon = threading.Event()
 
 
@@ -95,30 +92,6 @@ def check_grader(kind: str) -> str:
 
     get_grader(kind)
     return kind
-
-
-def _shared_pool(processes: int, per_item_timeout_s: float) -> Any:
-    """The process-wide warm pool for these settings, started on first use, closed at exit."""
-    from eval.grading_pool import GradingPool
-
-    key = (processes, per_item_timeout_s)
-    with _pools_lock:
-        pool = _pools.get(key)
-        if pool is None:
-            if not _pools:
-                atexit.register(close_pools)
-            pool = _pools[key] = GradingPool(processes=processes,
-                                             per_item_timeout_s=per_item_timeout_s)
-        return pool
-
-
-def close_pools() -> None:
-    """Stop every grading pool the rewards started (also run at interpreter exit)."""
-    with _pools_lock:
-        pools = list(_pools.values())
-        _pools.clear()
-    for pool in pools:
-        pool.close()
 
 
 def _digest(text: str) -> bytes:
@@ -206,7 +179,9 @@ class Verdicts:
                             "per-item time limit")
             kw.update(kind=grader, answer_format=answer_format)
             return [grade_recorded(grade_output, p, g, kw) for p, g in items]
-        pool = _shared_pool(self.processes, item_limit_s(timeout_s))
+        from eval.grading_pool import shared_pool
+
+        pool = shared_pool(self.processes, item_limit_s(timeout_s))
         return pool.grade_many(items, kind=grader, answer_format=answer_format,
                                call_timeout_s=call_bound_s(len(items), self.processes,
                                                            timeout_s), **kw)
