@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +63,7 @@ from training.config_recipes import (
     check_values,
     find_recipe,
     list_recipes,
+    merge_values,
     parse_overrides,
     read_recipe,
 )
@@ -72,9 +75,12 @@ __all__ = [
     "KINDS", "ORDERED_PAIRS", "RECIPES_DIR", "RESERVED_KEYS", "SFT_RANGES", "UNRANGED_FIELDS",
     "VOLATILE_FIELDS", "Range", "Recipe", "RecipeError", "WeftArgs", "WeftGRPOConfig",
     "WeftSFTConfig", "build_config", "check_ranges", "check_values", "config_summary",
-    "derive_checkpoint_id", "find_recipe", "list_recipes", "load_config", "parse_overrides",
+    "derive_checkpoint_id", "find_recipe", "list_recipes", "load_config", "merge_values",
+    "parse_overrides",
     "read_recipe",
 ]
+
+log = logging.getLogger(__name__)
 
 EMBEDDED = "embedded"
 # Fields that do not change what is trained: left out of the derived checkpoint id.
@@ -338,12 +344,32 @@ def _check_tandem(config: WeftGRPOConfig) -> None:
 
 def _check_duet(config: WeftGRPOConfig) -> None:
     """DUET (training.duet_trainer) settings and the GRPO fields it depends on."""
-    from training.duet import DuetSettings
+    from training.duet import COLD_K2, DuetSettings
 
     try:
-        DuetSettings.from_mapping(config.duet)
+        settings = DuetSettings.from_mapping(config.duet)
     except (TypeError, ValueError) as exc:
         raise RecipeError(f"field `duet`: {exc}") from exc
+    slots, cap = config.num_generations, config.max_completion_length
+    _require(settings.n_min <= slots, "duet", f"n_min={settings.n_min} exceeds num_generations="
+             f"{slots} (the slots per prompt, n_max); lower duet.n_min or raise num_generations")
+    mean = settings.budget_fraction * settings.full_rollouts
+    _require(mean <= slots, "duet", f"budget_fraction x full_rollouts = "
+             f"{settings.budget_fraction:g} x {settings.full_rollouts} = {mean:g} rollouts per "
+             f"prompt on average, but num_generations={slots} caps a prompt at {slots}: the "
+             f"budget cannot be spent. Raise num_generations to at least {math.ceil(mean)} or "
+             "lower duet.budget_fraction / duet.full_rollouts")
+    if settings.abort and cap:
+        _require(settings.grace < cap, "duet", f"grace={settings.grace} is not below "
+                 f"max_completion_length={cap}: a rollout without an answer marker is aborted "
+                 "only past K2 + grace tokens, so no abort could ever fire. Lower duet.grace "
+                 f"below {cap} or set duet.abort: false")
+        start = round(COLD_K2 * cap) + settings.grace
+        if start >= cap:
+            log.warning("duet: the abort threshold starts at K2 + grace = %d + %d = %d tokens, "
+                        "past max_completion_length=%d: no rollout is aborted until the "
+                        "refitted K2 (p80 of kept lengths) falls below %d", round(COLD_K2 * cap),
+                        settings.grace, start, cap, cap - settings.grace)
     _require(config.loss_type == "dapo", "loss_type", "must be 'dapo' with duet (Eq. 6 of the "
              f"DUET paper is a token mean over kept tokens), got {config.loss_type!r}")
     _require(not config.use_transformers_continuous_batching,
@@ -393,7 +419,7 @@ def load_config(recipe: str | Path, overrides: Sequence[str] | Mapping[str, Any]
     if expect_kind and rec.kind != expect_kind:
         raise RecipeError(f"recipe {rec.name} is a {rec.kind} recipe; this entry point runs "
                           f"{expect_kind} recipes")
-    values = {**rec.values, **parse_overrides(overrides)}
+    values = merge_values(rec.values, parse_overrides(overrides))
     return build_config(rec.kind, values, where=f"recipe {rec.name}")
 
 

@@ -4,7 +4,8 @@ A recipe is a flat YAML mapping of config fields plus three reserved keys: ``kin
 ``grpo``), ``extends`` (another recipe, merged first: this file's keys win) and
 ``description``. :func:`read_recipe` finds a recipe (by name in ``training/recipes/`` or by
 path) and merges its ``extends`` chain; :func:`parse_overrides` parses ``key=value`` overrides
-(values as YAML); :func:`check_values` checks every key and value against a config dataclass's
+(values as YAML). Both merges are deep (:func:`merge_values`): a nested mapping such as
+``duet`` or ``tandem`` given again changes only the keys it names; :func:`check_values` checks every key and value against a config dataclass's
 fields and types. Every problem is a :class:`RecipeError` that names the recipe and the field.
 ``training.config`` builds the config from the result (and re-exports these names).
 """
@@ -83,13 +84,26 @@ def read_recipe(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> Recip
         parent = read_recipe(parent_path if parent_path.is_file() else parent_ref, _seen + (path,))
         values.update(parent.values)
         kind = parent.kind
-    values.update({k: v for k, v in data.items() if k not in RESERVED_KEYS})
+    values = merge_values(values, {k: v for k, v in data.items() if k not in RESERVED_KEYS})
     kind = data.get("kind", kind)
     name = path.name[: -len(path.suffix)]
     if kind not in KINDS:
         raise RecipeError(f"recipe {name}: field `kind` must be one of {KINDS}, got {kind!r}")
     values["recipe"] = data.get("recipe", name)  # the leaf file names the run
     return Recipe(name, kind, values, str(data.get("description", "")), path)
+
+
+def merge_values(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``extra``, deeply: where both hold a mapping under the same key the
+    two are merged the same way, so a nested override (``duet={budget_fraction: 0.5}``)
+    changes only the settings it names; any other value (a list, a scalar, null) replaces."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_values(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def parse_overrides(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:

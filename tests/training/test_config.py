@@ -123,6 +123,50 @@ def test_user_recipe_can_extend_a_builtin_one(tmp_path):
     assert config.max_steps == 1 and config.recipe == "mine" and config.num_generations == 4
 
 
+def test_nested_override_changes_only_what_it_names():
+    base = load_config("duet_grpo.cpu")
+    halved = load_config("duet_grpo.cpu", ["duet={budget_fraction: 0.5}"])
+    assert halved.duet == {**base.duet, "budget_fraction": 0.5}
+    assert halved.duet["full_rollouts"] == 2 and halved.duet["grace"] == 8  # the recipe's
+    # a mapping passed in Python merges the same way; null replaces the whole mapping
+    assert load_config("duet_grpo.cpu", {"duet": {"grace": 4}}).duet == {**base.duet, "grace": 4}
+    assert C.merge_values({"d": {"a": 1, "b": {"c": 2}}, "l": [1]},
+                          {"d": {"b": {"x": 3}}, "l": [2]}) == \
+        {"d": {"a": 1, "b": {"c": 2, "x": 3}}, "l": [2]}
+    assert C.merge_values({"d": {"a": 1}}, {"d": None}) == {"d": None}
+
+
+def test_extends_merges_nested_mappings(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"extends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: {{eps_abort: 0.1}}\n")
+    config = load_config(str(mine))
+    assert config.duet["eps_abort"] == 0.1 and config.duet["full_rollouts"] == 2
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["duet={n_min: 5}"], r"n_min=5 exceeds num_generations=4"),
+    (["duet={full_rollouts: 8}"], "1 x 8 = 8 rollouts per prompt on average, but num_gen"),
+    (["duet={budget_fraction: 2.5}"], r"2.5 x 2 = 5 rollouts per prompt"),
+    (["duet={grace: 150}"], r"grace=150 is not below max_completion_length=48"),
+])
+def test_duet_settings_that_cannot_take_effect_are_refused_with_the_numbers(overrides, message):
+    with pytest.raises(RecipeError, match=message):
+        load_config("duet_grpo.cpu", overrides)
+    # the same settings where they can take effect pass
+    load_config("duet_grpo.cpu", [*overrides, "num_generations=8", "per_device_train_batch_size=8",
+                                  "max_completion_length=256"])
+
+
+def test_duet_abort_threshold_past_the_cap_is_warned_with_the_numbers(caplog):
+    with caplog.at_level("WARNING", logger="training.config"):
+        load_config("duet_grpo.cpu", ["duet={grace: 20}"])  # 0.7 x 48 = 34, 34 + 20 = 54 > 48
+    assert "K2 + grace = 34 + 20 = 54 tokens, past max_completion_length=48" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="training.config"):
+        load_config("duet_grpo.cpu", ["duet={grace: 20, abort: false}"])
+    assert "K2 + grace" not in caplog.text
+
+
 def test_parse_overrides():
     assert C.parse_overrides(["a=1", "--b=x", "c=[1, 2]", "d={k: v}", "e=", "f-g=true"]) == {
         "a": 1, "b": "x", "c": [1, 2], "d": {"k": "v"}, "e": "", "f_g": True}
