@@ -4,7 +4,7 @@ full, half and quarter), same prompts, seed and step count; each checkpoint eval
 benchmark slice; one ``duet_sweep`` row per arm; a plot of speedup against budget and of
 accuracy against wall clock, and every DUET arm's per-step diagnostics, in the metadata.
 
-The arms and the figures are plain functions of ``training.duet_sweep``. Training runs
+The arms and the figures are plain functions of ``training.duet.sweep``. Training runs
 ``python -m training.grpo`` through the ``trainer`` resource (Dagster Pipes; the script writes
 ``train_metrics`` and ``checkpoints`` itself). Evaluation follows ``eval_samples``: the
 checkpoint is served (``eval.models.ModelSpec.serve``: a local vLLM server for a model folder),
@@ -27,7 +27,7 @@ from assets.common import lineage, md_table, now, record_run, write_llm_calls
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
-from training.duet_sweep import (
+from training.duet.sweep import (
     DEFAULT_BUDGETS,
     SWEEP_TABLE,
     ArmOutcome,

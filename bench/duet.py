@@ -2,7 +2,7 @@
 
 Runs real GRPO steps (TRL through ``training.grpo.run_grpo``) on the embedded model with the
 built-in arithmetic prompts and the boxed outcome reward, in a temporary WEFT_HOME: first plain
-GRPO with ``full`` rollouts per prompt, then DUET (``training.duet_trainer``) at budget fraction
+GRPO with ``full`` rollouts per prompt, then DUET (``training.duet.trainer``) at budget fraction
 ``b`` of that (``full`` rollouts per prompt; ``2 x full`` slots), same prompts, seed and length
 cap. Reported per step (first step left out as warm-up when more than one runs): tokens
 generated (GRPO: all completion tokens; DUET: allocated rollouts only), wall seconds, and the

@@ -47,7 +47,7 @@ FORBIDDEN = {
 FORBIDDEN_PAIRS = (("eval.graders", "eval.grading_pool"),)
 # importer -> the modules its run-time-named imports can reach (checked as edges)
 DYNAMIC_IMPORTS = {
-    "training.rollouts": ("training.duet_generate",),  # DUET_VLLM_HOOK's module
+    "training.rollouts": ("training.duet.generate",),  # DUET_VLLM_HOOK's module
     # the host replay of a benchmark's own test code passes that code's imports through
     # (the standard library's modules HumanEval and MBPP+ tests import); no project module
     "eval.code_replay": (),

@@ -1,6 +1,6 @@
 """Arms of a training comparison: train several runs, then serve and evaluate each checkpoint.
 
-Shared by the DUET budget sweep (``training.duet_sweep``) and the Engagement paper's Table 5
+Shared by the DUET budget sweep (``training.duet.sweep``) and the Engagement paper's Table 5
 job (``training.ep_budget``); no Dagster here (``assets/`` launches the runs through the
 trainer resource and writes the rows).
 

@@ -301,7 +301,7 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
         method = "tandem" if self.tandem is not None else "duet" if self.duet is not None else "grpo"
         plugin = False
         if method == "duet":
-            from training.duet_generate import processor_plugin_registered
+            from training.duet.generate import processor_plugin_registered
 
             plugin = processor_plugin_registered()
         try:
@@ -343,7 +343,7 @@ def _check_tandem(config: WeftGRPOConfig) -> None:
 
 
 def _check_duet(config: WeftGRPOConfig) -> None:
-    """DUET (training.duet_trainer) settings and the GRPO fields it depends on."""
+    """DUET (training.duet.trainer) settings and the GRPO fields it depends on."""
     from training.duet import COLD_K2, DuetSettings
 
     try:

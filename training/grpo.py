@@ -9,7 +9,7 @@ functions. Rewards are built from the recipe's ``rewards`` list (``training.rewa
 their required columns are checked against the data before the model is loaded.
 
 The trainer is ``training.grpo_trainer.WeftGRPOTrainer`` (TRL's loop plus the degenerate-group
-filter and phase timings), or its DUET subclass ``training.duet_trainer.DuetGRPOTrainer`` when
+filter and phase timings), or its DUET subclass ``training.duet.trainer.DuetGRPOTrainer`` when
 the recipe has a ``duet`` mapping (token-budget control). Rollouts run on the engine
 ``training.rollouts`` chose (vLLM on CUDA machines, transformers otherwise; logged); in vLLM
 server mode without ``vllm_server_base_url`` the main process starts the vLLM server on GPUs of
@@ -90,9 +90,9 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
         log.info("rollout engine: %s (%s)", choice.engine, choice.reason)
         reporter.log(f"rollout engine: {choice.engine} ({choice.reason})")
     trainer_cls, extra = WeftGRPOTrainer, {}
-    if config.duet is not None:  # DUET token-budget controller (training.duet_trainer)
+    if config.duet is not None:  # DUET token-budget controller (training.duet.trainer)
         from training.duet import DuetSettings
-        from training.duet_trainer import DuetGRPOTrainer
+        from training.duet.trainer import DuetGRPOTrainer
 
         trainer_cls = DuetGRPOTrainer
         extra = {"duet_settings": DuetSettings.from_mapping(config.duet)}

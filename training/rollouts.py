@@ -21,8 +21,8 @@ How far each method goes on vLLM:
 
 - plain, SxS, process-supervised and budget GRPO: rollouts are ordinary sampling, so both modes.
 - DUET (``duet``): its marker-gated abort (Algorithm 1 lines 11-33) must run inside the
-  sampler; on vLLM that is ``training.duet_vllm.DuetAbortLogitsProcessor``, named for a recipe
-  by :data:`DUET_VLLM_HOOK` (``training.duet_generate.vllm_logits_processors``). The server
+  sampler; on vLLM that is ``training.duet.vllm.DuetAbortLogitsProcessor``, named for a recipe
+  by :data:`DUET_VLLM_HOOK` (``training.duet.generate.vllm_logits_processors``). The server
   weft starts loads it (through the ``vllm.logits_processors`` entry point weft's
   ``pyproject.toml`` registers, else ``--logits-processors``); the engine TRL builds for
   colocated rollouts takes no ``logits_processors`` argument, so colocate needs the entry point
@@ -91,7 +91,7 @@ METHODS = ("grpo", "duet", "tandem")
 ENGINES = ("transformers", "vllm-colocate", "vllm-server", "tandem-dual-decoder")
 # DUET's vLLM logits processors for a recipe: ``function(config) -> [qualified class name]``
 # (importing it does not import vLLM).
-DUET_VLLM_HOOK = ("training.duet_generate", "vllm_logits_processors")
+DUET_VLLM_HOOK = ("training.duet.generate", "vllm_logits_processors")
 
 
 class RolloutError(ValueError):
@@ -138,7 +138,7 @@ def duet_vllm_hook():
     if importlib.util.find_spec(module) is None:
         return None
     factory = getattr(importlib.import_module(module), name, None)
-    from training.duet_trainer import DuetGRPOTrainer
+    from training.duet.trainer import DuetGRPOTrainer
 
     return factory if getattr(DuetGRPOTrainer, "SUPPORTS_VLLM", False) else None
 
@@ -273,7 +273,7 @@ def start_rollout_server(config, model_path: str, training_processes: int) -> Ro
     extra: list[str] = []
     hook = duet_vllm_hook() if getattr(config, "duet", None) is not None else None
     if hook is not None and hook(config):
-        from training.duet_generate import processor_plugin_registered
+        from training.duet.generate import processor_plugin_registered
 
         # a registered plugin is loaded into every engine already; naming it again loads it twice
         if not processor_plugin_registered():

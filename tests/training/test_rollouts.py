@@ -114,7 +114,7 @@ def test_methods_on_a_cuda_machine(cuda_machine, monkeypatch):
     assert tandem.use_vllm is False and tandem._weft_rollouts.engine == "tandem-dual-decoder"
     with pytest.raises(RecipeError, match="recipe tandem_grpo: field `use_vllm`: Tandem"):
         load_config("tandem_grpo", [*GPU, "use_vllm=true"])
-    from training.duet_trainer import DuetGRPOTrainer
+    from training.duet.trainer import DuetGRPOTrainer
 
     monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", False, raising=False)
     duet = load_config("duet_grpo", GPU)
@@ -256,8 +256,8 @@ def test_duet_on_vllm_waits_for_its_trainer_and_loads_the_processor(tmp_path, mo
     --logits-processors) unless the installed plugin loads it already (never twice)."""
     import torch
 
-    from training.duet_generate import VLLM_PROCESSOR
-    from training.duet_trainer import DuetGRPOTrainer
+    from training.duet.generate import VLLM_PROCESSOR
+    from training.duet.trainer import DuetGRPOTrainer
 
     monkeypatch.setattr(DuetGRPOTrainer, "SUPPORTS_VLLM", False, raising=False)
     assert R.duet_vllm_hook() is None  # a trainer that refuses vLLM: no hook
@@ -272,11 +272,11 @@ def test_duet_on_vllm_waits_for_its_trainer_and_loads_the_processor(tmp_path, mo
     monkeypatch.setattr(config, "use_vllm", True)
     monkeypatch.setattr(config, "vllm_mode", "server")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr("training.duet_generate.processor_plugin_registered", lambda: False)
+    monkeypatch.setattr("training.duet.generate.processor_plugin_registered", lambda: False)
     server = R.start_rollout_server(config, str(tmp_path), 1)
     assert started == [server] and server.devices == "1"
     cmd = server.command()
     assert cmd[cmd.index("--logits-processors") + 1] == VLLM_PROCESSOR
     assert config.vllm_server_host == "127.0.0.1"
-    monkeypatch.setattr("training.duet_generate.processor_plugin_registered", lambda: True)
+    monkeypatch.setattr("training.duet.generate.processor_plugin_registered", lambda: True)
     assert "--logits-processors" not in R.start_rollout_server(config, str(tmp_path), 1).command()

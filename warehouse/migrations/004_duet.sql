@@ -1,4 +1,4 @@
--- 004: DUET diagnostics per training step (DUET paper §3, Algorithm 1; training.duet_trainer
+-- 004: DUET diagnostics per training step (DUET paper §3, Algorithm 1; training.duet.trainer
 -- logs them every step as duet/* keys in train_metrics.logs_json). One row per logged step of a
 -- DUET run; plain GRPO runs have no rows here.
 --   lam               the dual lambda* that closes the step's token budget (Eq. 4)

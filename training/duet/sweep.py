@@ -1,4 +1,4 @@
-"""The DUET paper's budget sweep as plain functions (``../shared/papers/duet.txt``, §4.1 setup,
+"""The DUET paper's budget sweep as plain functions (§4.1 setup,
 §4.3 and Figure 9: GRPO at the full budget against DUET at full, half and quarter budget, same
 prompts and seed; speedup against budget and accuracy against wall clock).
 
@@ -38,7 +38,7 @@ from training.arms import override_args
 
 DEFAULT_BUDGETS = (1.0, 0.5, 0.25)
 SWEEP_TABLE = "duet_sweep"
-# train_metrics logs_json key -> diagnostic name (training.duet_trainer logs these every step)
+# train_metrics logs_json key -> diagnostic name (training.duet.trainer logs these every step)
 DIAGNOSTIC_KEYS: dict[str, str] = {
     "duet/lambda": "lambda",
     "duet/k1": "k1",
@@ -120,7 +120,7 @@ def plan_arms(plan: SweepPlan, recipe_duet: Mapping[str, Any] | None) -> list[Sw
     """GRPO at full budget, then one DUET arm per budget fraction (see the module docstring).
     ``recipe_duet`` is the recipe's ``duet`` mapping (its settings other than the budget are
     kept; None: the defaults of ``training.duet.DuetSettings``)."""
-    from training.duet import DuetSettings
+    from training.duet.core import DuetSettings
 
     common: dict[str, Any] = {**plan.overrides, "seed": plan.seed, "max_steps": plan.max_steps}
     if plan.dataset_limit is not None:

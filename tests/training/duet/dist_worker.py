@@ -1,8 +1,8 @@
 """One process of the two-process DUET tests (launched by ``torch.distributed.run``, gloo on
-CPU; used by tests/training/test_duet_dist.py). Each process writes what it saw as JSON to
+CPU; used by tests/training/duet/test_dist.py). Each process writes what it saw as JSON to
 ``<out>/rank<r>.json`` for the test to compare.
 
-``plain <out>``: the gather/allocate logic of ``training.duet_dist`` on plain values.
+``plain <out>``: the gather/allocate logic of ``training.duet.dist`` on plain values.
 ``train <out> <model_dir>``: a tiny DUET run on the embedded model (four prompts, two per
 process, as weft's config requires whole groups per process; two steps, a checkpoint at step 2),
 then a fresh trainer resumed from that checkpoint.
@@ -22,7 +22,7 @@ def plain(out: Path) -> None:
     import torch.distributed as dist
 
     from training.duet import DuetSettings
-    from training.duet_dist import TorchGroup, gather_rows, global_plan
+    from training.duet.dist import TorchGroup, gather_rows, global_plan
 
     dist.init_process_group("gloo")
     group = TorchGroup.current()
@@ -53,7 +53,7 @@ def _trainer(model_dir: str, out: Path):
     from training.config import build_config
     from training.data import grpo_examples, load_dataset
     from training.duet import DuetSettings
-    from training.duet_trainer import DuetGRPOTrainer
+    from training.duet.trainer import DuetGRPOTrainer
 
     values = {
         "model_name_or_path": model_dir, "dataset": "builtin:arith", "dataset_limit": 4,
@@ -83,7 +83,7 @@ def _trainer(model_dir: str, out: Path):
 
 
 def train(out: Path, model_dir: str) -> None:
-    from training.duet_trainer import prompt_key
+    from training.duet.trainer import prompt_key
 
     trainer = _trainer(model_dir, out)
     keys = sorted({prompt_key(x["prompt"]) for x in trainer.train_dataset})

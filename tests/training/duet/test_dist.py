@@ -2,7 +2,7 @@
 compute ONE allocation over the whole generation batch (DUET §3.1, Eq. 4: one lam* and one
 budget B over all of a step's prompts), equal on both processes and equal to the
 single-process allocator on the gathered inputs, and keep one controller state that resumes.
-The processes run tests/training/duet_dist_worker.py."""
+The processes run tests/training/duet/dist_worker.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from pipelines.settings import PROJECT_ROOT
 from training.duet import coin_draws, neyman_allocation, stratification_factors
 
-WORKER = PROJECT_ROOT / "tests" / "training" / "duet_dist_worker.py"
+WORKER = PROJECT_ROOT / "tests" / "training" / "duet" / "dist_worker.py"
 SLOTS = 4
 
 
@@ -125,7 +125,7 @@ class _Pretend:
 
 def test_bad_layouts_are_refused_with_the_reason():
     from training.duet import DuetSettings
-    from training.duet_dist import TorchGroup, global_plan
+    from training.duet.dist import TorchGroup, global_plan
 
     settings = DuetSettings(n_min=1)
     rows = [("A", 1.0, 5.0)] * 4

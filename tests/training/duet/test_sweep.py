@@ -1,4 +1,4 @@
-"""The DUET budget sweep's plain functions (training/duet_sweep.py) and the duet_steps view
+"""The DUET budget sweep's plain functions (training/duet/sweep.py) and the duet_steps view
 (warehouse/migrations/004_duet.sql) over real train_metrics rows in a real DuckDB catalog."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from training.callbacks import metrics_row
 from training.config import load_config
-from training.duet_sweep import (
+from training.duet.sweep import (
     ArmOutcome,
     SweepArm,
     SweepPlan,

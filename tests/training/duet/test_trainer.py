@@ -46,7 +46,7 @@ def _trainer(config, reward):
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from training.duet_trainer import DuetGRPOTrainer
+    from training.duet.trainer import DuetGRPOTrainer
 
     data = load_dataset(config.dataset, limit=config.dataset_limit, seed=config.seed)
     examples = grpo_examples(data.rows, config.answer_format)
@@ -103,7 +103,7 @@ def _expected_advantages(batch, slots):
 @pytest.mark.slow
 def test_duet_run_variable_counts_weights_reach_loss_and_state_resumes(
         weft_home, embedded_model_dir, tmp_path):
-    from training.duet_trainer import prompt_key
+    from training.duet.trainer import prompt_key
 
     out = tmp_path / "run"
     config = _config(embedded_model_dir, "vary", max_steps=2, save_strategy="steps",
@@ -178,7 +178,7 @@ def test_duet_recipe_loads_and_bad_settings_are_refused():
 def test_kept_rows_drops_fully_masked_rows_only():
     import torch
 
-    from training.duet_trainer import DuetGRPOTrainer
+    from training.duet.trainer import DuetGRPOTrainer
 
     mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]])
     inputs = {"completion_mask": mask, "advantages": torch.tensor([1.0, 2.0, 3.0, 4.0]),

@@ -1,5 +1,5 @@
 """DUET over weft's GRPO trainer: a small subclass of ``WeftGRPOTrainer`` that runs the
-controller of ``training.duet`` each step (DUET paper, ``../shared/papers/duet.txt``: §3,
+controller of ``training.duet`` each step (DUET paper, §3,
 Algorithm 1 in App. A.10).
 
 How variable group sizes fit TRL's fixed shapes: TRL's sampler gives every prompt
@@ -22,9 +22,9 @@ Hooks overridden, and why:
 - ``_generate_single_turn``: the allocated rows only (Phase 2, lines 11-33), each rollout with
   its own eps-keep coin, drawn per slot of the global generation batch from
   ``(seed, global_step)`` (distinct per rollout, the same on any number of processes). On
-  transformers: ``model.generate`` with :class:`training.duet_generate.MarkerAbortProcessor`.
+  transformers: ``model.generate`` with :class:`training.duet.generate.MarkerAbortProcessor`.
   On TRL's vLLM engine: one ``n=1`` request per allocated rollout carrying its gate in
-  ``SamplingParams.extra_args`` (``training.duet_vllm``); colocated, straight to TRL's
+  ``SamplingParams.extra_args`` (``training.duet.vllm``); colocated, straight to TRL's
   in-process ``vllm.LLM``; server mode, through TRL's ``VLLMClient`` from the main process
   (gate as ``vllm_xargs``). The engine runs ``DuetAbortLogitsProcessor``; each outcome is
   recovered by replaying the gate over the returned tokens, and a rollout that runs past its
@@ -39,7 +39,7 @@ Hooks overridden, and why:
   estimates, K1/K2 window, lam) is saved as ``duet_state.json`` in every checkpoint (by the
   main process) and read back on resume by every process.
 
-Data parallelism (``training.duet_dist``): each process holds a share of the generation batch,
+Data parallelism (``training.duet.dist``): each process holds a share of the generation batch,
 but Eq. 4 is one allocation over all of the step's prompts. Each process sends
 ``(key, s_hat, L_hat)`` for its rows; the main process allocates once on the gathered list (one
 budget B, one lam*) and broadcasts the plan, and each process generates its own rows' share of
@@ -99,10 +99,10 @@ import numpy as np
 import torch
 from trl.models import unwrap_model_for_generation
 
-from training import duet
-from training.duet import DuetSettings
-from training.duet_dist import TorchGroup, gather_rows, global_plan
-from training.duet_generate import (
+from training.duet import core as duet
+from training.duet.core import DuetSettings
+from training.duet.dist import TorchGroup, gather_rows, global_plan
+from training.duet.generate import (
     GATE_ARGS_KEY,
     VLLM_PLUGIN_GROUP,
     VLLM_PROCESSOR,
@@ -274,8 +274,8 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
 
     def _generate_vllm(self, prompt_ids, rows, params, coins):
         """The allocated rows on TRL's vLLM engine, one request per rollout with its own gate
-        (``training.duet_vllm``); outcomes replayed from the returned tokens."""
-        from training import duet_vllm
+        (``training.duet.vllm``); outcomes replayed from the returned tokens."""
+        from training.duet import vllm as duet_vllm
 
         if self.state.global_step != self._last_loaded_step:  # as TRL's own vLLM path
             self.vllm_generation.sync_weights()

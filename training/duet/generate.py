@@ -1,6 +1,6 @@
 """DUET's marker-gated abort inside transformers generation: a batched ``LogitsProcessor``.
 
-Implements Algorithm 1 lines 11-33 of the DUET paper (``../shared/papers/duet.txt``, App. A.10;
+Implements Algorithm 1 lines 11-33 of the DUET paper (App. A.10;
 §3.2, Eq. 5) for ``model.generate``: one :class:`training.duet.RolloutGate` per row of the
 batch; before each new token the processor asks every unfinished row's gate whether the rollout
 must end now and, for those rows, sets every logit but EOS to ``-inf`` so the next token is EOS
@@ -13,7 +13,7 @@ Guaranteed: a row whose gate says "stop" after ``t`` generated tokens gets EOS a
 already emitted EOS is never touched again; the marker is decoded only at poll steps (every
 ``poll_every`` tokens from K1), on the row's last ``tail_tokens`` generated tokens.
 
-Also here, for both generation engines (the vLLM processor is ``training.duet_vllm``):
+Also here, for both generation engines (the vLLM processor is ``training.duet.vllm``):
 :func:`gate_request_args` (the gate's settings for one vLLM request, in
 ``SamplingParams.extra_args``), :func:`prefix_coin` (a coin derived from a seeded hash of the
 rollout's prefix when no pre-drawn coin travels with the request) and :func:`replay_gate`,
@@ -27,7 +27,7 @@ processor is installed as a vLLM plugin (the only way into the engine TRL builds
 colocated rollouts).
 
 Not guaranteed: the forced EOS token was not sampled from the policy: the DUET trainer masks it out of the loss
-(see ``training.duet_trainer``).
+(see ``training.duet.trainer``).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor
 
-from training.duet import GateParams, RolloutGate, answer_marker
+from training.duet.core import GateParams, RolloutGate, answer_marker
 
 GATE_ARGS_KEY = "duet_gate"  # SamplingParams.extra_args key read by the vLLM processor
-VLLM_PROCESSOR = "training.duet_vllm:DuetAbortLogitsProcessor"  # vLLM's FQCN syntax
+VLLM_PROCESSOR = "training.duet.vllm:DuetAbortLogitsProcessor"  # vLLM's FQCN syntax
 VLLM_PLUGIN_GROUP = "vllm.logits_processors"  # vLLM loads these entry points into every engine
 
 
@@ -126,7 +126,7 @@ def gate_request_args(params: GateParams, answer_format: str, *, eos_token_id: i
                       coin: float | None = None, seed: int = 0, step: int = 0,
                       as_json: bool = False) -> dict[str, Any]:
     """``SamplingParams(extra_args=...)`` for one vLLM request (or one ``n > 1`` group) under
-    :class:`training.duet_vllm.DuetAbortLogitsProcessor`: the gate parameters, the answer
+    :class:`training.duet.vllm.DuetAbortLogitsProcessor`: the gate parameters, the answer
     format whose marker is polled, the EOS id to force, and either a pre-drawn ``coin`` or the
     ``seed``/``step`` of :func:`prefix_coin`. ``as_json``: the settings as one JSON string
     (for the OpenAI server's flat ``vllm_xargs``)."""
@@ -155,7 +155,7 @@ def gate_from_request_args(spec: dict[str, Any] | str,
     missing = names - set(spec)
     if missing:
         raise ValueError(f"{GATE_ARGS_KEY} request arguments lack {sorted(missing)}; build them "
-                         "with training.duet_generate.gate_request_args")
+                         "with training.duet.generate.gate_request_args")
     params = GateParams(**{k: spec[k] for k in names})
     marker = marker or answer_marker(spec["answer_format"])
     if spec.get("coin") is not None:

@@ -1,4 +1,4 @@
-"""DUET's marker-gated abort as a vLLM V1 logits processor (``../shared/papers/duet.txt``:
+"""DUET's marker-gated abort as a vLLM V1 logits processor (DUET paper,
 §3.2, Eq. 5, Algorithm 1 lines 11-33; the paper runs it as a per-request processor inside its
 vLLM engine, App. A.1).
 
@@ -6,29 +6,29 @@ vLLM engine, App. A.1).
 (``vllm.v1.sample.logits_processor.AdapterLogitsProcessor``): the engine builds it once with
 ``(vllm_config, device, is_pin_memory)``; each request that carries
 ``SamplingParams.extra_args["duet_gate"]`` (made by
-``training.duet_generate.gate_request_args``) gets its own :class:`training.duet.RolloutGate`,
+``training.duet.generate.gate_request_args``) gets its own :class:`training.duet.RolloutGate`,
 the same state machine the transformers processor drives; before each token the gate sees the
 request's output so far and, when it says stop, every logit but EOS becomes ``-inf``. Requests
 without the key are left alone.
 
 Use it with ``vllm.LLM(model, logits_processors=[DuetAbortLogitsProcessor])``, or
-``vllm serve --logits-processors training.duet_vllm:DuetAbortLogitsProcessor`` (server mode;
+``vllm serve --logits-processors training.duet.vllm:DuetAbortLogitsProcessor`` (server mode;
 weft's rollout server passes it), or as a vLLM plugin (entry point group
 ``vllm.logits_processors``), which is the only way into the engine TRL 1.16 builds for
 colocated rollouts: its ``VLLMGeneration`` calls ``vllm.LLM(...)`` with a fixed argument list
 and no ``logits_processors``. As a plugin the processor sits in every engine of the
 environment, so it does nothing for requests without ``duet_gate`` and loads the tokenizer only
-at the first request that has one. ``training.duet_generate.vllm_logits_processors`` gives the
+at the first request that has one. ``training.duet.generate.vllm_logits_processors`` gives the
 class list for a recipe without importing vLLM.
 
-Rollouts for the DUET trainer (``training.duet_trainer``): :func:`colocate_generate` sends one
+Rollouts for the DUET trainer (``training.duet.trainer``): :func:`colocate_generate` sends one
 request per allocated rollout to an in-process ``vllm.LLM``, each with its own
 ``SamplingParams(n=1, extra_args={"duet_gate": ...})`` (its own pre-drawn coin);
 :func:`server_generate` does the same against a ``vllm serve`` endpoint through TRL's
 ``VLLMClient`` (one ``/v1/completions`` request per rollout, the gate as the flat
 ``vllm_xargs`` JSON string, requests sent concurrently as TRL's client does for image prompts).
 The engine may run the processor in another process: the trainer recovers each rollout's
-outcome (aborted, eps-kept, stop step) with ``training.duet_generate.engine_outcome``.
+outcome (aborted, eps-kept, stop step) with ``training.duet.generate.engine_outcome``.
 
 Importing this module imports vLLM; nothing else in ``training`` needs it.
 Not guaranteed: speculative decoding (vLLM refuses custom logits processors with it).
@@ -45,8 +45,8 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from training.duet import RolloutGate
-from training.duet_generate import GATE_ARGS_KEY, gate_from_request_args
+from training.duet.core import RolloutGate
+from training.duet.generate import GATE_ARGS_KEY, gate_from_request_args
 
 
 class RequestGate:

@@ -1,4 +1,4 @@
-"""The DUET abort rule as a batched transformers LogitsProcessor (training/duet_generate.py):
+"""The DUET abort rule as a batched transformers LogitsProcessor (training/duet/generate.py):
 a scripted logits source checked against Algorithm 1's stop times, and real ``generate`` on a
 small random model built from the embedded model's config and tokenizer."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from training.duet import GateParams, RolloutGate, coin_draws
-from training.duet_generate import MarkerAbortProcessor, gate_request_args, replay_gate
+from training.duet.generate import MarkerAbortProcessor, gate_request_args, replay_gate
 
 VOCAB, EOS, MARK, FILL = 12, 11, 5, 1
 
@@ -97,7 +97,7 @@ def _run_engine(engine, streams, params, coins):
                                               _decode)
         return _scripted_generate(streams, proc), proc.gates
     pytest.importorskip("vllm")
-    from training.duet_vllm import DuetAbortLogitsProcessor
+    from training.duet.vllm import DuetAbortLogitsProcessor
 
     proc = DuetAbortLogitsProcessor(None, torch.device("cpu"), False, decode=_decode,
                                     marker=_marker, record=True)

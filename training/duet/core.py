@@ -1,5 +1,5 @@
 """DUET: the token-budget controller of "DUET: Optimize Token-Budget Allocation for RLVR"
-(``../shared/papers/duet.txt``, §3 and Algorithm 1 in App. A.10), as plain functions and
+(§3 and Algorithm 1 in App. A.10), as plain functions and
 small state objects with no trainer or model imports (numpy only).
 
 What is here, with the part of the paper each piece implements:
@@ -26,7 +26,7 @@ What is here, with the part of the paper each piece implements:
 - :func:`is_weight` (§3.3, Eq. 6; Algorithm 1 line 42): ``w = (1 - I_abort) / (s_pre *
   p_abort)``.
 - :class:`DuetSettings`: a GRPO recipe's ``duet`` mapping (defaults from App. A.3), used by
-  ``training.duet_trainer`` and checked by ``training.config``.
+  ``training.duet.trainer`` and checked by ``training.config``.
 
 Guaranteed: :func:`neyman_allocation` returns counts >= ``n_min``; with ``rounding=False`` it
 meets the budget to a relative 1e-9 whenever ``n_min * sum L <= B``; with rounding it returns a
@@ -493,14 +493,14 @@ class RolloutGate:
 
     The coin is the uniform ``u`` (kept iff ``u < eps_abort``): a pre-drawn number, or a
     callable ``t -> u`` called once, when the coin is drawn (the vLLM processor derives ``u``
-    from a seeded hash of the prefix there; ``training.duet_generate.prefix_coin``), so outcomes
+    from a seeded hash of the prefix there; ``training.duet.generate.prefix_coin``), so outcomes
     are reproducible from a seed. ``tail`` is a callable returning the last ``n`` tokens (or
     text) for the marker, so callers only decode when a poll happens.
 
     This class is the one state machine of the abort rule: the transformers processor
-    (``training.duet_generate.MarkerAbortProcessor``), the vLLM processor
-    (``training.duet_vllm.DuetAbortLogitsProcessor``) and the replay of a finished rollout
-    (``training.duet_generate.replay_gate``) all drive it.
+    (``training.duet.generate.MarkerAbortProcessor``), the vLLM processor
+    (``training.duet.vllm.DuetAbortLogitsProcessor``) and the replay of a finished rollout
+    (``training.duet.generate.replay_gate``) all drive it.
     """
 
     def __init__(self, params: GateParams, marker: Callable[[Any], bool],

@@ -1,5 +1,5 @@
-"""DUET rollouts on TRL's vLLM path (training/duet_trainer.py ``_generate_vllm``,
-training/duet_vllm.py ``colocate_generate``/``server_generate``): what the trainer hands the
+"""DUET rollouts on TRL's vLLM path (training/duet/trainer.py ``_generate_vllm``,
+training/duet/vllm.py ``colocate_generate``/``server_generate``): what the trainer hands the
 engine, request by request, for colocated and server rollouts.
 
 TRL's vLLM rollouts cannot run on this CPU machine (TRL colocate needs CUDA; see
@@ -9,7 +9,7 @@ embedded model, vLLM's ``SamplingParams`` objects it builds (or, for server mode
 ``vllm_xargs`` a ``vllm serve`` endpoint turns into ``SamplingParams.extra_args``), and the real
 ``DuetAbortLogitsProcessor`` that the engine double builds a per-request gate with, exactly as
 vLLM does (``new_req_logits_processor(params)``, then ``(output_ids, logits) -> logits`` before
-each token). The processor inside vLLM's real engine is tests/training/test_duet_vllm.py (slow).
+each token). The processor inside vLLM's real engine is tests/training/duet/test_vllm.py (slow).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ pytest.importorskip("vllm")
 
 from vllm import SamplingParams
 
-from training import duet_generate
 from training.duet import coin_draws
-from training.duet_generate import (
+from training.duet import generate as duet_generate
+from training.duet.generate import (
     GATE_ARGS_KEY,
     VLLM_PLUGIN_GROUP,
     VLLM_PROCESSOR,
@@ -36,8 +36,8 @@ from training.duet_generate import (
     gate_request_args,
     processor_plugin_registered,
 )
-from training.duet_trainer import vllm_problem
-from training.duet_vllm import DuetAbortLogitsProcessor, colocate_generate
+from training.duet.trainer import vllm_problem
+from training.duet.vllm import DuetAbortLogitsProcessor, colocate_generate
 
 
 class ScriptedEngine:
@@ -103,7 +103,7 @@ class ScriptedServer:
 
 
 def _duet_trainer(embedded_model_dir):
-    from tests.training.test_duet_trainer import _config, _trainer, coin_reward
+    from tests.training.duet.test_trainer import _config, _trainer, coin_reward
 
     # Cold K1 = 0.3 * 24 = 7, K2 = 0.7 * 24 = 17; G = 2: no marker by 19 -> the coin.
     config = _config(embedded_model_dir, "vllm-wiring", max_completion_length=24,
@@ -114,7 +114,7 @@ def _duet_trainer(embedded_model_dir):
 
 def _setup(trainer, mode: str, processor: bool = True):
     """Two prompts x 4 slots, allocated; each prompt scripted (one answers early)."""
-    from training.duet_trainer import prompt_key
+    from training.duet.trainer import prompt_key
 
     keys = sorted({prompt_key(x["prompt"]) for x in trainer.train_dataset})
     trainer.prompt_state.observe_sigma(keys[0], 0.1)  # n_q = 2 and 4: rows 0-1 and 4-7
@@ -239,14 +239,14 @@ def test_vllm_settings_duet_refuses_say_why(monkeypatch):
                 "vllm_enable_sleep_mode": False, "vllm_structured_outputs_regex": None}
         return SimpleNamespace(**{**base, **kw})
 
-    monkeypatch.setattr("training.duet_trainer.processor_plugin_registered", lambda: True)
+    monkeypatch.setattr("training.duet.trainer.processor_plugin_registered", lambda: True)
     assert vllm_problem(args()) is None
     assert vllm_problem(args(vllm_mode="server")) is None
     assert vllm_problem(args(use_vllm=False)) is None
     assert "tensor" in vllm_problem(args(vllm_tensor_parallel_size=2))
     assert "sleep" in vllm_problem(args(vllm_enable_sleep_mode=True))
     assert "structured" in vllm_problem(args(vllm_structured_outputs_regex="a+"))
-    monkeypatch.setattr("training.duet_trainer.processor_plugin_registered", lambda: False)
+    monkeypatch.setattr("training.duet.trainer.processor_plugin_registered", lambda: False)
     problem = vllm_problem(args())
     assert VLLM_PLUGIN_GROUP in problem and VLLM_PROCESSOR in problem and "server" in problem
     assert vllm_problem(args(vllm_mode="server")) is None  # weft's server loads it by flag
@@ -269,9 +269,9 @@ import json, sys
 from transformers import AutoTokenizer
 from vllm import LLM
 from training.duet import GateParams
-from training.duet_generate import (GATE_ARGS_KEY, engine_outcome, gate_request_args,
+from training.duet.generate import (GATE_ARGS_KEY, engine_outcome, gate_request_args,
                                     processor_plugin_registered)
-from training.duet_vllm import colocate_generate
+from training.duet.vllm import colocate_generate
 
 def main():  # the engine core is a spawned process: nothing may run at import
     model = sys.argv[1]
@@ -344,7 +344,7 @@ def test_weft_registers_the_processor_as_a_vllm_plugin():
     plugin group, and the entry point loads the class vLLM's engine will instantiate."""
     from importlib.metadata import entry_points
 
-    from training.duet_vllm import DuetAbortLogitsProcessor
+    from training.duet.vllm import DuetAbortLogitsProcessor
 
     assert processor_plugin_registered()
     (ep,) = [e for e in entry_points(group=VLLM_PLUGIN_GROUP) if e.value == VLLM_PROCESSOR]

@@ -1,6 +1,6 @@
 """DUET across data-parallel processes: one allocation over the whole generation batch.
 
-The allocation of Eq. 4 (DUET paper, ``../shared/papers/duet.txt``: §3.1, Algorithm 1 lines
+The allocation of Eq. 4 (DUET paper, §3.1, Algorithm 1 lines
 2-10) is over all of a step's prompts with one dual ``lam*`` closing one token budget ``B``.
 Under data parallelism each process holds only a share of the generation batch (TRL's sampler
 repeats each prompt ``num_generations`` times in consecutive rows, and the process with index
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from training import duet
-from training.duet import DuetSettings
+from training.duet import core as duet
+from training.duet.core import DuetSettings
 
 
 class Collective(Protocol):

@@ -1,7 +1,7 @@
-"""DUET's vLLM logits processor (training/duet_vllm.py): the request-argument helpers, the
+"""DUET's vLLM logits processor (training/duet/vllm.py): the request-argument helpers, the
 recipe hook, and the processor inside vLLM's real V1 engine on the embedded model (slow: the
 CPU engine takes a minute or more to build). The scripted-stream tests that hold both engines
-to Algorithm 1's stop times are parametrized in test_duet_generate.py."""
+to Algorithm 1's stop times are parametrized in test_generate.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from pipelines.settings import PROJECT_ROOT
 from training.config import load_config
 from training.duet import GateParams, RolloutGate, answer_marker
-from training.duet_generate import (
+from training.duet.generate import (
     GATE_ARGS_KEY,
     VLLM_PROCESSOR,
     gate_from_request_args,
@@ -34,7 +34,7 @@ def test_recipe_hook_names_the_processor_only_for_duet_with_abort():
     no_abort = load_config("duet_grpo.cpu", {"duet": {"abort": False}})
     assert vllm_logits_processors(no_abort) == []
     module, _, name = VLLM_PROCESSOR.partition(":")
-    assert module == "training.duet_vllm" and name == "DuetAbortLogitsProcessor"
+    assert module == "training.duet.vllm" and name == "DuetAbortLogitsProcessor"
 
 
 def test_request_args_round_trip_as_mapping_and_json():
@@ -65,7 +65,7 @@ _ENGINE_SCRIPT = r"""
 import json, sys
 from vllm import LLM, SamplingParams
 from training.duet import GateParams
-from training.duet_generate import VLLM_PROCESSOR, gate_request_args
+from training.duet.generate import VLLM_PROCESSOR, gate_request_args
 
 def sp(extra, n=1):
     return SamplingParams(max_tokens=24, temperature=0.8, seed=1, n=n, extra_args=extra)
