@@ -1,4 +1,4 @@
-"""`duet_sweep`: the DUET paper's budget sweep (``../shared/papers/duet.txt`` §4.1, §4.3,
+"""`duet_sweep`: the DUET paper's budget sweep (DUET §4.1, §4.3,
 Figure 9) on one recipe: GRPO at the full budget, then DUET at each budget fraction (default
 full, half and quarter), same prompts, seed and step count; each checkpoint evaluated on a
 benchmark slice; one ``duet_sweep`` row per arm; a plot of speedup against budget and of

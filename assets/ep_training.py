@@ -1,4 +1,4 @@
-"""`ep_budget_table`: the Engagement paper's Table 5 (``../shared/papers/engagement.txt`` §5.3,
+"""`ep_budget_table`: the Engagement paper's Table 5 (Engagement Process §5.3,
 App. F, Table 25) for the embedded model: train the EP-aware arm (``budget_grpo.cpu``: reward 1
 only when correct and within the requested token budget) and the RLVR arms
 (``rlvr_grpo.cpu``: correctness only, at the EP arm's generation cap and, by default, at twice

@@ -14,7 +14,7 @@ times of ``training.callbacks``; the first GRPO step (engine warm-up, the first 
 left out when more than one runs. Generation time includes TRL's weight sync into vLLM
 (it happens inside generation), so vLLM's tokens/s is what a GRPO step gets. Prints one JSON line: per engine tokens/s of generation,
 seconds per step and the share of the step spent generating, and the ratio of vLLM to
-transformers generation throughput (goal, issue 17: >= 10, with generation < half the step).
+transformers generation throughput (goal: >= 10, with generation < half the step).
 
 On a machine without a CUDA GPU it exits with status 2 and says so (nothing is run). When vLLM
 cannot be used (not installed, or a version TRL does not support) the vLLM entry says why and

@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN.md §2, checked over every import in the code.
+"""The layer rules of the architecture (docs/architecture.md), checked over every import in the code.
 
 Every ``.py`` file in pipelines/, training/, eval/, warehouse/ and assets/ is parsed with
 ``ast``; every ``import`` statement counts, wherever it is (module level, inside a function,

@@ -1,4 +1,4 @@
-"""The Engagement paper's time-aware training comparison (``../shared/papers/engagement.txt``
+"""The Engagement paper's time-aware training comparison (Engagement Process
 §5.3, Table 5; App. F, Table 25) as plain functions: the arms, their shared training data, the
 held-out problems, and the table.
 

@@ -3,7 +3,7 @@
 Rollout engines (TRL 1.16's ``GRPOConfig`` fields ``use_vllm`` / ``vllm_mode``):
 
 - ``transformers``: TRL calls ``model.generate`` in the training process. Always available;
-  on GPUs it is launch-bound (DESIGN.md §5: ~550 tokens/s for a 135M model on an H100).
+  on GPUs it is launch-bound (measured: ~550 tokens/s for a 135M model on an H100).
 - ``vllm-colocate``: TRL builds a vLLM engine inside each training process (same GPU, a share
   ``vllm_gpu_memory_utilization`` of its memory) and copies the weights into it after every
   optimiser step (``load_weights``).

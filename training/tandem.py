@@ -1,6 +1,6 @@
 """Tandem rollouts: a senior and a frozen junior co-write each response in lockstep.
 
-Implements the rollout of the Tandem RL paper (``../shared/papers/tandem.txt``): §3.3 (both
+Implements the rollout of the Tandem RL paper ("Tandem Reinforcement Learning with Verifiable Rewards"): §3.3 (both
 models see the same context; the active model samples the next token, which is appended for
 both), App. A.1.1 (one forward of each model per generated token, each model keeping its own
 KV cache over the identical sequence, a per-token authorship stream returned with the tokens)

@@ -1,6 +1,6 @@
 """``TandemGRPOTrainer``: GRPO whose rollouts are tandem rollouts, with the senior-only loss.
 
-Tandem RL (``../shared/papers/tandem.txt``) changes only the rollout structure of GRPO: each
+Tandem RL (the Tandem RL paper) changes only the rollout structure of GRPO: each
 response is co-written by the trainable senior (the policy) and a frozen junior
 (``training.tandem``: §3.3, App. A.1); the verifier scores the whole response; and the GRPO
 loss is taken over senior-written tokens only (§3.4, Eq. 1: "the response mask set to select

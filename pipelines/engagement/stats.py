@@ -6,7 +6,7 @@ aggregate counts (e.g. resolved alarms / all alarms), not averaged per episode (
 patrol CI paragraph); :func:`ratio_ci` does that, :func:`mean_ci` handles per-episode means.
 
 Kept here rather than imported from ``eval.metrics`` because ``pipelines`` may not import
-``eval`` (DESIGN.md §2). Percentile intervals; not guaranteed accurate for a handful of
+``eval`` (the layer rules of ``tests/test_layers.py``). Percentile intervals; not guaranteed accurate for a handful of
 episodes (too narrow), and the intervals ignore training-seed variability, as in the paper.
 """
 

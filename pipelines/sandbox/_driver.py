@@ -6,7 +6,7 @@ standard library only. In the bubblewrap jail the driver is pid 1. In every mode
 itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, inherited by what it forks), so code it
 runs can neither ptrace it nor open its ``/proc/<pid>/mem`` or ``/proc/<pid>/fd/*``: a program
 cannot rewrite the warm worker for the programs after it, nor write into its reply channel
-(issue 12, item 1). Modes:
+Modes:
 
 - ``once CODE_FD REPORT_FD LIMITS``: read a program from CODE_FD, fork, and in the child apply
   the rlimits and run it as ``__main__``; if it raises, write the error (name, value,
@@ -26,7 +26,7 @@ cannot rewrite the warm worker for the programs after it, nor write into its rep
 ``sys.setrecursionlimit`` is capped at ``MAX_RECURSION_LIMIT`` (a departure from plain CPython,
 which accepts any limit): a runaway recursion then ends in a RecursionError within seconds,
 where an uncapped one fills the address space first and ends, often after the time limit, in
-CPython 3.11's "SystemError: error return without exception set" (issue 12, item 6).
+CPython 3.11's "SystemError: error return without exception set".
 
 Not guaranteed: protection against code that deliberately breaks the driver from inside its own
 process (a session cell shares the kernel's process: it can find the current nonce in memory

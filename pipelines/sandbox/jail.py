@@ -8,7 +8,7 @@ so shared libraries resolve, and the interpreter's prefix when it lives elsewher
 ``/dev/shm``), an environment built from nothing, ``--die-with-parent`` and ``--new-session``,
 and further user namespaces disabled inside. The driver is the jail's pid 1 (``--as-pid-1``):
 it makes itself non-dumpable before any untrusted code runs and forks that code, so no
-jailed process has a parent whose memory or descriptors it could reach (issue 12, item 1).
+jailed process has a parent whose memory or descriptors it could reach.
 When the host runs as root the jail is started as an unprivileged uid (65534 by default),
 because the kernel ignores RLIMIT_NPROC for root (inside its own user namespace each jail
 counts its processes separately). The rlimits themselves are set by the driver before any
@@ -18,7 +18,7 @@ read-only memfd. Long-lived jails are started from one long-lived thread:
 
 Writable tmpfs dirs bound in bytes *and in files*: every file, directory or link costs host
 kernel memory (inode, dentry) that neither the address-space limit nor the tmpfs size counts;
-millions of empty files grew the host kernel by GBs (issue 12, item 2). bubblewrap 0.8 cannot
+millions of empty files grew the host kernel by GBs. bubblewrap 0.8 cannot
 set ``nr_inodes``, and cgroup v2 is not usable here (checked Nov 2026: a v1 hybrid whose
 unified hierarchy has no controllers), so when the host runs as root each jail is started
 through ``unshare --mount`` + ``mount -t tmpfs -o size=..,nr_inodes=..`` + ``setpriv``: two

@@ -18,7 +18,7 @@ Every request to a kernel carries a fresh random nonce; a reply must be exactly 
 frame of the expected shape echoing it. Garbage, a reply to another request, or bytes nobody
 asked for (code that wrote into the reply channel) mean the kernel is treated as dead: it is
 replaced and that call reports ``KernelDied`` / ``SandboxDied``, so one cell's forgery can
-never shift the results of the cells after it (issue 12, item 3).
+never shift the results of the cells after it.
 
 Output is read while the code runs; each of stdout and stderr keeps at most
 ``limits.max_output_bytes`` (the rest is read and dropped, ``output_truncated=True``).

@@ -3,7 +3,7 @@ stateless run, a warm runner (fork server) and a session cell. Each case must en
 right flag within its limit plus a margin, leave the host alone, and the next execution on the
 same sandbox/runner/session must work.
 
-The second part (issue 12) attacks the sandbox itself, since rewards are computed by running
+The second part attacks the sandbox itself, since rewards are computed by running
 model-written code: the memory of the warm worker and of a program's parent, the host kernel's
 memory through millions of files, a session's reply channel, threads that outlive a timed-out
 cell, and runaway recursion."""
@@ -243,7 +243,7 @@ def test_binary_garbage_on_stdout_is_decoded_with_replacements(mode, jail, runne
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 12: code that attacks the sandbox itself (its worker, its reply channel, the host kernel)
+# code that attacks the sandbox itself (its worker, its reply channel, the host kernel)
 
 # Every way in from one process to another that the kernel guards with a ptrace access check:
 # /proc/<pid>/{mem,maps,environ,fd} and process_vm_readv (EPERM when refused, EFAULT when the

@@ -215,7 +215,7 @@ def test_data_fingerprint_joins_a_derived_id_only(weft_home):
 
 
 # ---------------------------------------------------------------------------------------------
-# Numeric ranges (issue 12, item 17). The tables below are transcribed by hand from TRL's and
+# Numeric ranges. The tables below are transcribed by hand from TRL's and
 # transformers' field documentation, not read from training.config.
 
 def _numeric_fields(cls) -> set[str]:

@@ -75,7 +75,7 @@ def rollout(n_words, right, gold=7):
 
 
 # ---------------------------------------------------------------------------------------------
-# item 1: wrong rollouts get the worst case (App. C.1)
+# wrong rollouts get the worst case (App. C.1)
 
 
 def test_worked_example_orders_correct_by_longest_think_and_wrong_last():
@@ -156,7 +156,7 @@ def test_shaped_rewards_rank_correct_rollouts_and_keep_the_margin(group, eps):
                 if shaped[i] - shaped[k] <= 1e-9 * top:
                     assert shaped[k] == pytest.approx(mean + eps, abs=1e-7 * top)
                     assert shaped[i] == pytest.approx(mean + eps, abs=1e-7 * top)
-    # item 5: a correct rollout without a think block never beats an interleaved correct one
+    # a correct rollout without a think block never beats an interleaved correct one
     for i in ok:
         for k in ok:
             if interleaved[i] and not interleaved[k]:
@@ -192,7 +192,7 @@ def test_margin_holds_on_the_total_reward_of_the_shaped_recipe(g, data, extra_ou
 
 
 # ---------------------------------------------------------------------------------------------
-# item 5: no think block cannot win the granularity reward
+# no think block cannot win the granularity reward
 
 
 def test_no_reasoning_or_all_visible_is_not_rewarded_over_interleaving():
@@ -231,7 +231,7 @@ def test_granularity_epsilon_must_be_positive():
 
 
 # ---------------------------------------------------------------------------------------------
-# item 2: outcome-only recipes
+# outcome-only recipes
 
 
 @pytest.mark.parametrize("recipe", ["sxs_grpo", "sxs_grpo.cpu", "sxs_grpo_shaped",
@@ -253,7 +253,7 @@ def test_sxs_recipes_have_no_structural_reward(recipe, weft_home):
 
 
 # ---------------------------------------------------------------------------------------------
-# item 3: the degenerate-group filter is about correctness
+# the degenerate-group filter is about correctness
 
 
 def test_filter_follows_correctness_not_the_combined_reward():

@@ -1,4 +1,4 @@
-"""User SQL is read-only and confined to the warehouse folder (issue 12, item 7).
+"""User SQL is read-only and confined to the warehouse folder.
 
 Each attack from the issue is reproduced against ``Warehouse.sql`` on both query paths (the
 catalog opened read-only, and the in-memory views built when another connection holds the

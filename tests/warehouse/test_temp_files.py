@@ -1,5 +1,5 @@
 """Temp files of killed writers are removed by the next write; live writers' are kept
-(issue 12, item 14). Writers here are real processes, stopped in the middle of a write."""
+Writers here are real processes, stopped in the middle of a write."""
 
 import os
 import subprocess
