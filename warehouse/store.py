@@ -640,6 +640,8 @@ def _duck_type(dtype: pa.DataType) -> str:
         return "BOOLEAN"
     if pa.types.is_timestamp(dtype):
         return "TIMESTAMPTZ" if dtype.tz else "TIMESTAMP"
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return f"{_duck_type(dtype.value_type)}[]"
     raise TypeError(f"no DuckDB type mapping for {dtype}")
 
 

@@ -21,16 +21,6 @@ FROM eval_samples
 WHERE ari IS NOT NULL
 GROUP BY model, benchmark;
 
--- budget_curve: time-aware evaluation; success = correct AND within the requested budget.
-CREATE OR REPLACE VIEW budget_curve AS
-SELECT model, benchmark, budget, count(*) AS samples,
-       avg(CASE WHEN correct AND completion_tokens <= budget THEN 1.0 ELSE 0.0 END) AS budgeted_success,
-       avg(CAST(correct AS DOUBLE)) AS accuracy,
-       avg(completion_tokens) AS mean_tokens
-FROM eval_samples
-WHERE budget IS NOT NULL
-GROUP BY model, benchmark, budget;
-
 -- pairwise: the latest paired comparison of model A vs model B on the same problems.
 CREATE OR REPLACE VIEW pairwise AS
 SELECT * EXCLUDE (rn) FROM (

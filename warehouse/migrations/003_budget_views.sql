@@ -1,6 +1,4 @@
 -- 003: budget curves and thinking-cap cost-effectiveness, computed in Python and stored.
--- Migrations run in order on every catalog refresh, so this redefinition of budget_curve
--- replaces the per-sample one of 002.
 --
 -- budget_curve: Engagement Process §5.3 / App. F metrics per (model, benchmark, budget) as
 -- eval.budget.budget_curve computes them: each problem's samples are averaged first, then

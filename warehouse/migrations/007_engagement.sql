@@ -1,5 +1,5 @@
--- 007: Engagement Process comparisons (engagement.txt §5.2, App. D-E), written by
--- assets/engagement.py. The base view stands in (empty, typed) until ep_scores has rows.
+-- 007: Engagement Process comparisons (Engagement Process §5.2, App. D-E), written by
+-- assets/engagement.py. ep_scores is declared in warehouse/schema.py.
 --   ep_scores:      one row per (environment, setting, policy, method, metric): the mean and
 --                   the bootstrap 95% interval over episodes (timeout rate, latency, dish
 --                   rates and delays as ratios of aggregates)
@@ -7,15 +7,6 @@
 --                   utility and its interval, the environment's second headline metric
 --                   (assistant: timeout rate; kitchen: critical-dish success) and the rank by
 --                   utility within (environment, setting, policy)
-CREATE VIEW IF NOT EXISTS ep_scores AS
-SELECT CAST(NULL AS VARCHAR) AS environment, CAST(NULL AS VARCHAR) AS setting,
-       CAST(NULL AS VARCHAR) AS policy, CAST(NULL AS VARCHAR) AS method,
-       CAST(NULL AS VARCHAR) AS metric, CAST(NULL AS DOUBLE) AS value,
-       CAST(NULL AS DOUBLE) AS low, CAST(NULL AS DOUBLE) AS high,
-       CAST(NULL AS BIGINT) AS episodes, CAST(NULL AS VARCHAR) AS run_id,
-       CAST(NULL AS TIMESTAMPTZ) AS created_at
-WHERE false;
-
 CREATE OR REPLACE VIEW ep_leaderboard AS
 WITH latest AS (
     SELECT * FROM ep_scores
