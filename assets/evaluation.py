@@ -145,8 +145,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                  warehouse: WarehouseResource, grader: GraderResource,
                  sandbox: SandboxResource, llm: LLMResource) -> dg.MaterializeResult:
     from eval.models import get_model, unreachable_advice
-    from pipelines.llm import LLMClient
-    from pipelines.llm_endpoint import EndpointUnreachable
+    from pipelines.llm import EndpointUnreachable, LLMClient
     from warehouse.samples import eval_samples_preview
 
     started = now()

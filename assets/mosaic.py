@@ -12,12 +12,13 @@ step instances for process-supervised GRPO.
   realized perturbation rate, recovery rate, early answers and failure counts, MOSAIC and
   baseline side by side once both exist for a source.
 - ``tir_trajectories``: the real TIR trajectories under ``WEFT_DATA_DIR/tir`` in the same schema
-  (``pipelines.ingest_tir``), rejects to ``rejects``.
+  (``pipelines.ingest.tir``), rejects to ``rejects``.
 - ``tir_sft_dataset``: SFT rows in both renderings (state preserved / state discarded) from the
   correct MOSAIC trajectories and the real ones. Deliberately mutated steps are targets like any
   other step (DeepTool §2.2 trains on the trajectories as synthesized); ``train_on_injected:
   false`` keeps them in the context only.
-- ``step_instances``: one row per step of the expert trajectories (``pipelines.decompose``).
+- ``step_instances``: one row per step of the expert trajectories
+  (``pipelines.mosaic.decomposition``).
   Both select their MOSAIC trajectories by ρ (``mosaic_rho``) and by run (``mosaic_run_ids``),
   e.g. ``mosaic_rho: 0.1`` for SFT and ``mosaic_rho: 0.2`` for step instances.
 
@@ -59,7 +60,7 @@ class MosaicSynthesisConfig(dg.Config):
     generation_share: float = 0.5
     seed: int = 0
     manager_temperature: float = 0.0
-    manager_max_tokens: int = 640  # pipelines.mosaic_agents.MANAGER_MAX_TOKENS
+    manager_max_tokens: int = 640  # pipelines.mosaic.MANAGER_MAX_TOKENS
     actor_temperature: float = 0.7
     actor_max_tokens: int = 384
     concurrency: int = 4
@@ -115,7 +116,11 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
                 method: str) -> dg.MaterializeResult:
     from pipelines.llm import LLMClient, SamplingParams
     from pipelines.mosaic import (
+        ACTOR_STOP,
         METHOD_MOSAIC,
+        LLMActor,
+        LLMBaselineActor,
+        LLMManager,
         MosaicConfig,
         label_records,
         session_factory,
@@ -124,7 +129,6 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
         synthesize_many,
         synthesize_mosaic,
     )
-    from pipelines.mosaic_agents import ACTOR_STOP, LLMActor, LLMBaselineActor, LLMManager
     from warehouse.samples import mosaic_preview
 
     started = now()
@@ -294,7 +298,7 @@ def mosaic_baseline_trajectories(context: dg.AssetExecutionContext, config: Mosa
 )
 def tir_trajectories(context: dg.AssetExecutionContext, config: TIRTrajectoriesConfig,
                      warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.ingest_tir import load_tir
+    from pipelines.ingest import load_tir
 
     started = now()
     wh = warehouse.get()
@@ -392,7 +396,7 @@ def tir_sft_dataset(context: dg.AssetExecutionContext, config: ExpertDataConfig,
 )
 def step_instances(context: dg.AssetExecutionContext, config: ExpertDataConfig,
                    warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.decompose import decompose_many, summarize_instances
+    from pipelines.mosaic import decompose_many, summarize_instances
     from pipelines.tir import RENDERINGS
 
     if config.rendering not in RENDERINGS:
@@ -479,7 +483,7 @@ def check_tir_sft_dataset_well_formed(warehouse: WarehouseResource) -> dg.AssetC
 @dg.asset_check(asset=step_instances,
                 description="Only last steps target answers; each reference output earns reward 1.0.")
 def check_step_instances_reference_rewards(warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    from pipelines.decompose import validate_instance_rows
+    from pipelines.mosaic import validate_instance_rows
 
     rows = warehouse.get().read("step_instances").to_pylist()
     return _check(validate_instance_rows(rows), len(rows))

@@ -8,7 +8,7 @@ unless ``stop_started_server`` is set (``python -m pipelines.serving stop`` stop
 
 ``LLMResource`` also holds the reliability settings every LLM stage uses: the per-request
 deadline (``timeout_s``; None scales it to the request's ``max_tokens`` with
-``pipelines.llm_types.default_timeout_s``), retries, how long refused connections are retried
+``pipelines.llm.default_timeout_s``), retries, how long refused connections are retried
 after the endpoint was up (``connect_retry_window_s``), the per-response byte cap, the
 whole-batch watchdog (``batch_timeout_s``; None: each wave of ``max_concurrency`` requests may
 take the full retry schedule of one request) and how often batch progress is logged.
@@ -62,7 +62,7 @@ class LLMResource(dg.ConfigurableResource):
 
     def request_timeout_s(self, max_tokens: int = 512, n: int = 1) -> float:
         """The per-request deadline: ``timeout_s`` when set, else scaled to ``max_tokens``."""
-        from pipelines.llm_types import default_timeout_s
+        from pipelines.llm import default_timeout_s
 
         return float(self.timeout_s) if self.timeout_s else default_timeout_s(max_tokens, n)
 

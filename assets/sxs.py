@@ -1,7 +1,7 @@
 """SxS assets: `traces` → `sxs_alignments` → `sxs_sft_dataset` (+ its standard variant).
 
 ``traces`` ingests (problem, reasoning, response, gold) triples from the trace sources
-(``pipelines.ingest_traces``: s1K, LIMO, OpenMathReasoning; local files or the hub).
+(``pipelines.ingest.traces``: s1K, LIMO, OpenMathReasoning; local files or the hub).
 ``sxs_alignments`` asks the configured LLM judge, for every reasoning prefix of every trace,
 how many answer blocks it already supports (all prefixes of a sample in parallel, pending
 calls cancelled once full coverage is seen), repairs the levels and interleaves; one row per
@@ -32,7 +32,7 @@ class TracesConfig(dg.Config):
           description="(problem, reasoning, response, gold) triples from reasoning-trace datasets.")
 def traces(context: dg.AssetExecutionContext, config: TracesConfig,
            warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.ingest_traces import load_traces
+    from pipelines.ingest import load_traces
 
     started = now()
     wh = warehouse.get()

@@ -1,6 +1,6 @@
 """Benchmark: a 500-call LLM batch sent to a local fake server vs the same batch replayed from cache.
 
-The fake OpenAI-compatible server (pipelines.llm_fake) answers every request after a fixed
+The fake OpenAI-compatible server (pipelines.llm.testing) answers every request after a fixed
 20 ms delay, so the first run measures the client's request path under bounded concurrency
 and the replay measures the SQLite response cache. Prints one JSON line with both wall times,
 their ratio and the request counts (the replay must send none).
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines.llm import LLMClient, SamplingParams, run
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 
 
 def batch(client: LLMClient, calls: int) -> float:

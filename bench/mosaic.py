@@ -28,6 +28,11 @@ from eval.grading_pool import GradingPool
 from pipelines.ingest import load_source
 from pipelines.llm import LLMClient, SamplingParams
 from pipelines.mosaic import (
+    ACTOR_STOP,
+    MANAGER_MAX_TOKENS,
+    LLMActor,
+    LLMBaselineActor,
+    LLMManager,
     MosaicConfig,
     ProblemInput,
     label_records,
@@ -36,13 +41,6 @@ from pipelines.mosaic import (
     synthesize_baseline,
     synthesize_many,
     synthesize_mosaic,
-)
-from pipelines.mosaic_agents import (
-    ACTOR_STOP,
-    MANAGER_MAX_TOKENS,
-    LLMActor,
-    LLMBaselineActor,
-    LLMManager,
 )
 
 FIGURES = ("trajectories", "complete", "valid", "accuracy", "avg_turns", "perturbation_rate",

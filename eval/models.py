@@ -147,8 +147,8 @@ def probe_endpoint(spec: ModelSpec, timeout_s: float = 10.0) -> list[str]:
     serve ``spec.served_model``."""
     import os
 
-    from pipelines.llm_endpoint import EndpointUnreachable
-    from pipelines.llm_endpoint import list_models as served_list
+    from pipelines.llm import EndpointUnreachable
+    from pipelines.llm import list_models as served_list
 
     key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
     if spec.api_key_env and not key:

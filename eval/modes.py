@@ -264,7 +264,7 @@ async def capped_chat(client: Any, messages: list[dict[str, Any]], params: Any, 
     """
     import dataclasses
 
-    from pipelines.llm_types import ChatResult
+    from pipelines.llm import ChatResult
 
     limit = int(params.max_tokens)
     first = None

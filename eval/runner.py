@@ -96,7 +96,7 @@ def _load_tokenizer(path: str | None) -> Any:
 def served_context_window(client: Any) -> int | None:
     """The context length the server reports for the client's model (vLLM lists
     ``max_model_len`` in ``GET /models``); None when the server does not say or cannot be asked."""
-    from pipelines.llm_endpoint import EndpointUnreachable, get_models
+    from pipelines.llm import EndpointUnreachable, get_models
 
     base_url, model = getattr(client, "base_url", None), getattr(client, "model", None)
     if not base_url or not model:

@@ -8,7 +8,7 @@ Three pieces, all plain ``logging`` (no Dagster here):
   (``assets.instance.ensure_dagster_home`` writes that); scripts call ``log_to_stderr`` instead.
 - ``gather_with_progress`` is ``asyncio.gather`` with progress lines (done/total, failures,
   items/s, completion tokens/s, ETA) every 10 % and at least every ``log_every_s`` seconds,
-  also while nothing finishes (``pipelines.llm_batch.Progress`` formats and paces them).
+  also while nothing finishes (``pipelines.llm.batch.Progress`` formats and paces them).
 - ``heartbeat`` wraps a blocking phase (grading in a process pool, a model load): one line when
   it starts, one every ``every_s`` seconds while it runs, one with its duration when it ends.
 
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from pipelines.llm_batch import map_ordered
+from pipelines.llm import map_ordered
 
 T = TypeVar("T")
 

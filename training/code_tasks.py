@@ -552,7 +552,7 @@ def _read_records(target: str, params: Mapping[str, str]) -> list[Any]:
 
     path = Path(target).expanduser()
     if target.lower().endswith(LOCAL_SUFFIXES) or path.exists():
-        from pipelines.ingest_io import IngestError, read_local_records
+        from pipelines.ingest import IngestError, read_local_records
 
         if not path.is_file():
             raise DatasetMissing(f"mbpp:{target}: no file at {path}")
@@ -563,7 +563,7 @@ def _read_records(target: str, params: Mapping[str, str]) -> list[Any]:
         for line, reason, _raw in bad:
             log.warning("mbpp:%s line %d rejected: %s", target, line, reason)
         return [r.record for r in records]
-    from pipelines.ingest_io import HubUnavailableError, load_hf_records
+    from pipelines.ingest import HubUnavailableError, load_hf_records
 
     try:
         return load_hf_records(target, params.get("config") or None,

@@ -183,8 +183,8 @@ def builtin_tir_sft_discarded(n: int = 32, seed: int = 0) -> list[dict[str, Any]
 
 
 def builtin_step_instances(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
-    """Step instances in ``pipelines.decompose`` row format (two steps per problem)."""
-    from pipelines.decompose import decompose
+    """Step instances in ``pipelines.mosaic.decomposition`` row format (two steps per problem)."""
+    from pipelines.mosaic import decompose
     from pipelines.tir import Trajectory
 
     rows = []

@@ -117,7 +117,7 @@ def _llm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         else:
             import os
 
-            from pipelines.llm_endpoint import ENV_MODEL
+            from pipelines.llm import ENV_MODEL
 
             if os.environ.get(ENV_MODEL):
                 client = LLMClient.from_env()

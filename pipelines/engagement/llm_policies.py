@@ -27,9 +27,7 @@ from typing import Any
 from pipelines.engagement.assistant import Decision, MainOutput, scripted_triage
 from pipelines.engagement.kitchen import scripted_policy
 from pipelines.engagement.texts import MAIN_TASKS, TaskSpec
-from pipelines.llm import LLMClient
-from pipelines.llm_batch import run
-from pipelines.llm_types import SamplingParams
+from pipelines.llm import LLMClient, SamplingParams, run
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 TRIAGE_SCHEMA = {"type": "object", "properties": {

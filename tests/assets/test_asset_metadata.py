@@ -53,7 +53,7 @@ def _empty_parts(value: dg.MetadataValue, columns) -> list[str]:
 
 def test_every_asset_shows_the_metadata_the_readme_promises(weft_home, shared_data,
                                                             embedded_model_dir):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
         mats = materialize_small_graph(dg.DagsterInstance.ephemeral(), server.base_url,

@@ -37,7 +37,7 @@ def _ingest(res, instance):
 
 
 def test_eval_run_logs_progress_and_previews_samples(weft_home, shared_data):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     instance = dg.DagsterInstance.ephemeral()
     with FakeLLMServer(models=("scripted",)) as server:
@@ -74,7 +74,7 @@ def test_eval_run_logs_progress_and_previews_samples(weft_home, shared_data):
 
 
 def test_unreachable_registered_endpoint_gets_registry_advice(weft_home, shared_data):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     instance = dg.DagsterInstance.ephemeral()
     with FakeLLMServer(models=("scripted",)) as server:

@@ -67,7 +67,7 @@ def _scripted(gold: dict[str, str]):
 
 
 def test_mosaic_chain_materializes_with_checks(weft_home, shared_data):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     with FakeLLMServer(models=("scripted",)) as server:
         res = _resources(server.base_url, "scripted")
@@ -148,7 +148,7 @@ def test_mosaic_chain_materializes_with_checks(weft_home, shared_data):
 
 def test_rho_runs_live_side_by_side_and_feed_sft_and_step_instances_separately(weft_home, shared_data):
     """The paper's setup (DeepTool §3.1): ρ = 0.1 trajectories for SFT, ρ = 0.2 for RL."""
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     with FakeLLMServer(models=("scripted",)) as server:
         res = _resources(server.base_url, "scripted")

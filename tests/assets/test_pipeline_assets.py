@@ -49,7 +49,7 @@ def _check_results(result):
 
 
 def test_chain_with_scripted_endpoint_gives_exact_scores(weft_home, shared_data):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     with FakeLLMServer(models=("scripted",)) as server:
         res = _resources(server.base_url, "scripted")

@@ -28,7 +28,7 @@ def _checks(result):
 
 
 def test_scripted_judge_builds_both_variants_and_round_trips(weft_home, shared_data, embedded_model_dir):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     def responder(body, index):
         # covers one answer block per prefix that mentions "=": a real, varying level sequence
@@ -60,7 +60,7 @@ def test_scripted_judge_builds_both_variants_and_round_trips(weft_home, shared_d
 
 
 def test_training_reads_the_sxs_dataset(weft_home, shared_data, embedded_model_dir):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
     from training.data import load_rows, sft_examples
 
     with FakeLLMServer(models=("judge",), responder=lambda b, i: '{"covered": 0}') as server:
@@ -74,7 +74,8 @@ def _short_trace_records(shared_data, tmp_path, n=2, min_blocks=4):
     """A data folder whose OpenMathReasoning file holds the ``n`` shortest real records with at
     least ``min_blocks`` reasoning blocks: the real judge gets a few short prompts (3-4 per
     trace) instead of dozens of long ones, and still has prefixes to judge."""
-    from pipelines.ingest_traces import TRACE_SOURCES, adapt_openmathreasoning
+    from pipelines.ingest import TRACE_SOURCES
+    from pipelines.ingest.traces import adapt_openmathreasoning
     from pipelines.sxs import segment
 
     rel = TRACE_SOURCES["openmathreasoning"].local_path

@@ -192,7 +192,7 @@ def test_tandem_eval_writes_solo_and_team_rows_like_eval_samples(weft_home):
     accept."""
     from assets.common import runs_disagreements
     from eval.models import ModelSpec, register_model
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     answers = {"apples": "12", "eggs": "6"}
 

@@ -100,7 +100,7 @@ def test_ui_pages_in_headless_chromium(tmp_path, weft_home, shared_data, embedde
     and the runs page, as a browser renders them (Debian's chromium driven by Playwright)."""
     import dagster as dg
 
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
     from tests.assets.small_graph import materialize_small_graph, responder
 
     try:

@@ -25,7 +25,7 @@ from eval.budget import (
 from eval.modes import ModeConfig, budget_generation_limit, budget_limit_warning, budget_tokens_used
 from eval.runner import EvalConfig, evaluate
 from pipelines.llm import LLMClient
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 
 PROBLEMS = [
     {"problem_id": "p1", "source": "gsm8k", "problem": "What is 6 times 7?", "answer": "42",
@@ -145,7 +145,7 @@ def test_the_models_context_caps_the_limit(tmp_path, monkeypatch):
 
 
 def test_served_context_window_reads_vllms_max_model_len(monkeypatch):
-    import pipelines.llm_endpoint as endpoint
+    import pipelines.llm as endpoint
 
     body = {"object": "list", "data": [{"id": "other", "max_model_len": 99},
                                        {"id": "m", "object": "model", "max_model_len": 4096}]}
@@ -405,7 +405,7 @@ class _RecordingClient:
         self.calls = []
 
     async def chat(self, messages, params, *, tag="", sample_index=0, extra_body=None):
-        from pipelines.llm_types import ChatResult
+        from pipelines.llm import ChatResult
 
         self.calls.append((messages, params, extra_body))
         if extra_body and extra_body.get("continue_final_message"):

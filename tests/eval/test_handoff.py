@@ -24,7 +24,7 @@ from eval.handoff import (
 from eval.modes import ModeConfig
 from eval.runner import EvalConfig, evaluate
 from pipelines.llm import LLMClient, SamplingParams
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 
 PROBLEMS = [
     {"problem_id": "p1", "source": "gsm8k", "problem": "What is 6 times 7?", "answer": "42",

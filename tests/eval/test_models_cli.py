@@ -56,7 +56,7 @@ def test_add_checks_that_a_folder_holds_a_model(weft_home, tmp_path, capsys):
 
 
 def test_check_probes_the_endpoint(weft_home, capsys):
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     dead = f"http://127.0.0.1:{_closed_port()}/v1"
     code, _, err = _run(capsys, "add", "--id", "d", "--base-url", dead, "--served-model", "x",

@@ -10,7 +10,7 @@ from eval.benchmarks import get
 from eval.modes import ModeConfig
 from eval.runner import EvalConfig, evaluate
 from pipelines.llm import LLMClient
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 
 PROBLEMS = [
     {"problem_id": "p1", "source": "gsm8k", "problem": "What is 6 times 7?", "answer": "42", "meta": "{}"},

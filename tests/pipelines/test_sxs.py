@@ -559,7 +559,7 @@ def _llm_module():
 
 def test_llm_judge_over_real_client_and_fake_http_server():
     llm = _llm_module()
-    fake_mod = pytest.importorskip("pipelines.llm_fake")
+    fake_mod = pytest.importorskip("pipelines.llm.testing")
 
     def responder(body: dict, index: int) -> str:
         k = max(int(n) for n in _STEP_RE.findall(body["messages"][-1]["content"]))

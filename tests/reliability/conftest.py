@@ -10,7 +10,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 from warehouse import Warehouse
 
 MODEL = "scripted"

@@ -14,18 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import ingest_adapters as ad
 from pipelines.ingest import (
+    TIR_SOURCES,
+    TRACE_SOURCES,
     RawRecord,
     RecordLimits,
     SourceSpec,
     build_problems,
+    build_tir,
+    build_traces,
+    check_record,
     load_file,
+    load_traces,
     problem_id,
 )
-from pipelines.ingest_io import check_record, nesting_depth
-from pipelines.ingest_tir import TIR_SOURCES, build_tir
-from pipelines.ingest_traces import TRACE_SOURCES, build_traces, load_traces
+from pipelines.ingest import adapters as ad
+from pipelines.ingest.io import nesting_depth
 from pipelines.text import strip_control_chars
 
 # Deeper than the stdlib JSON parser can go at the default recursion limit (it raises

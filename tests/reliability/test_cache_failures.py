@@ -11,8 +11,8 @@ import json
 import sqlite3
 
 from pipelines.llm import LLMClient, SamplingParams, run
-from pipelines.llm_cache import ResponseCache, cache_key
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.cache import ResponseCache, cache_key
+from pipelines.llm.testing import FakeLLMServer
 
 USER = [{"role": "user", "content": "What is 2 + 2?"}]
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
@@ -121,7 +121,7 @@ def _payload(choices: list[dict], completion_tokens: int) -> dict:
 
 
 def test_empty_choices_table():
-    from pipelines.llm_types import empty_choices
+    from pipelines.llm.types import empty_choices
 
     text = {"text": "4", "finish_reason": "stop", "reasoning": None}
     blank = {"text": "", "finish_reason": "stop", "reasoning": None}

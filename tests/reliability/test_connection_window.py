@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from pipelines.llm import EndpointUnreachable, LLMClient, run
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 from warehouse import Warehouse
 
 USER = [{"role": "user", "content": "hello"}]

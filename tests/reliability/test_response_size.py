@@ -12,13 +12,13 @@ import tracemalloc
 import pytest
 
 from pipelines.llm import LLMClient, run
-from pipelines.llm_endpoint import ResponseTooLarge, _CappedStream
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.endpoint import ResponseTooLarge, _CappedStream
+from pipelines.llm.testing import FakeLLMServer
 
 MB = 1024 * 1024
 SERVER_SCRIPT = """
 import sys
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm.testing import FakeLLMServer
 server = FakeLLMServer()
 server.plan.extend(sys.argv[1:])
 server.start()

@@ -14,9 +14,8 @@ import dagster as dg
 import pytest
 
 from assets.resources import LLMResource
-from pipelines.llm import BatchTimeout, LLMClient, run
-from pipelines.llm_batch import map_ordered
-from pipelines.llm_fake import FakeLLMServer
+from pipelines.llm import BatchTimeout, LLMClient, map_ordered, run
+from pipelines.llm.testing import FakeLLMServer
 from warehouse import Warehouse
 
 

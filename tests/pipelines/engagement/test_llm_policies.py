@@ -13,7 +13,7 @@ from pipelines.engagement import kitchen as K
 from pipelines.engagement.llm_policies import LLMController, LLMTriage, load_prompt, render
 from pipelines.engagement.llm_runs import run_comparison, score_table
 from pipelines.engagement.texts import TaskSpec
-from pipelines.llm_types import ChatResult, JsonResult
+from pipelines.llm import ChatResult, JsonResult
 
 
 class FakeClient:

@@ -4,8 +4,8 @@ Sources come from three places: local copies of public files under ``WEFT_DATA_D
 (.jsonl, .jsonl.gz, .json, .json.gz, .parquet), the Hugging Face hub through
 ``datasets.load_dataset``, and a built-in offline generator (``reasoning-gym``). Every source
 is described by one :class:`SourceSpec` in :data:`SOURCES`; reading raw records lives in
-``pipelines.ingest_io`` and the per-format adapters in ``pipelines.ingest_adapters`` (one
-raw record -> one normalised row); traces are in ``pipelines.ingest_traces``.
+``pipelines.ingest.io`` and the per-format adapters in ``pipelines.ingest.adapters`` (one
+raw record -> one normalised row); traces are in ``pipelines.ingest.traces``.
 
 Guarantees: a malformed line, a non-UTF-8 line, a line nested too deeply to parse, a record
 over the :class:`RecordLimits` (a field longer than ``max_field_chars``, nesting deeper than
@@ -41,10 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pipelines import ingest_adapters as ad
-from pipelines.ingest_io import (
+from pipelines.ingest import adapters as ad
+from pipelines.ingest.io import (
     DEFAULT_LIMITS,
-    LOCAL_SUFFIXES,
     REASONING_GYM_DEFAULT_COUNT,
     REASONING_GYM_TASKS,
     HubUnavailableError,
@@ -54,7 +53,6 @@ from pipelines.ingest_io import (
     check_record,
     generate_reasoning_gym,
     load_hf_records,
-    probe_endpoint,
     raw_text,
     read_local_records,
     record_raw,
@@ -65,38 +63,6 @@ from pipelines.text import normalize_problem_text, strip_control_chars
 REDACTED = "<redacted: this dataset's text must not be stored or logged in plain text>"
 # Meta keys that hold a dataset's own record id (see the adapters); each must map to one text.
 SOURCE_ID_KEYS = ("unique_id", "task_id", "original_id")
-
-__all__ = [
-    "DEFAULT_LIMITS",
-    "LOCAL_SUFFIXES",
-    "REASONING_GYM_DEFAULT_COUNT",
-    "REASONING_GYM_TASKS",
-    "REDACTED",
-    "SOURCES",
-    "SOURCE_ID_KEYS",
-    "HubUnavailableError",
-    "IngestError",
-    "IngestResult",
-    "Problem",
-    "RawRecord",
-    "RecordLimits",
-    "Registry",
-    "Reject",
-    "SourceSpec",
-    "build_problems",
-    "check_record",
-    "clean_problem_text",
-    "dump_meta",
-    "generate_reasoning_gym",
-    "load_file",
-    "load_hf_records",
-    "load_source",
-    "probe_endpoint",
-    "problem_id",
-    "raw_text",
-    "read_local_records",
-    "record_raw",
-]
 
 Prefer = Literal["local", "hf"]
 

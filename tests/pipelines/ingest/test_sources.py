@@ -1,4 +1,4 @@
-"""Tests for pipelines.ingest and pipelines.ingest_adapters: real shared files, bad input,
+"""Tests for pipelines.ingest.sources and pipelines.ingest.adapters: real shared files, bad input,
 dedup, stable ids, offline hub behaviour and the reasoning-gym generator."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import ingest_adapters as ad
 from pipelines.ingest import (
     REDACTED,
     SOURCES,
@@ -28,6 +27,7 @@ from pipelines.ingest import (
     probe_endpoint,
     problem_id,
 )
+from pipelines.ingest import adapters as ad
 from pipelines.settings import data_dir
 from pipelines.text import normalize_problem_text
 
@@ -620,7 +620,7 @@ def test_hub_path_with_a_fake_hub(monkeypatch, tmp_path):
         ]
         return rows[:limit] if limit is not None else rows
 
-    monkeypatch.setattr("pipelines.ingest.load_hf_records", fake_hub)
+    monkeypatch.setattr("pipelines.ingest.sources.load_hf_records", fake_hub)
     result = load_source("math_train", prefer="hf", data_dir=tmp_path)
     assert result.origin == "hf://EleutherAI/hendrycks_math/test"
     assert [p.problem for p in result.problems][:2] == [

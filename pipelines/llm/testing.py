@@ -1,4 +1,8 @@
-"""An in-process fake OpenAI-compatible server for tests, benchmarks and offline demos.
+"""Testing utility: an in-process fake OpenAI-compatible server, a test double, never a model.
+
+The test suite and ``bench/llm_cache.py`` use it to exercise the client (``pipelines.llm``)
+without a model server; no pipeline, asset or training code imports it, and it is not part of
+the package's public API (import it from ``pipelines.llm.testing``).
 
 ``FakeLLMServer`` serves ``POST /v1/chat/completions`` and ``GET /v1/models`` on 127.0.0.1 from
 a background thread, counts and records every request, and misbehaves on demand: push

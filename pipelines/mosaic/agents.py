@@ -59,7 +59,7 @@ from pipelines.tir import (
 if TYPE_CHECKING:  # imported lazily: the pure parts need no LLM client
     from pipelines.llm import LLMClient, SamplingParams
 
-PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 MANAGER_PROMPT = PROMPTS_DIR / "mosaic_manager.md"
 ACTOR_PROMPT = PROMPTS_DIR / "mosaic_actor.md"
 BASELINE_PROMPT = PROMPTS_DIR / "mosaic_baseline.md"

@@ -2,7 +2,7 @@
 
 Returns raw records (``RawRecord``: 1-based position, the decoded record, its first 500
 characters as text) and, for local files, (line, reason, raw) triples for lines that could not
-be decoded; turning records into canonical rows is ``pipelines.ingest``'s job.
+be decoded; turning records into canonical rows is ``pipelines.ingest.sources``'s job.
 
 Guarantees: JSON Lines are split on ``\n`` only (never on U+2028 inside strings); a bad line
 (not UTF-8, not JSON, nested too deeply for the JSON parser) never stops the lines after it;

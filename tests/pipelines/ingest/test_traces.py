@@ -1,4 +1,4 @@
-"""Tests for pipelines.ingest_traces on the shared trace files and on bad input."""
+"""Tests for pipelines.ingest.traces on the shared trace files and on bad input."""
 
 from __future__ import annotations
 
@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import ingest_adapters as ad
-from pipelines.ingest import IngestError, problem_id
-from pipelines.ingest_traces import (
-    TRACE_SOURCES,
-    load_traces,
-    split_think,
-    trace_id,
-)
+from pipelines.ingest import TRACE_SOURCES, IngestError, load_traces, problem_id
+from pipelines.ingest import adapters as ad
+from pipelines.ingest.traces import split_think, trace_id
 from pipelines.settings import data_dir
 
 

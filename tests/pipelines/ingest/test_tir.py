@@ -1,4 +1,4 @@
-"""Tests for pipelines/ingest_tir.py: adapters on hand-made records, and the real TIR files."""
+"""Tests for pipelines/ingest/tir.py: adapters on hand-made records, and the real TIR files."""
 
 from __future__ import annotations
 
@@ -6,15 +6,9 @@ import json
 
 import pytest
 
-from pipelines import ingest_adapters as ad
-from pipelines.ingest import RawRecord, problem_id
-from pipelines.ingest_tir import (
-    TIR_SOURCES,
-    adapt_mathcoder,
-    adapt_tora,
-    build_tir,
-    load_tir,
-)
+from pipelines.ingest import TIR_SOURCES, RawRecord, build_tir, load_tir, problem_id
+from pipelines.ingest import adapters as ad
+from pipelines.ingest.tir import adapt_mathcoder, adapt_tora
 from pipelines.tir import KIND_ANSWER, KIND_CODE, Step, parse_trajectory, validate_steps
 
 

@@ -1,6 +1,6 @@
-"""Tests for pipelines.llm (and its helpers llm_cache, llm_json, llm_batch, llm_endpoint).
+"""Tests for pipelines.llm (the client and its helpers cache, structured, batch, endpoint).
 
-Every client test talks HTTP to a real in-process fake server (pipelines.llm_fake.FakeLLMServer
+Every client test talks HTTP to a real in-process fake server (pipelines.llm.testing.FakeLLMServer
 on 127.0.0.1) that counts requests and misbehaves on demand; the cache is a real SQLite file in a
 temp folder; the concurrency test uses real processes. Backoff sleeps are recorded instead of
 slept so retry tests stay fast and can assert the schedule. The last test (marker `server`)
@@ -30,13 +30,13 @@ from pipelines.llm import (
     LLMClient,
     SamplingParams,
     backoff_delay,
+    map_ordered,
     redact_url,
     run,
 )
-from pipelines.llm_batch import map_ordered
-from pipelines.llm_cache import ResponseCache, cache_key
-from pipelines.llm_fake import FakeLLMServer
-from pipelines.llm_json import check_schema, extract_json, schema_errors
+from pipelines.llm.cache import ResponseCache, cache_key
+from pipelines.llm.structured import check_schema, extract_json, schema_errors
+from pipelines.llm.testing import FakeLLMServer
 
 USER = [{"role": "user", "content": "What is 2 + 2?"}]
 SCHEMA = {
@@ -281,7 +281,8 @@ def test_retry_on_timeout(fake, cache_path):
 
 
 def test_default_timeout_has_a_prompt_length_term():
-    from pipelines.llm_types import default_timeout_s, prompt_chars
+    from pipelines.llm import default_timeout_s
+    from pipelines.llm.types import prompt_chars
 
     # literal transcription: 60 s + chars / (3 chars/token) / (25 tokens/s) + n * max_tokens / 4
     assert default_timeout_s(512) == pytest.approx(60 + 512 / 4)
@@ -297,7 +298,7 @@ def test_default_timeout_has_a_prompt_length_term():
 
 
 def test_without_a_fixed_timeout_each_request_gets_its_own_deadline(fake, cache_path, monkeypatch):
-    import pipelines.llm_types as types
+    from pipelines.llm import types
 
     # shrink the rule's constants so the deadlines are fractions of a second: 0.3 s plus
     # 1 s per 100 prompt characters (max_tokens costs ~nothing)

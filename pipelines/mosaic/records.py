@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.mosaic_agents import VERDICT_LOGICAL_DEVIATION, NavigationCard
-from pipelines.mosaic_inject import (
+from pipelines.mosaic.agents import VERDICT_LOGICAL_DEVIATION, NavigationCard
+from pipelines.mosaic.inject import (
     ENVIRONMENT,
     ENVIRONMENT_KINDS,
     GENERATION,

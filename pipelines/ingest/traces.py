@@ -29,23 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines import ingest_adapters as ad
-from pipelines.ingest import (
+from pipelines.ingest import adapters as ad
+from pipelines.ingest.io import (
     DEFAULT_LIMITS,
     HubUnavailableError,
     IngestError,
-    Prefer,
     RawRecord,
     RecordLimits,
-    Reject,
     check_record,
-    clean_problem_text,
-    dump_meta,
     load_hf_records,
-    problem_id,
     read_local_records,
     record_raw,
 )
+from pipelines.ingest.sources import Prefer, Reject, clean_problem_text, dump_meta, problem_id
 from pipelines.settings import data_dir as default_data_dir
 from pipelines.text import last_boxed, normalize_problem_text
 

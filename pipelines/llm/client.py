@@ -3,7 +3,7 @@
 ``LLMClient`` wraps ``openai.AsyncOpenAI`` with what long synthesis and evaluation runs need:
 bounded concurrency, a per-request deadline, retries with exponential backoff and jitter on
 429 / 5xx / timeouts / dropped connections (never on other 4xx), a persistent
-content-addressed response cache (``pipelines.llm_cache``) so a re-run replays without
+content-addressed response cache (``pipelines.llm.cache``) so a re-run replays without
 requests, structured JSON output with one repair round (``chat_json``), one accounting record
 per call for the warehouse table ``llm_calls`` and a batch helper that logs progress.
 
@@ -17,7 +17,7 @@ Unusable replies are failures, never cached successes: a reply with no content (
 and no reasoning) is retried like a 5xx, a response body over ``max_response_bytes`` is an
 error of its row (not retried: the same request would produce it again), and a ``chat_json``
 reply still invalid after the repair round has its cache entries flagged failed, so a re-run
-asks the server again (``pipelines.llm_cache``). ``map`` logs progress (done/total, failures,
+asks the server again (``pipelines.llm.cache``). ``map`` logs progress (done/total, failures,
 tokens/s, ETA) to ``progress`` or the module logger at least every ``log_every_s``, also while
 nothing finishes, and with ``batch_timeout_s`` stops a batch that runs longer with
 ``BatchTimeout`` (the calls that completed stay cached and recorded).
@@ -45,9 +45,9 @@ from typing import Any, Self, TypeVar
 
 import openai
 
-from pipelines.llm_batch import BatchTimeout, map_ordered, on_loop_exit, run
-from pipelines.llm_cache import ResponseCache, cache_key
-from pipelines.llm_endpoint import (
+from pipelines.llm.batch import map_ordered, on_loop_exit
+from pipelines.llm.cache import ResponseCache, cache_key
+from pipelines.llm.endpoint import (
     CONNECT_RETRY_WINDOW_S,
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -63,16 +63,15 @@ from pipelines.llm_endpoint import (
     limit_response_bytes,
     list_models,
     redact_url,
-    unreachable_message,
 )
-from pipelines.llm_json import (
+from pipelines.llm.structured import (
     check_schema,
     parse_reply,
     repair_message,
     response_format,
     schema_instruction,
 )
-from pipelines.llm_types import (
+from pipelines.llm.types import (
     ChatResult,
     JsonResult,
     SamplingParams,
@@ -87,28 +86,9 @@ from pipelines.llm_types import (
 )
 from pipelines.settings import cache_dir
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("pipelines.llm")  # shared with the batch and endpoint helpers
 
 T = TypeVar("T")
-
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "ENV_API_KEY",
-    "ENV_BASE_URL",
-    "ENV_MODEL",
-    "BatchTimeout",
-    "ChatResult",
-    "Endpoint",
-    "EndpointUnreachable",
-    "JsonResult",
-    "LLMClient",
-    "SamplingParams",
-    "backoff_delay",
-    "default_timeout_s",
-    "redact_url",
-    "run",
-    "unreachable_message",
-]
 
 DEFAULT_PARAMS = SamplingParams()  # frozen, so one shared default is safe
 CACHE_FILENAME = "llm_cache.sqlite"

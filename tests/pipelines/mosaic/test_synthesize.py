@@ -17,6 +17,7 @@ from collections import Counter
 import pytest
 
 from pipelines.mosaic import (
+    ACTOR_STOP,
     COMPLETE,
     FAIL_ACTOR_FORMAT,
     FAIL_ENDPOINT,
@@ -24,6 +25,9 @@ from pipelines.mosaic import (
     FAIL_MAX_STEPS,
     FAIL_SANDBOX,
     FAILED,
+    LLMActor,
+    LLMBaselineActor,
+    LLMManager,
     MosaicConfig,
     ProblemInput,
     TrackedSession,
@@ -36,8 +40,7 @@ from pipelines.mosaic import (
     synthesize_many,
     synthesize_mosaic,
 )
-from pipelines.mosaic_agents import (
-    ACTOR_STOP,
+from pipelines.mosaic.agents import (
     MODE_CORRECTION,
     MODE_PROGRESS,
     REDACTED,
@@ -48,9 +51,6 @@ from pipelines.mosaic_agents import (
     VERDICT_ON_TRACK,
     ActorView,
     AgentResult,
-    LLMActor,
-    LLMBaselineActor,
-    LLMManager,
     ManagerView,
     NavigationCard,
     card_schema,
@@ -61,7 +61,7 @@ from pipelines.mosaic_agents import (
     parse_card,
     redact_answer,
 )
-from pipelines.mosaic_inject import (
+from pipelines.mosaic.inject import (
     BROKEN_INDENTATION,
     CONNECTION_RESET,
     DROPPED_BRACKET,
@@ -314,7 +314,7 @@ def test_a_deviation_verdict_leads_to_correction_with_a_recorded_reason():
 
 def test_a_deviation_verdict_from_the_llm_manager_over_the_fake_server(tmp_path):
     from pipelines.llm import LLMClient
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     def responder(body, index):
         system, last = body["messages"][0]["content"], body["messages"][-1]["content"]
@@ -773,7 +773,7 @@ def _responder(body, index):
 
 def test_llm_agents_over_the_real_client(tmp_path):
     from pipelines.llm import LLMClient
-    from pipelines.llm_fake import FakeLLMServer
+    from pipelines.llm.testing import FakeLLMServer
 
     with FakeLLMServer(responder=_responder) as server:
         client = LLMClient(server.base_url, "fake-model", cache_path=tmp_path / "c.sqlite", json_mode="prompt")

@@ -39,20 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines import ingest_adapters as ad
-from pipelines.ingest import (
+from pipelines.ingest import adapters as ad
+from pipelines.ingest.io import (
     DEFAULT_LIMITS,
     IngestError,
     RawRecord,
     RecordLimits,
-    Reject,
     check_record,
-    clean_problem_text,
-    dump_meta,
-    load_source,
-    problem_id,
     read_local_records,
 )
+from pipelines.ingest.sources import Reject, clean_problem_text, dump_meta, load_source, problem_id
 from pipelines.settings import data_dir as default_data_dir
 from pipelines.text import last_boxed, normalize_problem_text
 from pipelines.tir import (

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipelines.decompose import StepInstance, decompose, decompose_many, summarize_instances
+from pipelines.mosaic import StepInstance, decompose, decompose_many, summarize_instances
 from pipelines.tir import (
     KIND_ANSWER,
     KIND_CODE,
@@ -90,7 +90,7 @@ def test_summary_counts():
 
 
 def test_every_real_tir_trajectory_decomposes(shared_data):
-    from pipelines.ingest_tir import load_tir
+    from pipelines.ingest import load_tir
 
     trajectories = load_tir("mathcoder", data_dir=shared_data).trajectories + \
         load_tir("tora", data_dir=shared_data).trajectories

@@ -3,7 +3,7 @@
 From a problem x and a reference trace y* (its worked solution), :func:`synthesize_mosaic`
 builds a trajectory H = [s_1..s_T] in the TIR schema (``pipelines.tir``). For t = 1..T_max:
 
-1. the **manager** (``pipelines.mosaic_agents``) sees x, y*, the history and the steps left and
+1. the **manager** (``pipelines.mosaic.agents``) sees x, y*, the history and the steps left and
    returns a navigation card {verdict, reason, guide, stage, mode} (eq. 1, Listing 1); the loop
    enforces Listing 1's rules (``enforce_card``): Correction after a failed observation or a
    verdict of execution error or logical deviation from y*, Correction means Intermediate, Final
@@ -15,13 +15,13 @@ builds a trajectory H = [s_1..s_T] in the TIR schema (``pipelines.tir``). For t 
    â_t = ans then ... break"); one given while the card asked for code is recorded as an
    *early answer* (``StepRecord.early_answer``, counted per trajectory and in the summary);
 3. the code runs in one sandbox **session** per trajectory (variables persist across steps);
-4. with probability ρ a code step is **perturbed** (``pipelines.mosaic_inject``): a generation
+4. with probability ρ a code step is **perturbed** (``pipelines.mosaic.inject``): a generation
    anomaly (the code is mutated, then really run) or an environment failure (not run; a
    synthetic timeout, memory error, connection reset or kernel restart — a restart really
    restarts the session). Each step records whether and how it was perturbed.
 
 :func:`synthesize_baseline` is the comparison: one actor in a plain multi-turn loop, no manager,
-no injection. Records (``pipelines.mosaic_records``, re-exported here) are labelled by
+no injection. Records (``pipelines.mosaic.records``, re-exported by the package) are labelled by
 :func:`label_records` (final answer correct by the shared
 grader, turns, perturbed steps, recovered = correct despite a perturbation) and carry a failure
 reason when synthesis broke: ``manager_invalid_json`` (bad JSON after the repair round),
@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from pipelines.mosaic_agents import (
+from pipelines.mosaic.agents import (
     STAGE_FINAL,
     STAGE_INTERMEDIATE,
     Actor,
@@ -64,7 +64,7 @@ from pipelines.mosaic_agents import (
     parse_actor_reply,
     redact_answer,
 )
-from pipelines.mosaic_inject import (
+from pipelines.mosaic.inject import (
     CONNECTION_RESET,
     ENVIRONMENT,
     GENERATION,
@@ -75,43 +75,22 @@ from pipelines.mosaic_inject import (
     environment_failure,
     mutate,
 )
-from pipelines.mosaic_records import (  # re-exported: one import for callers
-    COMPLETE,
+from pipelines.mosaic.records import (
     FAIL_ACTOR_FORMAT,
     FAIL_ENDPOINT,
     FAIL_MANAGER_JSON,
     FAIL_MAX_STEPS,
     FAIL_SANDBOX,
-    FAILED,
-    FAILURE_REASONS,
     METHOD_BASELINE,
     METHOD_MOSAIC,
-    SIDE_BY_SIDE,
     MosaicConfig,
     ProblemInput,
     StepRecord,
     TrajectoryRecord,
-    expert_trajectories,
-    label_records,
-    select_rows,
-    side_by_side,
-    summarize_records,
-    training_mask,
-    validate_trajectory_rows,
 )
 from pipelines.progress import gather_with_progress
 from pipelines.sandbox.result import ExecResult, render_observation
 from pipelines.tir import KIND_ANSWER, KIND_CODE, Step, neutralize_tags
-
-__all__ = [
-    "COMPLETE", "FAILED", "FAILURE_REASONS", "FAIL_ACTOR_FORMAT", "FAIL_ENDPOINT",
-    "FAIL_MANAGER_JSON", "FAIL_MAX_STEPS", "FAIL_SANDBOX", "METHOD_BASELINE", "METHOD_MOSAIC",
-    "SIDE_BY_SIDE", "CodeSession", "MosaicConfig", "ProblemInput", "SessionFactory", "StepRecord",
-    "TrackedSession", "TrajectoryRecord", "expert_trajectories", "label_records",
-    "select_rows", "session_factory", "side_by_side", "summarize_records", "synthesize_baseline",
-    "synthesize_many", "synthesize_mosaic", "training_mask", "validate_trajectory_rows",
-]
-
 
 # ---------------------------------------------------------------------------------------------
 # The sandbox adapter

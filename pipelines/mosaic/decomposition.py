@@ -1,7 +1,7 @@
 """Step-wise decomposition of expert TIR trajectories into process-supervised training instances.
 
 From an expert trajectory τ* = (x, [s*_1..s*_T]) — a correct MOSAIC trajectory or a real one
-ingested by ``pipelines.ingest_tir`` — :func:`decompose` makes one :class:`StepInstance` per step
+ingested by ``pipelines.ingest.tir`` — :func:`decompose` makes one :class:`StepInstance` per step
 t = 1..T: the context Q_t = (x, H*_{t-1}) is the problem and the ground-truth history of the
 steps before t (thoughts, code and interpreter outputs), the target L_t = (thought*_t,
 action*_t) is step t without its observation. Rows (:meth:`StepInstance.to_row`) carry the
@@ -9,7 +9,7 @@ prompt as chat messages (``pipelines.tir.context_messages``) and the columns the
 process reward reads: ``reference_action``, ``reference_kind``, ``is_last_step``.
 
 Which steps become instances is the caller's choice (``assets.mosaic.step_instances`` applies
-the training mask of ``pipelines.mosaic_records.expert_trajectories``): by default, as in the
+the training mask of ``pipelines.mosaic.expert_trajectories``): by default, as in the
 paper, a MOSAIC step whose code was corrupted on purpose (Φ_gen, eq. 3) is a target like any
 other, because τ* is the synthesized trajectory itself; the trajectories are chosen by ρ and run
 there (the paper decomposes ρ = 0.2 data for RL, §3.1).
