@@ -1,4 +1,4 @@
-"""Engagement Process assets (engagement.txt §5.2, App. D-E): LLM-workflow comparisons.
+"""Engagement Process assets (the paper's §5.2, App. D-E): LLM-workflow comparisons.
 
 - ``ep_episodes`` (group ``evaluate``), partitioned by ``<environment>.<method>``: every episode
   of one interface in the digital-assistant (§5.2.1) or embodied-scheduling (§5.2.2)

@@ -13,7 +13,7 @@ output excerpt, extracted answer, gold, correct; ``warehouse.samples``); ``pytho
 samples`` prints them whole. A registered endpoint that does not answer fails the run with
 advice about its registry entry (``eval.models.unreachable_advice``).
 
-Reliability (issue 12): request deadlines, retries, the refused-connection window, the response
+Reliability: request deadlines, retries, the refused-connection window, the response
 byte cap and the whole-batch watchdog come from the ``llm`` resource (deadlines scale with
 ``max_tokens``); progress (done/total, failures, tokens/s, ETA) goes to the Dagster run log at
 least every ``LLMResource.progress_every_s`` (the grading phase logs a heartbeat as often). A

@@ -1,4 +1,4 @@
-"""Tandem RL assets (tandem.txt §3-5): train, evaluate on the paper's axes, compare two models.
+"""Tandem RL assets (§3-5 of the paper): train, evaluate on the paper's axes, compare two models.
 
 - ``tandem_checkpoint`` (group ``train``, beside ``grpo_checkpoint``): a Tandem RL run
   (``tandem_grpo*`` recipes) or the KL-to-junior ablation (``kl_junior_grpo*``, §5.2), launched

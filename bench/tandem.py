@@ -1,6 +1,6 @@
 """Benchmark: tandem rollout time vs solo rollouts of the same batch and length, side by side.
 
-Tandem RL (tandem.txt App. A.1) pays two forwards per generated token (senior, then junior), so
+Tandem RL (App. A.1 of the paper) pays two forwards per generated token (senior, then junior), so
 the architectural bound on tandem/solo time is 2.0; the issue asks for <= 2.1x. Three rollouts of
 ``--batch`` prompts x ``--tokens`` new tokens each (EOS disabled, so every run generates exactly
 the same number of tokens) are timed in one process, interleaved, ``--repeats`` times after a

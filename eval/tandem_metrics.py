@@ -1,4 +1,4 @@
-"""Per-sample statistics of Tandem RL's legibility and drift axes (tandem.txt §4.4, §4.5).
+"""Per-sample statistics of Tandem RL's legibility and drift axes (Tandem RL §4.4, §4.5).
 
 Pure functions over models and token ids (torch/transformers; no dagster, no warehouse):
 

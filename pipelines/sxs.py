@@ -2,7 +2,7 @@
 
 From a (problem x, reasoning r, answer a) triple this module builds one tagged stream
 ``<think>…</think><speak>…</speak>…`` in which each piece of the answer appears right after the
-reasoning block that first supports it. Steps (issue 4):
+reasoning block that first supports it. Steps:
 
 1. ``segment``: normalise whitespace and split r and a into blocks on blank lines.
 2. A coverage judge (``CoverageJudge``; ``LLMJudge`` asks an LLM with the prompt in

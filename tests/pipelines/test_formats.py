@@ -152,7 +152,7 @@ def test_system_prompts_have_one_home():
 # ------------------------------------------------------------------ budget instructions
 
 # Engagement Process, App. F: "Each budget is paired with a natural-language time instruction"
-# (transcribed from ../shared/papers/engagement.txt, most urgent budget first).
+# (transcribed from the Engagement Process paper, most urgent budget first).
 PAPER_INSTRUCTIONS = [
     "Now time is urgent, please give me an answer immediately.",
     "Now there is a little time for you to think, but please think simply and give me an answer.",

@@ -1,4 +1,4 @@
-"""Bad input rows never stop an ingestion (issue 12, item 16).
+"""Bad input rows never stop an ingestion.
 
 Each test writes a small file by hand and checks the property against values computed here
 independently of the code under test: nesting depths and JSON sizes known by construction,

@@ -1,4 +1,4 @@
-"""Issue 12 item 11: unusable replies are never replayed from the cache as successes.
+"""Unusable replies are never replayed from the cache as successes.
 
 Empty or null content is a failed request (retried, not cached); structured output still
 invalid after the repair round has its cache entries flagged failed, so a re-run asks the

@@ -1,4 +1,4 @@
-"""Issue 12 item 10: refused connections during a server restart are retried over a window;
+"""Refused connections during a server restart are retried over a window;
 a run that still fails leaves its `llm_calls` and a failed `runs` row; the Dagster instance
 weft configures has run monitoring on."""
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 8: a sample with no response is not a wrong answer.
+"""A sample with no response is not a wrong answer.
 
 Scores leave failed samples out and count them (``eval_scores.failed``); the asset check
 ``check_eval_samples_failure_share`` fails when a partition's failure share passes the

@@ -1,4 +1,4 @@
-"""Issue 12 item 15: the bytes read per response are capped, and an over-size reply is an
+"""The bytes read per response are capped, and an over-size reply is an
 error of its row. Memory is measured with tracemalloc in this process while the fake server
 runs in a child process, so only the client's allocations count."""
 

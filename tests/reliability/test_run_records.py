@@ -1,4 +1,4 @@
-"""Issue 12 items 12 and 13: every call's record survives re-runs (`llm_calls` is partitioned
+"""Every call's record survives re-runs (`llm_calls` is partitioned
 by run), and a crash cannot leave `eval_samples`, `llm_calls` and `runs` disagreeing unnoticed
 (the `runs` row is written last and is the commit marker; a check flags partitions whose
 rows come from an uncommitted run)."""

@@ -1,4 +1,4 @@
-"""Issue 12 item 9: a stuck request must not stall a run for long, nor silently.
+"""A stuck request must not stall a run for long, nor silently.
 
 Request deadlines come from the LLM resource (scaled to max_tokens by default), a whole-batch
 watchdog stops a batch that outlives its deadline, and progress (done/total, failures,

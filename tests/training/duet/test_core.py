@@ -1,4 +1,4 @@
-"""DUET controller pieces (training/duet/core.py) against the paper (duet.txt §3, Algorithm 1 in
+"""DUET controller pieces (training/duet/core.py) against the paper (DUET §3, Algorithm 1 in
 App. A.10, Theorems 1 and 3): closed forms, literal transcriptions and Monte Carlo."""
 
 from __future__ import annotations
