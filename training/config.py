@@ -282,6 +282,8 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
                 field_name = ("correctness_reward" if self.correctness_reward is not None
                               else "drop_degenerate_groups")
                 raise RecipeError(f"field `{field_name}`: {exc}") from exc
+        _require(self.duet is None or self.tandem is None, "tandem", "cannot be combined with "
+                 "duet (both replace generation); keep one of them")
         if self.duet is not None:
             _check_duet(self)
         if self.tandem is not None:
@@ -333,8 +335,6 @@ def _check_tandem(config: WeftGRPOConfig) -> None:
         TandemSettings.from_mapping(config.tandem)
     except (TypeError, TandemError) as exc:
         raise RecipeError(f"field `tandem`: {exc}") from exc
-    _require(config.duet is None, "tandem", "cannot be combined with duet (both replace "
-             "generation); keep one of them")
     _require(not config.use_transformers_continuous_batching,
              "use_transformers_continuous_batching", "tandem rollouts use weft's dual decoder: "
              "set it to false")
