@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from pipelines.prompts import PromptFile, load_prompt, prompt_path, render
 
 if TYPE_CHECKING:  # imported lazily at run time, so the pure parts need no LLM client
     from pipelines.llm import LLMClient, SamplingParams
 
 BLOCK_SEP = "\n\n"
-JUDGE_PROMPT_PATH = Path(__file__).resolve().parent / "prompts" / "sxs_judge.md"
+JUDGE_PROMPT_PATH = prompt_path("sxs_judge")
 JUDGE_TAG = "sxs/judge"
 
 # Pre-filter evidence: numbers, plus a few symbols that have a LaTeX, Unicode and plain spelling.
@@ -41,7 +42,6 @@ KEY_SYMBOLS: dict[str, tuple[str, ...]] = {
     "degree": (r"\\circ\b", "°", r"\bdegrees?\b"),
     "log": (r"\\log\b", r"\\ln\b", r"\blog\b", r"\blogarithm", r"\bln\b"),
 }
-_PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,37 +55,13 @@ class CoverageJudge(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class JudgePrompt:
-    system: str
-    user: str
+def load_judge_prompt(path: str | Path | None = None) -> PromptFile:
+    """The judge prompt (``pipelines/prompts/sxs_judge.md`` unless ``path`` names another file
+    with ``# system`` and ``# user`` sections; see the file itself)."""
+    return load_prompt(path if path is not None else JUDGE_PROMPT_PATH)
 
 
-def load_judge_prompt(path: str | Path | None = None) -> JudgePrompt:
-    """Read the judge prompt file (sections ``# system`` and ``# user``; see the file itself)."""
-    path = Path(path) if path is not None else JUDGE_PROMPT_PATH
-    if not path.is_file():
-        raise FileNotFoundError(f"SxS judge prompt not found at {path}; restore "
-                                "pipelines/prompts/sxs_judge.md or pass prompt_path=")
-    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
-    parts = re.split(r"^# (system|user)[ \t]*$", text, flags=re.MULTILINE)
-    sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
-    if set(sections) != {"system", "user"} or not all(sections.values()):
-        raise ValueError(f"{path}: needs exactly one non-empty '# system' and one '# user' section "
-                         f"(lines that are exactly those headings); found {sorted(sections)}")
-    return JudgePrompt(system=sections["system"], user=sections["user"])
-
-
-def _fill(template: str, values: dict[str, str]) -> str:
-    def sub(match: re.Match[str]) -> str:
-        if match.group(1) not in values:
-            raise ValueError(f"unknown placeholder {match.group(0)} in the judge prompt; known: "
-                             + ", ".join("{{" + k + "}}" for k in sorted(values)))
-        return values[match.group(1)]
-    return _PLACEHOLDER_RE.sub(sub, template)  # one pass: inserted text is never re-scanned
-
-
-def render_judge_messages(prompt: JudgePrompt, problem: str, reasoning_prefix: Sequence[str],
+def render_judge_messages(prompt: PromptFile, problem: str, reasoning_prefix: Sequence[str],
                           answer_blocks: Sequence[str]) -> list[dict[str, str]]:
     """Chat messages for one prefix check; blocks are numbered ``[R1]…`` and ``[A1]…``."""
     values = {
@@ -95,8 +71,7 @@ def render_judge_messages(prompt: JudgePrompt, problem: str, reasoning_prefix: S
         "n_steps": str(len(reasoning_prefix)),
         "n_answer": str(len(answer_blocks)),
     }
-    return [{"role": "system", "content": _fill(prompt.system, values)},
-            {"role": "user", "content": _fill(prompt.user, values)}]
+    return render(prompt, values, "the judge prompt")
 
 
 def coverage_schema(k_a: int) -> dict[str, Any]:

@@ -20,47 +20,24 @@ first option); identical decisions across methods when the visible state differs
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 from pipelines.engagement.assistant import Decision, MainOutput, scripted_triage
 from pipelines.engagement.kitchen import scripted_policy
 from pipelines.engagement.texts import MAIN_TASKS, TaskSpec
 from pipelines.llm import LLMClient, SamplingParams, run
+from pipelines.prompts import load_prompt
+from pipelines.prompts import render as render_prompt
 
-PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 TRIAGE_SCHEMA = {"type": "object", "properties": {
     "action": {"type": "string", "enum": ["handle", "remind", "ignore"]},
     "after": {"type": "number"}}, "required": ["action"]}
 
 
-def load_prompt(name: str) -> tuple[str, str]:
-    """The ``# system`` and ``# user`` sections of ``pipelines/prompts/<name>.md``."""
-    path = PROMPTS / f"{name}.md"
-    if not path.exists():
-        raise FileNotFoundError(f"prompt {path} is missing; restore it from version control")
-    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
-    parts = re.split(r"^# (system|user)\s*$", text, flags=re.MULTILINE)
-    sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
-    if set(sections) != {"system", "user"}:
-        raise ValueError(f"prompt {path} needs exactly a '# system' and a '# user' section")
-    return sections["system"], sections["user"]
-
-
 def render(name: str, **values: Any) -> list[dict[str, str]]:
-    """Fill ``{{placeholders}}``; an unknown or missing placeholder is an error."""
-    system, user = load_prompt(name)
-
-    def fill(template: str) -> str:
-        def sub(match: re.Match[str]) -> str:
-            key = match.group(1)
-            if key not in values:
-                raise ValueError(f"prompt {name}: no value for {{{{{key}}}}}; got {sorted(values)}")
-            return str(values[key])
-        return re.sub(r"\{\{(\w+)\}\}", sub, template)
-
-    return [{"role": "system", "content": fill(system)}, {"role": "user", "content": fill(user)}]
+    """The messages of the shipped prompt ``name`` with ``values`` filled in (an unknown
+    placeholder is an error)."""
+    return render_prompt(load_prompt(name), values, f"prompt {name}")
 
 
 def generate_main_outputs(client: LLMClient, max_tokens: int = 300,

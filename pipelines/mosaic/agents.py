@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pipelines.prompts import PromptFile, fill, load_prompt, prompt_path, render
 from pipelines.text import last_boxed
 from pipelines.tir import (
     ANSWER,
@@ -59,10 +60,9 @@ from pipelines.tir import (
 if TYPE_CHECKING:  # imported lazily: the pure parts need no LLM client
     from pipelines.llm import LLMClient, SamplingParams
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
-MANAGER_PROMPT = PROMPTS_DIR / "mosaic_manager.md"
-ACTOR_PROMPT = PROMPTS_DIR / "mosaic_actor.md"
-BASELINE_PROMPT = PROMPTS_DIR / "mosaic_baseline.md"
+MANAGER_PROMPT = prompt_path("mosaic_manager")
+ACTOR_PROMPT = prompt_path("mosaic_actor")
+BASELINE_PROMPT = prompt_path("mosaic_baseline")
 
 STAGE_INTERMEDIATE = "Intermediate"
 STAGE_FINAL = "Final"
@@ -98,47 +98,12 @@ EITHER_INSTRUCTION = ("Now write this step: <think>...</think> followed by <code
                       "if the work already gives the result, <answer>\\boxed{...}</answer>.")
 ACTOR_STOP = ("</code>", "</answer>", "<interpreter>")
 
-_PLACEHOLDER_RE = re.compile(r"\{\{(\w+)\}\}")
-_SECTION_RE = re.compile(r"^# (system|user|repair)[ \t]*$", re.MULTILINE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 _ANY_TAG_RE = re.compile(r"</?(?:think|code|interpreter|answer)>")
 
 
 # ---------------------------------------------------------------------------------------------
-# Prompt files
-
-
-@dataclass(frozen=True)
-class PromptFile:
-    system: str
-    user: str
-    repair: str = ""
-
-
-def load_prompt(path: str | Path, *, need_repair: bool = False) -> PromptFile:
-    """Read a prompt file with ``# system``, ``# user`` (and ``# repair``) sections."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"MOSAIC prompt not found at {path}; restore it from "
-                                "pipelines/prompts/ or pass prompt_path=")
-    text = re.sub(r"<!--.*?-->", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
-    parts = _SECTION_RE.split(text)
-    sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
-    wanted = {"system", "user"} | ({"repair"} if need_repair else set())
-    if not wanted <= set(sections) or not all(sections[k].strip() for k in wanted):
-        raise ValueError(f"{path}: needs non-empty sections {sorted(wanted)} (lines that are "
-                         f"exactly '# system', '# user', '# repair'); found {sorted(sections)}")
-    return PromptFile(sections["system"], sections["user"], sections.get("repair", ""))
-
-
-def fill(template: str, values: dict[str, str]) -> str:
-    """Replace ``{{name}}`` placeholders in one pass (inserted text is never re-scanned)."""
-    def sub(match: re.Match[str]) -> str:
-        if match.group(1) not in values:
-            raise ValueError(f"unknown placeholder {match.group(0)} in a MOSAIC prompt; known: "
-                             + ", ".join("{{" + k + "}}" for k in sorted(values)))
-        return values[match.group(1)]
-    return _PLACEHOLDER_RE.sub(sub, template)
+# Prompt values
 
 
 def render_history(steps: Sequence[Step]) -> str:
@@ -480,8 +445,7 @@ class LLMManager:
                   "history": render_history(view.history), "step": str(view.step),
                   "max_steps": str(view.max_steps), "steps_left": str(view.steps_left),
                   "last_status": status}
-        return [{"role": "system", "content": fill(prompt.system, values)},
-                {"role": "user", "content": fill(prompt.user, values)}]
+        return render(prompt, values, "a MOSAIC prompt")
 
     async def navigate(self, view: ManagerView) -> AgentResult:
         result = await self.client.chat_json(self.messages(view), card_schema(), self.params,
@@ -515,8 +479,7 @@ class LLMActor:
             instruction = ANSWER_INSTRUCTION if card.stage == STAGE_FINAL else EITHER_INSTRUCTION
         values = {"problem": view.problem.strip(), "history": render_history(view.history),
                   "guide": card.guide, "mode": card.mode, "instruction": instruction}
-        messages = [{"role": "system", "content": fill(prompt.system, values)},
-                    {"role": "user", "content": fill(prompt.user, values)}]
+        messages = render(prompt, values, "a MOSAIC prompt")
         return _with_repair(messages, prompt, view)
 
     async def act(self, view: ActorView) -> AgentResult:
@@ -535,8 +498,7 @@ class LLMBaselineActor:
     def messages(self, view: ActorView) -> list[dict[str, str]]:
         prompt = load_prompt(self.prompt_path, need_repair=True)
         values = {"problem": view.problem.strip()}
-        messages = [{"role": "system", "content": fill(prompt.system, values)},
-                    {"role": "user", "content": fill(prompt.user, values)}]
+        messages = render(prompt, values, "a MOSAIC prompt")
         for step in view.history:
             messages.append({"role": "assistant", "content": serialize_output(step)})
             messages.append(interpreter_message(step.observation or ""))
@@ -554,7 +516,8 @@ def _with_repair(messages: list[dict[str, str]], prompt: PromptFile,
         return messages
     return messages + [
         {"role": "assistant", "content": view.previous_reply},
-        {"role": "user", "content": fill(prompt.repair, {"error": view.feedback or "wrong form"})},
+        {"role": "user", "content": fill(prompt.repair, {"error": view.feedback or "wrong form"},
+                                         "a MOSAIC repair prompt")},
     ]
 
 

@@ -10,10 +10,11 @@ import pytest
 
 from pipelines.engagement import assistant as A
 from pipelines.engagement import kitchen as K
-from pipelines.engagement.llm_policies import LLMController, LLMTriage, load_prompt, render
+from pipelines.engagement.llm_policies import LLMController, LLMTriage, render
 from pipelines.engagement.llm_runs import run_comparison, score_table
 from pipelines.engagement.texts import TaskSpec
 from pipelines.llm import ChatResult, JsonResult
+from pipelines.prompts import load_prompt
 
 
 class FakeClient:
@@ -61,9 +62,9 @@ def test_controller_choice_is_bounds_checked():
 
 
 def test_prompts_fill_every_placeholder():
-    system, user = load_prompt("ep_assistant_triage")
-    assert "{{" in user and "{{" not in system
-    with pytest.raises(ValueError, match="no value for"):
+    prompt = load_prompt("ep_assistant_triage")
+    assert "{{" in prompt.user and "{{" not in prompt.system
+    with pytest.raises(ValueError, match="unknown placeholder"):
         render("ep_assistant_triage", subject="x")
 
 

@@ -56,7 +56,6 @@ from pipelines.mosaic.agents import (
     card_schema,
     correction_reason,
     enforce_card,
-    load_prompt,
     parse_actor_reply,
     parse_card,
     redact_answer,
@@ -78,6 +77,7 @@ from pipelines.mosaic.inject import (
     environment_failure,
     mutate,
 )
+from pipelines.prompts import load_prompt
 from pipelines.sandbox.result import ExecError, ExecResult, render_observation
 from pipelines.tir import KIND_ANSWER, KIND_CODE, Step, parse_trajectory, validate_steps
 
