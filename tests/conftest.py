@@ -11,6 +11,14 @@ import pytest
 _PROJECT_HOME = Path(os.environ.get("WEFT_HOME") or Path.cwd() / ".weft").resolve()
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that uses the session's real model server is a ``server`` test, whether or not it
+    says so: ``-m "not server"`` then deselects every test that would start or reuse it."""
+    for item in items:
+        if "local_server" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("server"):
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_dagster_home():
     """``assets.instance.ensure_dagster_home`` (run by the demo, ``weft`` and some tests) sets
