@@ -1,0 +1,154 @@
+"""Paper claims as rows with a verdict: the rule that decides whether a run reproduces a claim.
+
+A claim compares two arms on the same problems (same prompts, seeds and step counts): a
+*reference* arm (plain GRPO, SFT on think-then-answer traces, ...) and a *treatment* arm (the
+paper's method). Each arm gives one score per problem; the difference is ``treatment −
+reference`` per problem, and its 95% CI and one-sided p-value come from the paired bootstrap
+(:func:`eval.compare.paired_bootstrap`, problems resampled together).
+
+The verdict is computed from that CI only, in the units of the metric, after turning the
+difference so that positive means "the direction the paper claims" (for a lower-is-better
+metric such as tokens or latency, ``d' = −d``). With ``[lo, hi]`` the turned CI:
+
+``better`` — the paper says the method beats the reference:
+    - ``reproduced``      when ``lo > 0``: the CI excludes no effect, on the claimed side;
+    - ``not reproduced``  when ``hi <= 0``: the CI holds no effect in the claimed direction
+      (zero or the opposite direction);
+    - ``inconclusive``    otherwise (the CI straddles 0).
+
+``no_worse`` — the paper says the method keeps the reference's level ("no significant drop",
+"within the CI of", "at accuracy not significantly lower"). Such a claim needs a margin
+``δ > 0``, fixed before the run (the largest drop that still counts as "keeps"), because "not
+significantly worse" alone is met by any run too small to see anything:
+    - ``not reproduced``  when ``hi < 0``: the method is significantly worse;
+    - ``reproduced``      when ``lo > −δ`` (and not significantly worse): the CI rules out a
+      drop of ``δ`` or more;
+    - ``inconclusive``    otherwise (the CI still admits a drop of ``δ`` or more).
+
+A claim with several parts (DUET: accuracy no worse *and* fewer tokens *and* less wall clock)
+is ``reproduced`` when every part is, ``not reproduced`` when any part is not, and
+``inconclusive`` otherwise (:func:`combine`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+KINDS = ("better", "no_worse")
+
+
+class ClaimError(ValueError):
+    """A claim that cannot be judged as stated (unknown kind, missing margin, bad CI)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """One measurable statement of a paper.
+
+    ``where`` is the table, figure or section (``"Table 2"``, ``"§4.4"``); ``statement`` the
+    direction the paper states, in words; ``metric`` the per-problem score compared;
+    ``higher_is_better`` the metric's direction; ``kind`` ``better`` or ``no_worse``; ``margin``
+    the non-inferiority margin δ in the metric's units (``no_worse`` only); ``reference`` and
+    ``treatment`` the arm names; ``paper_value`` what the paper reports, as text, for the
+    README's Results table.
+    """
+
+    paper: str
+    where: str
+    statement: str
+    metric: str
+    reference: str
+    treatment: str
+    kind: str = "better"
+    higher_is_better: bool = True
+    margin: float | None = None
+    paper_value: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ClaimError(f"claim {self.statement!r}: kind must be one of {KINDS}, got "
+                             f"{self.kind!r}")
+        if self.kind == "no_worse":
+            if self.margin is None or not math.isfinite(self.margin) or self.margin <= 0:
+                raise ClaimError(
+                    f"claim {self.statement!r}: a no_worse claim needs a margin > 0 (the largest "
+                    f"drop in {self.metric} that still counts as keeping the level), fixed before "
+                    f"the run; got {self.margin!r}")
+        elif self.margin is not None:
+            raise ClaimError(f"claim {self.statement!r}: margin applies to no_worse claims only; "
+                             "drop it or set kind: no_worse")
+        if self.reference == self.treatment:
+            raise ClaimError(f"claim {self.statement!r}: reference and treatment are both "
+                             f"{self.reference!r}; a claim compares two different arms")
+
+
+def verdict(claim: Claim, ci_low: float, ci_high: float) -> str:
+    """The verdict of ``claim`` from the 95% CI ``[ci_low, ci_high]`` of ``treatment −
+    reference`` in the metric's own units (the rule in the module docstring)."""
+    if not (math.isfinite(ci_low) and math.isfinite(ci_high)) or ci_low > ci_high:
+        raise ClaimError(f"claim {claim.statement!r}: CI [{ci_low}, {ci_high}] is not an interval "
+                         "of finite numbers with low <= high")
+    lo, hi = (ci_low, ci_high) if claim.higher_is_better else (-ci_high, -ci_low)
+    if claim.kind == "better":
+        if lo > 0:
+            return REPRODUCED
+        return NOT_REPRODUCED if hi <= 0 else INCONCLUSIVE
+    if hi < 0:
+        return NOT_REPRODUCED
+    return REPRODUCED if lo > -float(claim.margin) else INCONCLUSIVE
+
+
+def combine(verdicts: Iterable[str]) -> str:
+    """One verdict for a claim of several parts: all reproduced, any not, else inconclusive."""
+    parts = list(verdicts)
+    if not parts:
+        raise ClaimError("combine needs at least one part's verdict")
+    unknown = [v for v in parts if v not in VERDICTS]
+    if unknown:
+        raise ClaimError(f"unknown verdicts {unknown}; expected one of {VERDICTS}")
+    if NOT_REPRODUCED in parts:
+        return NOT_REPRODUCED
+    return REPRODUCED if all(v == REPRODUCED for v in parts) else INCONCLUSIVE
+
+
+def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
+          treatment: Mapping[Hashable, float] | Sequence[float], *, n_boot: int = 10_000,
+          seed: int = 0) -> dict[str, Any]:
+    """Compare the arms' per-problem scores (paired by problem id when mappings) and return a
+    ``claims`` row: each arm's mean with its 95% bootstrap CI, the paired difference
+    ``treatment − reference`` with its CI and the one-sided p-value in the claimed direction
+    (for ``no_worse``: against a drop of the margin), ``n`` and the verdict."""
+    from eval.compare import align_paired_scores, paired_bootstrap
+    from eval.metrics import bootstrap_ci
+
+    ref, treat = align_paired_scores(reference, treatment)
+    if claim.kind == "better":
+        alternative = "greater" if claim.higher_is_better else "less"
+        shifted = treat
+    else:  # H0: the treatment is worse by the margin or more
+        alternative = "greater" if claim.higher_is_better else "less"
+        step = float(claim.margin) if claim.higher_is_better else -float(claim.margin)
+        shifted = treat + step
+    paired = paired_bootstrap(treat, ref, n_boot=n_boot, seed=seed)
+    p_value = paired_bootstrap(shifted, ref, n_boot=n_boot, seed=seed,
+                               alternative=alternative).p_value
+    ref_mean, ref_lo, ref_hi = bootstrap_ci(ref, n_boot=n_boot, seed=seed)
+    treat_mean, treat_lo, treat_hi = bootstrap_ci(treat, n_boot=n_boot, seed=seed)
+    return {
+        "paper": claim.paper, "where": claim.where, "claim": claim.statement,
+        "metric": claim.metric, "kind": claim.kind, "higher_is_better": claim.higher_is_better,
+        "margin": claim.margin, "reference": claim.reference, "treatment": claim.treatment,
+        "reference_value": ref_mean, "reference_ci_low": ref_lo, "reference_ci_high": ref_hi,
+        "treatment_value": treat_mean, "treatment_ci_low": treat_lo,
+        "treatment_ci_high": treat_hi, "diff": paired.diff, "diff_ci_low": paired.ci_low,
+        "diff_ci_high": paired.ci_high, "p_value": p_value, "n": paired.n,
+        "verdict": verdict(claim, paired.ci_low, paired.ci_high),
+        "paper_value": claim.paper_value,
+    }

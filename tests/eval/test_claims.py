@@ -1,0 +1,136 @@
+"""The verdict rule, case by case against hand-worked intervals, and ``judge`` on data whose
+difference is known in closed form."""
+
+import pytest
+
+from eval.claims import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+    ClaimError,
+    combine,
+    judge,
+    verdict,
+)
+
+
+def better(higher=True):
+    return Claim(paper="P", where="Table 1", statement="method beats baseline", metric="acc",
+                 reference="base", treatment="method", higher_is_better=higher)
+
+
+def no_worse(margin=0.05, higher=True):
+    return Claim(paper="P", where="§4", statement="method keeps accuracy", metric="acc",
+                 reference="base", treatment="method", kind="no_worse", margin=margin,
+                 higher_is_better=higher)
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (0.01, 0.30, REPRODUCED),        # CI entirely above 0
+    (-0.10, 0.30, INCONCLUSIVE),     # straddles 0
+    (-0.30, 0.0, NOT_REPRODUCED),    # no positive effect in the CI
+    (0.0, 0.0, NOT_REPRODUCED),      # exactly no difference (every pair tied)
+    (-0.30, -0.01, NOT_REPRODUCED),  # significantly the wrong way
+    (0.0, 0.2, INCONCLUSIVE),        # touches 0: not excluded
+])
+def test_better_claim(lo, hi, expected):
+    assert verdict(better(), lo, hi) == expected
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    # a lower-is-better metric (tokens): the method must make it smaller
+    (-120.0, -10.0, REPRODUCED),
+    (-50.0, 40.0, INCONCLUSIVE),
+    (5.0, 90.0, NOT_REPRODUCED),
+])
+def test_better_claim_on_a_lower_is_better_metric(lo, hi, expected):
+    assert verdict(better(higher=False), lo, hi) == expected
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (-0.04, 0.06, REPRODUCED),       # a drop of 0.05 is ruled out
+    (-0.049, -0.001, NOT_REPRODUCED),  # significantly lower, even if by less than the margin
+    (-0.08, 0.06, INCONCLUSIVE),     # a drop of 0.05 or more is still possible
+    (-0.05, 0.02, INCONCLUSIVE),     # the margin itself is not ruled out
+    (0.01, 0.09, REPRODUCED),        # better is also "no worse"
+    (-0.30, -0.10, NOT_REPRODUCED),
+])
+def test_no_worse_claim(lo, hi, expected):
+    assert verdict(no_worse(), lo, hi) == expected
+
+
+def test_no_worse_on_a_lower_is_better_metric():
+    # latency may rise by at most 2 tokens: +1.5 at most is fine, a CI reaching +3 is not settled
+    claim = no_worse(margin=2.0, higher=False)
+    assert verdict(claim, -1.0, 1.5) == REPRODUCED
+    assert verdict(claim, -1.0, 3.0) == INCONCLUSIVE
+    assert verdict(claim, 0.5, 3.0) == NOT_REPRODUCED
+
+
+def test_claims_that_cannot_be_judged_are_refused():
+    with pytest.raises(ClaimError, match="needs a margin"):
+        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a",
+              treatment="b", kind="no_worse")
+    with pytest.raises(ClaimError, match="no_worse claims only"):
+        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a",
+              treatment="b", margin=0.1)
+    with pytest.raises(ClaimError, match="kind must be one of"):
+        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a",
+              treatment="b", kind="faster")
+    with pytest.raises(ClaimError, match="two different arms"):
+        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a", treatment="a")
+    with pytest.raises(ClaimError, match="not an interval"):
+        verdict(better(), 0.2, 0.1)
+    with pytest.raises(ClaimError, match="not an interval"):
+        verdict(better(), float("nan"), 0.1)
+
+
+@pytest.mark.parametrize("parts, expected", [
+    ([REPRODUCED, REPRODUCED], REPRODUCED),
+    ([REPRODUCED, INCONCLUSIVE], INCONCLUSIVE),
+    ([REPRODUCED, INCONCLUSIVE, NOT_REPRODUCED], NOT_REPRODUCED),
+    ([INCONCLUSIVE], INCONCLUSIVE),
+])
+def test_combine(parts, expected):
+    assert combine(parts) == expected
+
+
+def test_combine_refuses_nothing_and_unknown_words():
+    with pytest.raises(ClaimError):
+        combine([])
+    with pytest.raises(ClaimError, match="unknown verdicts"):
+        combine(["yes"])
+
+
+def test_judge_on_a_constant_shift():
+    # every problem gains exactly 0.25: the mean difference is 0.25 and no resample can move it
+    reference = {f"p{i}": (i % 4) / 4 for i in range(40)}
+    treatment = {k: v + 0.25 for k, v in reference.items()}
+    row = judge(better(), reference, treatment, n_boot=500)
+    assert row["n"] == 40
+    assert row["diff"] == pytest.approx(0.25)
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx((0.25, 0.25))
+    assert row["reference_value"] == pytest.approx(sum(reference.values()) / 40)
+    assert row["treatment_value"] == pytest.approx(sum(treatment.values()) / 40)
+    assert row["verdict"] == REPRODUCED
+    assert row["p_value"] < 0.01
+
+
+def test_judge_pairs_by_problem_id_and_reads_the_sign():
+    # ids in different orders: pairing by id makes every difference exactly -1 (all lost)
+    reference = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}
+    treatment = {"d": 0.0, "c": 0.0, "b": 0.0, "a": 0.0}
+    row = judge(better(), reference, treatment, n_boot=200)
+    assert row["diff"] == pytest.approx(-1.0)
+    assert row["verdict"] == NOT_REPRODUCED
+
+
+def test_judge_no_worse_p_value_is_against_a_drop_of_the_margin():
+    # differences of exactly -0.02 on every problem: significantly lower, by less than δ = 0.05
+    reference = [0.5] * 30
+    treatment = [0.48] * 30
+    row = judge(no_worse(0.05), reference, treatment, n_boot=200)
+    assert row["verdict"] == NOT_REPRODUCED
+    # H0 "worse by 0.05 or more" is clearly rejected (the drop is 0.02): p at its floor
+    assert row["p_value"] == pytest.approx(1 / 201)
