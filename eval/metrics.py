@@ -9,6 +9,9 @@ grades or reads files. Definitions:
 - maj@k: the most frequent extracted answer among k samples (ties go to the answer seen first)
   is graded; samples without an answer do not vote.
 - bootstrap CI: percentile interval of the mean from resampling problems with replacement.
+- ratio CI: ``sum(num) / sum(den)`` (a rate over units, e.g. resolved / all alarms over
+  episodes) with the percentile interval from resampling units; :class:`CI` holds a value
+  with its interval and renders a "value ± half-width" table cell.
 
 Comparisons of two models on the same problems (paired bootstrap, paired t-test) live in
 ``eval/compare.py``; token-budget and tool-integrated-reasoning metrics in ``eval/budget.py``.
@@ -246,3 +249,86 @@ def summarize(rows: Iterable[tuple[Hashable, int, Any]], n_boot: int = 2000, alp
         pass_at_k={k: dataset_pass_at_k(ns, cs, k) for k in range(1, min(ns) + 1)},
         ci_low=low, ci_high=high, alpha=alpha,
     )
+
+
+def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float],
+                       n_boot: int = 2000, alpha: float = 0.05,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """``(ratio, low, high)``: ``sum(numerators) / sum(denominators)`` with a percentile bootstrap
+    interval that resamples units (a numerator with its denominator) with replacement.
+
+    This is the ratio of aggregates -- the ratio of the two means -- not the mean of per-unit
+    ratios: a rate such as "resolved alarms / all alarms" over episodes is recomputed from the
+    resampled totals in every resample (Engagement paper App. C, the CI paragraph), so units
+    with larger denominators weigh more. Resamples use ``numpy.random.default_rng(seed)`` and
+    draw exactly the index sets :func:`bootstrap_ci` draws for the same ``n_boot``, ``seed`` and
+    number of units, so a mean and a rate of the same units share their resamples; the result
+    is deterministic for a seed.
+
+    Denominators must be non-negative (counts or totals). A resample whose denominators sum to
+    0 has no ratio and is left out of the percentiles; if every unit's denominator is 0 the
+    ratio is undefined and ``(nan, nan, nan)`` is returned (a table shows it as ``nan``); if no
+    resample has a ratio the bounds are ``nan``.
+
+    Not guaranteed: like :func:`bootstrap_ci`, the interval is too narrow for a handful of units
+    and says nothing about variability the units do not sample (e.g. training seeds).
+    """
+    num = np.asarray(numerators, dtype=float)
+    den = np.asarray(denominators, dtype=float)
+    if num.ndim != 1 or den.ndim != 1 or num.size == 0:
+        raise ValueError("bootstrap_ratio_ci needs two non-empty 1-D sequences "
+                         "(one numerator and one denominator per unit)")
+    if num.size != den.size:
+        raise ValueError(f"numerators and denominators differ in length: {num.size} vs {den.size}; "
+                         "pass one of each per unit")
+    if np.isnan(num).any() or np.isnan(den).any():
+        raise ValueError("numerators or denominators contain NaN; drop or fill those units first")
+    if (den < 0).any():
+        raise ValueError(f"denominators must be >= 0 (counts or totals), got {den.min()}")
+    n_boot = _check_count("n_boot", n_boot, 1)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), e.g. 0.05 for a 95% interval; got {alpha}")
+    total = den.sum()
+    if total == 0:
+        nan = float("nan")
+        return nan, nan, nan
+    n = num.size
+    rng = np.random.default_rng(seed)
+    chunk = max(1, MAX_BOOT_CELLS // n)
+    ratios = np.empty(n_boot, dtype=float)
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        bnum, bden = num[idx].sum(axis=1), den[idx].sum(axis=1)
+        ratios[start:stop] = np.divide(bnum, bden, out=np.full(stop - start, np.nan),
+                                       where=bden > 0)
+    ratio = float(num.sum() / total)
+    defined = ratios[~np.isnan(ratios)]
+    if defined.size == 0:
+        return ratio, float("nan"), float("nan")
+    low, high = np.quantile(defined, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return ratio, float(low), float(high)
+
+
+@dataclass(frozen=True)
+class CI:
+    """A point estimate with its confidence interval ``[low, high]``, e.g. one table cell.
+
+    ``CI(*bootstrap_ci(scores))`` and ``CI(*bootstrap_ratio_ci(num, den))`` wrap the tuple
+    forms. Fields may be NaN where the estimate is undefined (see :func:`bootstrap_ratio_ci`).
+    """
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def half_width(self) -> float:
+        """``(high - low) / 2``: the "±" of a "value ± half-width" cell (the interval need not
+        be symmetric about ``value``)."""
+        return (self.high - self.low) / 2
+
+    def fmt(self, scale: float = 1.0, digits: int = 2, suffix: str = "") -> str:
+        """``"value ± half-width"`` with both multiplied by ``scale`` (100 for percentages),
+        ``digits`` decimals, and ``suffix`` after the value (e.g. ``"%"``)."""
+        return f"{self.value * scale:.{digits}f}{suffix} ± {self.half_width * scale:.{digits}f}"
