@@ -17,7 +17,7 @@
   with plots of utility and timeout / critical-failure rate per method and a timeline picture
   of one episode in the metadata.
 
-Not guaranteed: the paper's numbers (our configurations, see ``pipelines.engagement``).
+Not guaranteed: the paper's numbers (our configurations, see ``eval.engagement``).
 """
 
 
@@ -52,8 +52,8 @@ class EpEpisodesConfig(dg.Config):
 def assistant_overrides(config: EpEpisodesConfig, environment: str) -> dict[str, Any]:
     """``run_comparison`` keyword arguments for the assistant's size knobs (small runs: fewer
     main tasks, a shorter horizon, fewer emails); a dg.Failure for knobs the environment lacks."""
-    from pipelines.engagement import assistant as A
-    from pipelines.engagement.texts import MAIN_TASKS
+    from eval.engagement import assistant as A
+    from eval.engagement.texts import MAIN_TASKS
 
     knobs = {"horizon_units": config.horizon_units, "arrival_rate": config.arrival_rate}
     changed = {k: v for k, v in knobs.items() if v is not None}
@@ -91,7 +91,7 @@ def _image_md(path: Path) -> str:
 )
 def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
                 llm: LLMResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.engagement.llm_runs import run_comparison
+    from eval.engagement.llm_runs import run_comparison
 
     environment, method = context.partition_key.split(".")
     if config.policy not in ("scripted", "llm"):
@@ -132,8 +132,8 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
 
 def score_rows(episodes: list[dict[str, Any]], seed: int = 42) -> list[dict[str, Any]]:
     """Recompute the CIs from stored episode rows, per (environment, setting, policy, method)."""
-    from pipelines.engagement.assistant import AssistantResult
-    from pipelines.engagement.kitchen import KitchenResult
+    from eval.engagement.assistant import AssistantResult
+    from eval.engagement.kitchen import KitchenResult
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in episodes:
@@ -158,7 +158,7 @@ def score_rows(episodes: list[dict[str, Any]], seed: int = 42) -> list[dict[str,
 )
 def ep_scores(context: dg.AssetExecutionContext,
               warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.engagement.plots import plot_scores, plot_timeline
+    from eval.engagement.plots import plot_scores, plot_timeline
     from pipelines.settings import weft_home
 
     wh = warehouse.get()

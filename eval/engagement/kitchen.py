@@ -43,9 +43,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.engagement.core import Event, Intervention, TickEnvironment, run_episode
-from pipelines.engagement.deliberation import sub_seed
-from pipelines.engagement.stats import CI, mean_ci, ratio_ci
+from eval.engagement.core import Event, Intervention, TickEnvironment, run_episode
+from eval.engagement.deliberation import sub_seed
+from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
 
 AGENTLOOP, POLL, REFLEX, EP = "agentloop", "poll", "reflexpatch", "ep"
 METHODS = (AGENTLOOP, POLL, REFLEX, EP)
@@ -494,17 +494,23 @@ class KitchenResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     timelines: list[list[dict[str, Any]]] = field(default_factory=list)
 
-    def summary(self, seed: int = 42) -> dict[str, CI]:
+    def summary(self, seed: int = 42, n_boot: int = 1000) -> dict[str, CI]:
         """Tables 20 / 22 cells: utility (mean), dish and critical-dish success, soft quality,
         visibility and finish delays (ratios of aggregates), with bootstrap 95% CIs."""
+        def mean(values) -> CI:
+            return CI(*bootstrap_ci(values, n_boot, seed=seed))
+
+        def ratio(numerators, denominators) -> CI:
+            return CI(*bootstrap_ratio_ci(numerators, denominators, n_boot, seed=seed))
+
         def col(k: str) -> list[float]:
             return [float(r[k]) for r in self.rows]
-        return {"utility": mean_ci(col("utility"), seed=seed),
-                "dish": ratio_ci(col("dish_success"), col("dishes"), seed=seed),
-                "critical": ratio_ci(col("critical_success"), col("criticals"), seed=seed),
-                "soft_quality": ratio_ci(col("soft_quality"), col("softs"), seed=seed),
-                "visibility_delay": ratio_ci(col("visibility_delay"), col("fired"), seed=seed),
-                "finish_delay": ratio_ci(col("finish_delay"), col("fired"), seed=seed)}
+        return {"utility": mean(col("utility")),
+                "dish": ratio(col("dish_success"), col("dishes")),
+                "critical": ratio(col("critical_success"), col("criticals")),
+                "soft_quality": ratio(col("soft_quality"), col("softs")),
+                "visibility_delay": ratio(col("visibility_delay"), col("fired")),
+                "finish_delay": ratio(col("finish_delay"), col("fired"))}
 
 
 def run_method(cfg: KitchenConfig, method: str, policy: Policy = scripted_policy,

@@ -1,4 +1,4 @@
-"""Embodied scheduling (pipelines/engagement/kitchen.py, paper §5.2.2 and App. E).
+"""Embodied scheduling (eval/engagement/kitchen.py, paper §5.2.2 and App. E).
 
 A hand-worked case: one critical dish (prep 10, signal 50 ticks after prep, finish 5, window
 20) and one 200-token tutoring problem, no jitter. The scripted controller preps at tick 0
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.engagement import kitchen as K
-from pipelines.engagement.core import run_episode
+from eval.engagement import kitchen as K
+from eval.engagement.core import run_episode
 
 CFG = K.KitchenConfig(jitter_std=0.0, poll_interval=40)
 CRITICAL = K.Dish(0, "critical_narrow", True, prep=10, offset=50, finish=5, window=20, keepwarm=0)

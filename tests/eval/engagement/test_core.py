@@ -1,4 +1,4 @@
-"""Tests for pipelines/engagement/core.py and pomdp.py: the EP loop (§3.1, App. B.1), the
+"""Tests for eval/engagement/core.py and pomdp.py: the EP loop (§3.1, App. B.1), the
 synchronized POMDP adapter (§3.2, App. B.4), persistent actions, event timing and replay."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pipelines.engagement.core import (
+from eval.engagement.core import (
     EVENT,
     INTERVENTION,
     UTILITY,
@@ -19,7 +19,7 @@ from pipelines.engagement.core import (
     episode_seeds,
     run_episode,
 )
-from pipelines.engagement.pomdp import PolicyAgent, SynchronizedEP
+from eval.engagement.pomdp import PolicyAgent, SynchronizedEP
 
 # ------------------------------------------------------------------ POMDP adapter (B.4)
 
@@ -241,7 +241,7 @@ def test_loop_rejects_an_event_delivered_before_its_tick():
 
 
 def test_seeded_replay_is_identical_and_seeds_matter():
-    from pipelines.engagement.deliberation import SEQUENTIAL, DeliberationEnv, QAgent
+    from eval.engagement.deliberation import SEQUENTIAL, DeliberationEnv, QAgent
 
     def play(seed):
         env = DeliberationEnv(SEQUENTIAL, "ep")

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.engagement.assistant import Decision, MainOutput, scripted_triage
-from pipelines.engagement.kitchen import scripted_policy
-from pipelines.engagement.texts import MAIN_TASKS, TaskSpec
+from eval.engagement.assistant import Decision, MainOutput, scripted_triage
+from eval.engagement.kitchen import scripted_policy
+from eval.engagement.texts import MAIN_TASKS, TaskSpec
 from pipelines.llm import LLMClient, SamplingParams, run
 from pipelines.prompts import load_prompt
 from pipelines.prompts import render as render_prompt
@@ -70,7 +70,7 @@ def generate_main_outputs(client: LLMClient, max_tokens: int = 300,
 
 
 class LLMTriage:
-    """The triage policy of :class:`~pipelines.engagement.assistant.AssistantAgent` as LLM calls."""
+    """The triage policy of :class:`~eval.engagement.assistant.AssistantAgent` as LLM calls."""
 
     def __init__(self, client: LLMClient, max_tokens: int = 48) -> None:
         self.client = client
@@ -127,7 +127,7 @@ def describe_option(i: int, opt: dict[str, Any]) -> str:
 
 
 class LLMController:
-    """The kitchen controller (:data:`~pipelines.engagement.kitchen.Policy`) as LLM calls."""
+    """The kitchen controller (:data:`~eval.engagement.kitchen.Policy`) as LLM calls."""
 
     def __init__(self, client: LLMClient, method: str, max_tokens: int = 24) -> None:
         if method not in RULES:

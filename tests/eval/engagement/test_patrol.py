@@ -1,13 +1,12 @@
-"""Tests for pipelines/engagement/patrol.py (§5.1.2, App. C Tables 10–14) and stats.py."""
+"""Tests for eval/engagement/patrol.py (§5.1.2, App. C Tables 10–14) and its table cells."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipelines.engagement import patrol as P
-from pipelines.engagement.core import INTERVENTION, Intervention, run_episode
-from pipelines.engagement.stats import mean_ci, ratio_ci
+from eval.engagement import patrol as P
+from eval.engagement.core import INTERVENTION, Intervention, run_episode
 
 QUIET = P.with_overrides(P.MODULE_LEVEL, alarm_prob=0.0, horizon=120)
 
@@ -168,26 +167,31 @@ def test_state_level_ep_beats_loop_and_patch(depth):
     assert res["ep"]["expire"].value <= res["patchpro"]["expire"].value + 0.02
 
 
-# ------------------------------------------------------------------ stats
+# ------------------------------------------------------------------ table cells
 
 
-def test_ratio_ci_is_a_ratio_of_sums_not_a_mean_of_ratios():
-    num, den = [1, 9], [1, 10]  # per-episode rates 1.0 and 0.9; aggregate 10/11
-    ci = ratio_ci(num, den, n_boot=500)
-    assert ci.value == pytest.approx(10 / 11)
-    assert ci.low <= 10 / 11 <= ci.high
-
-
-def test_mean_ci_brackets_the_mean_and_shrinks_with_more_data():
-    rng = np.random.default_rng(0)
-    small, big = rng.normal(size=50), rng.normal(size=5000)
-    a, b = mean_ci(small), mean_ci(big)
-    assert a.low <= small.mean() <= a.high and b.low <= big.mean() <= b.high
-    # 95% half-width ~ 1.96 sigma / sqrt(n)
-    assert b.half_width == pytest.approx(1.96 / np.sqrt(5000), rel=0.15)
-    assert a.half_width > b.half_width
-
-
-def test_cannot_bootstrap_nothing():
-    with pytest.raises(ValueError, match="empty sample"):
-        mean_ci([])
+def test_summary_cells_are_ratios_of_aggregates_with_the_table_bootstrap():
+    # eight hand-made episodes; alarms and responses include zero-count episodes
+    alarms = np.array([2, 1, 2, 1, 0, 3, 2, 1], dtype=float)
+    resolved = np.array([1, 0, 2, 1, 0, 3, 1, 1], dtype=float)
+    responses = np.array([1, 0, 2, 1, 0, 2, 0, 1], dtype=float)
+    counts = {"alarms": alarms, "resolved": resolved, "expired": alarms - resolved,
+              "alarm_ticks": 10 * alarms, "responses": responses,
+              "latency": np.array([4, 0, 3, 2, 0, 5, 0, 1], dtype=float),
+              "interrupt_cost": np.zeros(8)}
+    returns = np.array([3.0, -1.0, 4.0, 1.0, 5.0, -9.0, 2.0, 6.0])
+    s = P.PatrolResult(returns, counts).summary()
+    # point values: rates from the totals (9/12 resolved, 15/7 latency), not per-episode means
+    assert s["resolve"].value == pytest.approx(9 / 12)
+    assert s["expire"].value == pytest.approx(3 / 12)
+    assert s["ticks_per_alarm"].value == pytest.approx(10.0)
+    assert s["latency"].value == pytest.approx(15 / 7)
+    assert (s["interrupt_cost"].low, s["interrupt_cost"].high) == (0.0, 0.0)
+    # the intervals the tables printed before the bootstrap moved to eval.metrics
+    # (1000 resamples, seed 42), computed by the engagement package's former implementation
+    assert (s["return"].value, s["return"].low, s["return"].high) == pytest.approx(
+        (1.375, -1.875, 4.0))
+    assert (s["resolve"].low, s["resolve"].high) == pytest.approx((0.5, 0.9333333333333333))
+    assert (s["latency"].low, s["latency"].high) == pytest.approx(
+        (1.3983333333333334, 3.0))
+    assert s["resolve"].fmt(100, 1) == "75.0 ± 21.7"

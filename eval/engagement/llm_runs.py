@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.engagement import assistant as A
-from pipelines.engagement import kitchen as K
-from pipelines.engagement.texts import MAIN_TASKS, TaskSpec
+from eval.engagement import assistant as A
+from eval.engagement import kitchen as K
+from eval.engagement.texts import MAIN_TASKS, TaskSpec
 
 ENVIRONMENTS = ("assistant", "kitchen")
 SCORE_COLUMNS = {
@@ -69,7 +69,7 @@ def run_comparison(environment: str, methods: Sequence[str] | None = None, *,
         if client is None:
             outputs, triage = A.scripted_outputs(cfg, main_tasks), A.scripted_triage
         else:
-            from pipelines.engagement.llm_policies import LLMTriage, generate_main_outputs
+            from eval.engagement.llm_policies import LLMTriage, generate_main_outputs
 
             outputs, failed = generate_main_outputs(client, main_tokens, main_tasks, seed=seed)
             comp.llm["calls"] += sum(len(o.units) for o in outputs)
@@ -89,7 +89,7 @@ def run_comparison(environment: str, methods: Sequence[str] | None = None, *,
         for m in methods:
             controller: Any = K.scripted_policy
             if client is not None:
-                from pipelines.engagement.llm_policies import LLMController
+                from eval.engagement.llm_policies import LLMController
 
                 controller = LLMController(client, m)
             results[m] = K.run_method(cfg, m, controller, cases, log)

@@ -49,10 +49,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.engagement.core import Event, Intervention, TickEnvironment, run_episode
-from pipelines.engagement.deliberation import sub_seed
-from pipelines.engagement.stats import CI, mean_ci, ratio_ci
-from pipelines.engagement.texts import EMAILS, MAIN_TASKS, URGENCIES, TaskSpec, scripted_units
+from eval.engagement.core import Event, Intervention, TickEnvironment, run_episode
+from eval.engagement.deliberation import sub_seed
+from eval.engagement.texts import EMAILS, MAIN_TASKS, URGENCIES, TaskSpec, scripted_units
+from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
 
 AGENTLOOP, POLL, EP = "agentloop", "poll", "ep"
 METHODS = (AGENTLOOP, POLL, EP)
@@ -491,15 +491,21 @@ class AssistantResult:
     rows: list[dict[str, Any]] = field(default_factory=list)  # one per episode
     timelines: list[list[dict[str, Any]]] = field(default_factory=list)
 
-    def summary(self, seed: int = 42) -> dict[str, CI]:
+    def summary(self, seed: int = 42, n_boot: int = 1000) -> dict[str, CI]:
         """Table 3 / 18 cells: means with bootstrap 95% CIs over seeds x episodes; timeout rate
         and latency as ratios of aggregates (resampling episodes)."""
+        def mean(values) -> CI:
+            return CI(*bootstrap_ci(values, n_boot, seed=seed))
+
+        def ratio(numerators, denominators) -> CI:
+            return CI(*bootstrap_ratio_ci(numerators, denominators, n_boot, seed=seed))
+
         col = lambda k: [r[k] for r in self.rows]
-        return {"utility": mean_ci(col("utility"), seed=seed),
-                "balanced": mean_ci(col("balanced"), seed=seed),
-                "timeout": ratio_ci(col("timeouts"), col("scored"), seed=seed),
-                "latency": ratio_ci(col("latency_sum"), col("emails"), seed=seed),
-                "main": mean_ci(col("main"), seed=seed)}
+        return {"utility": mean(col("utility")),
+                "balanced": mean(col("balanced")),
+                "timeout": ratio(col("timeouts"), col("scored")),
+                "latency": ratio(col("latency_sum"), col("emails")),
+                "main": mean(col("main"))}
 
 
 def episode_seed(cfg: AssistantConfig, s: int, e: int) -> int:

@@ -1,4 +1,4 @@
-"""Digital assistant with asynchronous emails (pipelines/engagement/assistant.py, paper §5.2.1).
+"""Digital assistant with asynchronous emails (eval/engagement/assistant.py, paper §5.2.1).
 
 Scripted timelines with answers worked out by hand from App. D's durations (check 0.1, open
 0.1, triage 0.2, handle 1.0, resume 0.1 time units; 20 ticks per unit) and Table 19's scoring.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.engagement import assistant as A
-from pipelines.engagement.core import run_episode
+from eval.engagement import assistant as A
+from eval.engagement.core import run_episode
 
 # Two milestones of 100 tokens each: unit boundaries at ticks 100 and 200 when uninterrupted.
 OUTPUT = A.MainOutput("t", (("first part", 100), ("second part", 100)))

@@ -8,8 +8,8 @@ intervention is rejected with an error, and each tick emits one ``obs`` event at
 :class:`PolicyAgent` wraps a step policy ``policy(obs, rng) -> action`` into an EP agent.
 
 Guaranteed: running ``SynchronizedEP(model)`` with ``PolicyAgent(policy)`` through
-:func:`~pipelines.engagement.core.run_episode` makes the same calls, in the same order, with
-the same random generators (seeded by :func:`~pipelines.engagement.core.episode_seeds`) as a
+:func:`~eval.engagement.core.run_episode` makes the same calls, in the same order, with
+the same random generators (seeded by :func:`~eval.engagement.core.episode_seeds`) as a
 hand-written step loop, so trajectories and returns are identical.
 
 Not guaranteed: nothing about the wrapped model itself (its observation and reward are passed
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.engagement.core import Event, Intervention, TickEnvironment
+from eval.engagement.core import Event, Intervention, TickEnvironment
 
 ACT = "act"
 OBS = "obs"

@@ -1,4 +1,4 @@
-"""LLM policies and comparisons of §5.2 (pipelines/engagement/llm_policies.py, llm_runs.py).
+"""LLM policies and comparisons of §5.2 (eval/engagement/llm_policies.py, llm_runs.py).
 
 Fake clients check the structured-output handling and the failure count; one test runs both
 environments against the real local model server (tiny: one episode, short generations).
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.engagement import assistant as A
-from pipelines.engagement import kitchen as K
-from pipelines.engagement.llm_policies import LLMController, LLMTriage, render
-from pipelines.engagement.llm_runs import run_comparison, score_table
-from pipelines.engagement.texts import TaskSpec
+from eval.engagement import assistant as A
+from eval.engagement import kitchen as K
+from eval.engagement.llm_policies import LLMController, LLMTriage, render
+from eval.engagement.llm_runs import run_comparison, score_table
+from eval.engagement.texts import TaskSpec
 from pipelines.llm import ChatResult, JsonResult
 from pipelines.prompts import load_prompt
 
@@ -102,7 +102,7 @@ def test_real_server_runs_both_experiments_and_replays_from_cache(real_client):
     dish = K.Dish(0, "critical_wide", True, prep=5, offset=20, finish=3, window=80, keepwarm=0)
     kcfg = K.KitchenConfig(jitter_std=0.0, time_budget=150)
     case = K.Case("tiny", "critical_wide", 1, (dish,), (30,))
-    from pipelines.engagement.llm_policies import LLMController
+    from eval.engagement.llm_policies import LLMController
 
     ctl = LLMController(real_client, K.EP)
     res = K.run_method(kcfg, K.EP, ctl, [case])

@@ -1,11 +1,11 @@
-"""Tests for ``python -m pipelines.engagement toy`` (pipelines/engagement/__main__.py, tables.py)."""
+"""Tests for ``python -m eval.engagement toy`` (eval/engagement/__main__.py, tables.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines.engagement.__main__ import main
-from pipelines.engagement.tables import format_table
+from eval.engagement.__main__ import main
+from eval.engagement.tables import format_table
 
 
 def test_deliberation_table_has_the_four_cross_evaluation_rows(capsys):

@@ -1,16 +1,16 @@
-"""``python -m pipelines.engagement toy|llm``: print the toy tables (§5.1) or an LLM-experiment
+"""``python -m eval.engagement toy|llm``: print the toy tables (§5.1) or an LLM-experiment
 comparison (§5.2).
 
 Examples::
 
-    python -m pipelines.engagement toy --env deliberation --setting single
-    python -m pipelines.engagement toy --env deliberation --setting sequential --train 30000
-    python -m pipelines.engagement toy --env patrol --setting module
-    python -m pipelines.engagement toy --env patrol --setting state --depth 3
+    python -m eval.engagement toy --env deliberation --setting single
+    python -m eval.engagement toy --env deliberation --setting sequential --train 30000
+    python -m eval.engagement toy --env patrol --setting module
+    python -m eval.engagement toy --env patrol --setting state --depth 3
 
-    python -m pipelines.engagement llm --env assistant --scripted --setting single
-    python -m pipelines.engagement llm --env kitchen --scripted --setting multi
-    python -m pipelines.engagement llm --env assistant --method ep --seeds 1 --episodes 1
+    python -m eval.engagement llm --env assistant --scripted --setting single
+    python -m eval.engagement llm --env kitchen --scripted --setting multi
+    python -m eval.engagement llm --env assistant --method ep --seeds 1 --episodes 1
 
 ``--train`` / ``--eval`` override the episode counts of the configuration; ``--seed`` its seed.
 ``llm`` without ``--scripted`` uses ``--base-url``/``--model`` (or ``WEFT_LLM_BASE_URL`` /
@@ -23,9 +23,9 @@ import argparse
 import sys
 from dataclasses import replace
 
-from pipelines.engagement import deliberation as D
-from pipelines.engagement import patrol as P
-from pipelines.engagement.tables import (
+from eval.engagement import deliberation as D
+from eval.engagement import patrol as P
+from eval.engagement.tables import (
     deliberation_rows,
     format_table,
     mode_distribution,
@@ -34,7 +34,7 @@ from pipelines.engagement.tables import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.engagement")
+    parser = argparse.ArgumentParser(prog="python -m eval.engagement")
     sub = parser.add_subparsers(dest="command", required=True)
     toy = sub.add_parser("toy", help="run a toy experiment of §5.1 and print its table")
     toy.add_argument("--env", choices=("deliberation", "patrol"), required=True)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _llm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from pipelines.engagement.llm_runs import methods_for, run_comparison, score_table
+    from eval.engagement.llm_runs import methods_for, run_comparison, score_table
 
     settings = ("single", "milestones") if args.env == "assistant" else ("one", "multi")
     if args.setting is not None and args.setting not in settings:

@@ -51,13 +51,13 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.engagement.core import (
+from eval.engagement.core import (
     Event,
     Intervention,
     TickEnvironment,
     run_episode,
 )
-from pipelines.engagement.stats import CI, mean_ci, ratio_ci
+from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
 
 EP, STEP = "ep", "step"
 TIMINGS = (EP, STEP)
@@ -332,12 +332,18 @@ class EvalResult:
     decisions: list[tuple[int, int, int, int]]  # (slack, bin, mode, task index) per decision
 
     def summary(self, n_boot: int = 1000, seed: int = 42) -> dict[str, CI]:
+        def mean(values) -> CI:
+            return CI(*bootstrap_ci(values, n_boot, seed=seed))
+
+        def ratio(numerators, denominators) -> CI:
+            return CI(*bootstrap_ratio_ci(numerators, denominators, n_boot, seed=seed))
+
         decisions = self.mode_counts.sum(axis=1)
         return {
-            "return": mean_ci(self.returns, n_boot, seed=seed),
-            "success": ratio_ci(self.successes, self.tasks, n_boot, seed=seed),
-            "timeout": ratio_ci(self.timeouts, self.tasks, n_boot, seed=seed),
-            "mode5": ratio_ci(self.mode_counts[:, -1], decisions, n_boot, seed=seed),
+            "return": mean(self.returns),
+            "success": ratio(self.successes, self.tasks),
+            "timeout": ratio(self.timeouts, self.tasks),
+            "mode5": ratio(self.mode_counts[:, -1], decisions),
         }
 
 

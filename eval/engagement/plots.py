@@ -5,7 +5,7 @@
 - :func:`plot_timeline`: one episode as lanes over ticks: main work / tutoring segments,
   email or cooking-signal arrivals, interruptions and resumptions (the paper's Figure 7 idea).
 Both write a PNG and return its path; the data come from plain rows (``ep_scores`` rows and
-timeline rows of :meth:`pipelines.engagement.core.Episode.rows`).
+timeline rows of :meth:`eval.engagement.core.Episode.rows`).
 """
 
 from __future__ import annotations

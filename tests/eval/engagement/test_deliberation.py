@@ -1,4 +1,4 @@
-"""Tests for pipelines/engagement/deliberation.py: the §5.1.1 task model, EP vs Step timing,
+"""Tests for eval/engagement/deliberation.py: the §5.1.1 task model, EP vs Step timing,
 Q-learning reaching the brute-force optimum, and the direction of Table 1 with CIs."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from pipelines.engagement import deliberation as D
-from pipelines.engagement.core import Intervention, run_episode
+from eval.engagement import deliberation as D
+from eval.engagement.core import Intervention, run_episode
 
 # A small single-task configuration whose optimal mode depends on both urgency and difficulty
 # (the time cost makes easy tasks prefer the fast mode); the best mode beats the runner-up by

@@ -56,9 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.engagement.core import Event, Intervention, TickEnvironment, run_episode
-from pipelines.engagement.deliberation import sub_seed
-from pipelines.engagement.stats import CI, mean_ci, ratio_ci
+from eval.engagement.core import Event, Intervention, TickEnvironment, run_episode
+from eval.engagement.deliberation import sub_seed
+from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
 
 RESPOND = "respond"
 NAV, HANDLE, NAV_ALARM, RESOLVE = "nav", "handle", "nav_alarm", "resolve"
@@ -492,14 +492,20 @@ class PatrolResult:
     counts: dict[str, np.ndarray]  # per-episode stats (alarms, resolved, expired, ...)
 
     def summary(self, n_boot: int = 1000, seed: int = 42) -> dict[str, CI]:
+        def mean(values) -> CI:
+            return CI(*bootstrap_ci(values, n_boot, seed=seed))
+
+        def ratio(numerators, denominators) -> CI:
+            return CI(*bootstrap_ratio_ci(numerators, denominators, n_boot, seed=seed))
+
         c = self.counts
         return {
-            "return": mean_ci(self.returns, n_boot, seed=seed),
-            "resolve": ratio_ci(c["resolved"], c["alarms"], n_boot, seed=seed),
-            "expire": ratio_ci(c["expired"], c["alarms"], n_boot, seed=seed),
-            "ticks_per_alarm": ratio_ci(c["alarm_ticks"], c["alarms"], n_boot, seed=seed),
-            "latency": ratio_ci(c["latency"], c["responses"], n_boot, seed=seed),
-            "interrupt_cost": mean_ci(c["interrupt_cost"], n_boot, seed=seed),
+            "return": mean(self.returns),
+            "resolve": ratio(c["resolved"], c["alarms"]),
+            "expire": ratio(c["expired"], c["alarms"]),
+            "ticks_per_alarm": ratio(c["alarm_ticks"], c["alarms"]),
+            "latency": ratio(c["latency"], c["responses"]),
+            "interrupt_cost": mean(c["interrupt_cost"]),
         }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.engagement import deliberation as D
-from pipelines.engagement import patrol as P
+from eval.engagement import deliberation as D
+from eval.engagement import patrol as P
 
 
 def deliberation_rows(cfg: D.DeliberationConfig, train_episodes: int | None = None,
