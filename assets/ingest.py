@@ -1,9 +1,12 @@
 """Ingestion assets: one `<source>_problems` asset per source, then the merged `problems`.
 
-Each source asset loads its rows through ``pipelines.ingest.load_source`` (local file under
-``WEFT_DATA_DIR``, the Hugging Face hub, or the built-in generator), writes them to the
-warehouse table ``source_problems`` and its rejects to ``rejects`` (both partitioned by source,
-so a re-run replaces them). ``problems`` merges every ingested source into the canonical
+The default set is every registered source whose row says ``default_ingest``
+(``pipelines.ingest.SOURCES``, including local benchmarks from ``$WEFT_BENCHMARKS`` or
+``$WEFT_HOME/benchmarks.yaml``); there is no second list to keep in step. Each source asset
+loads its rows through ``pipelines.ingest.load_source`` (local file under ``WEFT_DATA_DIR``,
+the Hugging Face hub, or the built-in generator), writes them to the warehouse table
+``source_problems`` and its rejects to ``rejects`` (both partitioned by source, so a re-run
+replaces them). ``problems`` merges every ingested source into the canonical
 ``problems`` table, flags problems that appear in more than one source (train/test overlap),
 and stamps a dataset version per source.
 """
@@ -17,15 +20,11 @@ import dagster as dg
 
 from assets.common import lineage, now, record_run
 from assets.resources import WarehouseResource
+from pipelines.ingest import SOURCES
 from pipelines.text import normalize_problem_text
 
-# Sources ingested by default; each becomes a `<name>_problems` asset.
-DEFAULT_SOURCES: tuple[str, ...] = (
-    "reasoning_gym",
-    "gsm8k", "math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench",
-    "gpqa_diamond", "humaneval", "mbppplus", "livecodebench",
-    "gsm8k_train", "math_train", "dapo_math_17k", "deepscaler",
-)
+# Sources ingested by default (registry order); each becomes a `<name>_problems` asset.
+DEFAULT_SOURCES: tuple[str, ...] = tuple(n for n, spec in SOURCES.items() if spec.default_ingest)
 
 
 class IngestConfig(dg.Config):

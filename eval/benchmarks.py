@@ -1,11 +1,23 @@
 """Benchmark registry: which problems, how to prompt for them, how to grade the answers.
 
-A benchmark names an ingestion source (``pipelines.ingest.SOURCES`` gives its Hugging Face id
-and split and its local file under ``WEFT_DATA_DIR``), a prompt template, the grader kind
-shared with RL rewards (``eval.graders``: math, choice, code), a default number of samples k,
-and optionally an answer normaliser applied to the model output before grading. Adding a
-benchmark is one ``register`` call (plus, at most, one normaliser). The registry is a plain
-dict that refuses duplicate names.
+A benchmark is declared once, as the row of its ingestion source: a
+``pipelines.ingest.SourceSpec`` with a ``benchmark=BenchmarkUse(grader=..., prompt=..., k=...,
+normalizer=...)`` (built-in rows in ``pipelines/ingest/sources.py``; local JSONL benchmarks in a
+config file, ``pipelines.ingest.benchmark_file``). The row gives the hub id and split, the local
+file under ``WEFT_DATA_DIR``, the adapter or field mapping and whether it is in the default
+ingest; this module reads every such row and resolves its names: the prompt (a key of
+:data:`INSTRUCTIONS` or a template with ``{problem}``), the grader kind shared with RL rewards
+(``eval.graders``: math, choice; code is graded by ``eval.code_grader``) and the optional output
+normaliser (:data:`NORMALIZERS`) applied to the model output before grading.
+
+Why the declaration lives in ``pipelines`` and not here: ``pipelines`` must not import ``eval``
+(docs/architecture.md), yet ``pipelines.ingest`` has to know every source, benchmarks included,
+for ``load_source`` and the ingest assets. So the source row carries the evaluation settings as
+plain names, and this module, which may import ``pipelines``, turns them into
+:class:`Benchmark` objects. :data:`BENCHMARKS` holds every benchmark of the sources registered
+when this module was imported; :func:`get` also finds one registered later (e.g. with
+``pipelines.ingest.register_benchmark_file``). A name that cannot be resolved raises
+ValueError naming the benchmark, where it was declared and the field.
 """
 
 from __future__ import annotations
@@ -13,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 MATH_INSTRUCTION = (
@@ -37,21 +49,41 @@ CONTEST_INSTRUCTION = (
 )
 
 
+INSTRUCTIONS: dict[str, str] = {
+    "math": MATH_INSTRUCTION,
+    "choice": CHOICE_INSTRUCTION,
+    "function": FUNCTION_INSTRUCTION,
+    "task": TASK_INSTRUCTION,
+    "contest": CONTEST_INSTRUCTION,
+}
+GRADER_KINDS = ("math", "choice", "code")  # code: eval.code_grader, the others eval.graders
+_PLACEHOLDERS = {"problem": "", "io": "", "starter": ""}
+
+
 def _thousands(text: str) -> str:
     """GSM8K answers are integers: drop thousands separators ("1,000" → "1000") in the output."""
     return re.sub(r"(?<=\d),(?=\d{3}\b)", "", text or "")
 
 
+NORMALIZERS: dict[str, Callable[[str], str]] = {"thousands": _thousands}
+
+
 @dataclass(frozen=True)
 class Benchmark:
+    """A resolved benchmark; built from its source row by :func:`from_source` (or directly,
+    for a benchmark that is not a registered source). ``source`` is the ingestion source name
+    (a ``problems`` partition); ``private_text``: never log or store problem text (GPQA asks
+    for this; from the source's ``redact_raw``)."""
+
     name: str
-    source: str  # ingestion source name (a `problems` partition)
+    source: str
     grader: str  # grader kind: "math", "choice", "code"
     prompt_template: str
+    _: KW_ONLY
     default_k: int = 1
     version: str = "1"
     normalizer: Callable[[str], str] | None = None
-    private_text: bool = False  # never log or store problem text (GPQA asks for this)
+    private_text: bool = False
 
     def render(self, problem: Mapping[str, Any] | str) -> str:
         """The user prompt for a problem row (or its text)."""
@@ -79,17 +111,62 @@ class Benchmark:
                 "local_path": spec.local_path}
 
 
+def _resolve_prompt(prompt: str, fail: Callable[[str, str], ValueError]) -> str:
+    template = INSTRUCTIONS.get(prompt, prompt)
+    if "{problem}" not in template:
+        raise fail("prompt", f"{prompt!r} is neither a named instruction "
+                             f"({', '.join(sorted(INSTRUCTIONS))}) nor a template with {{problem}}")
+    try:
+        template.format(**_PLACEHOLDERS)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise fail("prompt", f"the template has a placeholder other than {{problem}}, {{io}}, "
+                             f"{{starter}} ({exc!r}); write literal braces as {{{{ and }}}}") from None
+    return template
+
+
+def from_source(spec: Any) -> Benchmark:
+    """The benchmark a ``pipelines.ingest.SourceSpec`` with ``benchmark`` set declares.
+
+    ValueError naming the benchmark, where it was declared and the field when its grader kind,
+    prompt, k or normaliser cannot be used."""
+    use = spec.benchmark
+    if use is None:
+        raise ValueError(f"source {spec.name!r} is not a benchmark (its row has no benchmark=)")
+    where = f" ({use.declared_in})" if use.declared_in else ""
+
+    def fail(field: str, problem: str) -> ValueError:
+        return ValueError(f"benchmark {spec.name!r}{where}, field {field!r}: {problem}")
+
+    if use.grader not in GRADER_KINDS:
+        raise fail("grader", f"unknown grader kind {use.grader!r}; use one of "
+                             f"{', '.join(GRADER_KINDS)}")
+    if use.normalizer is not None and use.normalizer not in NORMALIZERS:
+        raise fail("normalizer", f"unknown normaliser {use.normalizer!r}; use one of "
+                                 f"{', '.join(sorted(NORMALIZERS))} or none")
+    if isinstance(use.k, bool) or not isinstance(use.k, int) or use.k < 1:
+        raise fail("k", f"should be a whole number >= 1, got {use.k!r}")
+    return Benchmark(spec.name, spec.name, use.grader, _resolve_prompt(use.prompt, fail),
+                     default_k=use.k, version=use.version,
+                     normalizer=NORMALIZERS[use.normalizer] if use.normalizer else None,
+                     private_text=spec.redact_raw)
+
+
 BENCHMARKS: dict[str, Benchmark] = {}
 
 
-def register(bench: Benchmark) -> Benchmark:
-    if bench.name in BENCHMARKS:
-        raise ValueError(f"benchmark {bench.name!r} is already registered")
-    BENCHMARKS[bench.name] = bench
-    return bench
+def _add_registered_sources() -> None:
+    from pipelines.ingest import SOURCES
+
+    for name, spec in list(SOURCES.items()):
+        if spec.benchmark is not None and name not in BENCHMARKS:
+            BENCHMARKS[name] = from_source(spec)
 
 
 def get(name: str) -> Benchmark:
+    """The benchmark ``name``, including one whose source was registered after this module
+    was imported; KeyError naming the known benchmarks otherwise."""
+    if name not in BENCHMARKS:
+        _add_registered_sources()
     try:
         return BENCHMARKS[name]
     except KeyError:
@@ -98,14 +175,4 @@ def get(name: str) -> Benchmark:
         ) from None
 
 
-register(Benchmark("gsm8k", "gsm8k", "math", MATH_INSTRUCTION, 1, normalizer=_thousands))
-register(Benchmark("math500", "math500", "math", MATH_INSTRUCTION, 1))
-register(Benchmark("aime24", "aime24", "math", MATH_INSTRUCTION, 8))
-register(Benchmark("aime25", "aime25", "math", MATH_INSTRUCTION, 8))
-register(Benchmark("amc23", "amc23", "math", MATH_INSTRUCTION, 4))
-register(Benchmark("minerva_math", "minerva_math", "math", MATH_INSTRUCTION, 1))
-register(Benchmark("olympiadbench", "olympiadbench", "math", MATH_INSTRUCTION, 1))
-register(Benchmark("gpqa_diamond", "gpqa_diamond", "choice", CHOICE_INSTRUCTION, 1, private_text=True))
-register(Benchmark("humaneval", "humaneval", "code", FUNCTION_INSTRUCTION, 1))
-register(Benchmark("mbppplus", "mbppplus", "code", TASK_INSTRUCTION, 1))
-register(Benchmark("livecodebench", "livecodebench", "code", CONTEST_INSTRUCTION, 1))
+_add_registered_sources()

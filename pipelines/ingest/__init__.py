@@ -1,19 +1,27 @@
 """Ingestion: public datasets -> canonical ``problems`` rows, reasoning traces and TIR
 trajectories, each with ``rejects`` rows for the records that cannot be used.
 
-One front end for every source: :data:`SOURCES` and :func:`load_source` for problems,
-:data:`TRACE_SOURCES` and :func:`load_traces` for reasoning traces, :data:`TIR_SOURCES` and
-:func:`load_tir` for real tool-integrated reasoning trajectories. A bad record becomes a
-:class:`Reject` with its reason and the other records still load; whole-file damage raises
-:class:`IngestError`. Each module's docstring says what it guarantees.
+One front end for every kind (``core``): a registry of specs and one loader per kind, all going
+through the same read -> adapt -> limits -> dedup -> decontaminate loop with the same checks and
+reject reasons. :data:`SOURCES` and :func:`load_source` for problems, :data:`TRACE_SOURCES` and
+:func:`load_traces` for reasoning traces, :data:`TIR_SOURCES` and :func:`load_tir` for real
+tool-integrated reasoning trajectories. A bad record becomes a :class:`Reject` with its reason
+and the other records still load; whole-file damage raises :class:`IngestError`. Each module's
+docstring says what it guarantees.
 
 Modules:
 
-- ``sources``: the problem sources registry (:class:`SourceSpec`, :data:`SOURCES`), canonical
-  :class:`Problem` rows, deduplication and :func:`load_source`.
+- ``core``: the shared loop (:func:`build_rows`, :func:`load_rows`, :func:`read_records`), the
+  spec base class (:class:`IngestSpec`), results (:class:`LoadResult`) and rejects.
+- ``sources``: the problem sources registry (:class:`SourceSpec`, :data:`SOURCES`, one table
+  row per source, with :class:`BenchmarkUse` when it is a benchmark), :class:`Problem` rows and
+  :func:`load_source`.
+- ``benchmark_file``: local JSONL benchmarks declared in ``$WEFT_BENCHMARKS`` or
+  ``$WEFT_HOME/benchmarks.yaml``, registered when this package is imported.
 - ``io``: reading raw records from local files, the Hugging Face hub and reasoning-gym, and the
   per-record size and nesting limits (:class:`RecordLimits`).
-- ``adapters``: one pure adapter per dataset layout (one raw record -> one normalised row).
+- ``adapters``: one pure adapter per dataset layout (one raw record -> one normalised row), and
+  :class:`adapters.FieldMap` for files already shaped as problem/answer rows.
 - ``traces``: reasoning traces (s1K, LIMO, OpenMathReasoning) split into reasoning and response.
 - ``tir``: MathCoder and ToRA trajectories in the TIR schema (``pipelines.tir``).
 
@@ -22,6 +30,26 @@ Import public names from ``pipelines.ingest``; the submodules import each other 
 
 from __future__ import annotations
 
+from pipelines.ingest.benchmark_file import (
+    BenchmarkFileError,
+    benchmark_file,
+    read_benchmark_file,
+    register_benchmark_file,
+    register_configured_benchmarks,
+)
+from pipelines.ingest.core import (
+    REDACTED,
+    IngestSpec,
+    LoadResult,
+    Registry,
+    Reject,
+    build_rows,
+    clean_problem_text,
+    dump_meta,
+    load_rows,
+    problem_id,
+    read_records,
+)
 from pipelines.ingest.io import (
     DEFAULT_LIMITS,
     LOCAL_SUFFIXES,
@@ -40,23 +68,18 @@ from pipelines.ingest.io import (
     record_raw,
 )
 from pipelines.ingest.sources import (
-    REDACTED,
     SOURCE_ID_KEYS,
     SOURCES,
+    BenchmarkUse,
     IngestResult,
     Problem,
-    Registry,
-    Reject,
     SourceSpec,
-    build_problems,
-    clean_problem_text,
-    dump_meta,
     load_file,
     load_source,
-    problem_id,
+    register_source,
 )
-from pipelines.ingest.tir import TIR_SOURCES, build_tir, load_tir
-from pipelines.ingest.traces import TRACE_SOURCES, build_traces, load_traces
+from pipelines.ingest.tir import TIR_SOURCES, TIRResult, TIRSpec, load_tir
+from pipelines.ingest.traces import TRACE_SOURCES, Trace, TraceResult, TraceSpec, load_traces
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -68,30 +91,48 @@ __all__ = [
     "SOURCE_ID_KEYS",
     "TIR_SOURCES",
     "TRACE_SOURCES",
+    "BenchmarkFileError",
+    "BenchmarkUse",
     "HubUnavailableError",
     "IngestError",
     "IngestResult",
+    "IngestSpec",
+    "LoadResult",
     "Problem",
     "RawRecord",
     "RecordLimits",
     "Registry",
     "Reject",
     "SourceSpec",
-    "build_problems",
-    "build_tir",
-    "build_traces",
+    "TIRResult",
+    "TIRSpec",
+    "Trace",
+    "TraceResult",
+    "TraceSpec",
+    "benchmark_file",
+    "build_rows",
     "check_record",
     "clean_problem_text",
     "dump_meta",
     "generate_reasoning_gym",
     "load_file",
     "load_hf_records",
+    "load_rows",
     "load_source",
     "load_tir",
     "load_traces",
     "probe_endpoint",
     "problem_id",
     "raw_text",
+    "read_benchmark_file",
     "read_local_records",
+    "read_records",
     "record_raw",
+    "register_benchmark_file",
+    "register_configured_benchmarks",
+    "register_source",
 ]
+
+# Local JSONL benchmarks of $WEFT_BENCHMARKS or $WEFT_HOME/benchmarks.yaml join the registry once,
+# here, so every process that ingests or evaluates sees the same sources.
+register_configured_benchmarks()

@@ -475,6 +475,50 @@ def adapt_livecodebench(record: Mapping[str, Any]) -> Parsed:
     return Parsed(problem=problem, answer=LCB_ANSWER_SENTINEL, meta=meta)
 
 
+# ----------------------------------------------------------------------------- field mapping
+
+
+def _field(record: Mapping[str, Any], path: str) -> Any:
+    """The value at ``path`` (``"a.b"`` walks nested objects), or None when any step is absent."""
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class FieldMap:
+    """An adapter declared as a field mapping, for files already shaped as problem/answer rows
+    (a local JSONL benchmark from a config file). Each value names the record's field; a dotted
+    name (``"reward_model.ground_truth"``) reads a nested object.
+
+    ``problem`` and ``answer`` are required and become text (numbers as in
+    :func:`format_number`); ``solution`` is optional; ``id`` goes to meta as ``original_id``,
+    so two records with one id and different problems are an id conflict."""
+
+    problem: str
+    answer: str
+    id: str | None = None
+    solution: str | None = None
+
+    def __call__(self, record: Mapping[str, Any]) -> Parsed:
+        problem = as_text(_field(record, self.problem), self.problem)
+        if not problem.strip():
+            raise RowError(f"missing problem text: field {self.problem!r} is absent or empty")
+        answer = as_text(_field(record, self.answer), self.answer).strip()
+        if not answer:
+            raise RowError(f"missing answer: field {self.answer!r} is absent or empty")
+        solution = as_text(_field(record, self.solution), self.solution) if self.solution else ""
+        record_id = _field(record, self.id) if self.id else None
+        if isinstance(record_id, (Mapping, list, tuple)):
+            raise RowError(f"field {self.id!r} (the record id) should be text or a number, "
+                           f"got {type(record_id).__name__}")
+        meta = {} if record_id is None else {"original_id": record_id}
+        return Parsed(problem=problem, answer=answer, solution=solution, meta=meta)
+
+
 # ----------------------------------------------------------------------------- built-in
 
 

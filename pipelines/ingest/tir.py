@@ -40,17 +40,17 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.ingest import adapters as ad
-from pipelines.ingest.io import (
-    DEFAULT_LIMITS,
-    IngestError,
-    RawRecord,
-    RecordLimits,
-    check_record,
-    read_local_records,
+from pipelines.ingest.core import (
+    IngestSpec,
+    LoadResult,
+    Prefer,
+    Registry,
+    dump_meta,
+    load_rows,
+    lookup,
 )
-from pipelines.ingest.sources import Reject, clean_problem_text, dump_meta, load_source, problem_id
-from pipelines.settings import data_dir as default_data_dir
-from pipelines.text import last_boxed, normalize_problem_text
+from pipelines.ingest.io import DEFAULT_LIMITS, RecordLimits
+from pipelines.text import last_boxed
 from pipelines.tir import (
     KIND_ANSWER,
     KIND_CODE,
@@ -75,30 +75,47 @@ class ParsedTIR:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class TIRResult:
-    trajectories: list[Trajectory]
-    rejects: list[Reject]
-    origin: str
-    duplicates: int = 0
-    excluded: int = 0
-    id_conflicts: int = 0
-    control_chars_stripped: int = 0
-    control_char_rows: int = 0
+class TIRResult(LoadResult[Trajectory]):
+    """Output of :func:`load_tir`: trajectories, rejects and every count of
+    ``pipelines.ingest.core`` (``excluded``: MATH-500 problems dropped)."""
 
-    def counts(self) -> dict[str, int]:
-        return {"trajectories": len(self.trajectories), "rejects": len(self.rejects),
-                "duplicates": self.duplicates, "excluded": self.excluded,
-                "id_conflicts": self.id_conflicts,
-                "control_chars_stripped": self.control_chars_stripped,
-                "control_char_rows": self.control_char_rows}
+    ROWS = "trajectories"
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return self.rows
 
 
-@dataclass(frozen=True)
-class TIRSpec:
-    name: str
+@dataclass(frozen=True, kw_only=True)
+class TIRSpec(IngestSpec):
+    """One TIR source (local file only). Rows and rejects carry ``name`` as their source;
+    problem ids are MATH's (``family="math"``) so trajectories join MATH problems; the record
+    id key is ``id``; decontaminated against MATH-500 by default."""
+
     adapter: Callable[[Mapping[str, Any]], ParsedTIR]
-    local_path: str
+    family: str | None = PROBLEM_FAMILY
+    exclude_sources: tuple[str, ...] = DECONTAMINATE_AGAINST
+
+    KIND = "TIR source"
+    RESULT = TIRResult
+    ID_KEYS = ("id",)
+
+    def make_row(self, parsed: ParsedTIR, problem: str, pid: str,
+                 extra_meta: Mapping[str, Any]) -> Trajectory:
+        steps, changed = _neutralized(parsed.steps)
+        problems = validate_steps(steps)
+        if problems:
+            raise ad.RowError("invalid trajectory: " + "; ".join(problems))
+        meta = dict(parsed.meta, code_steps=len(steps) - 1)
+        if changed:
+            meta["neutralized_tags"] = True
+        return Trajectory(
+            trajectory_id=trajectory_id(self.name, problem, serialize_trajectory(steps)),
+            problem_id=pid, source=self.name, problem=problem.strip(),
+            answer=parsed.answer.strip(), steps=tuple(steps), meta=dump_meta(meta))
+
+    def dedup_key(self, row: Trajectory) -> str:
+        return row.trajectory_id
 
 
 def _clean_code(code: str) -> str:
@@ -201,17 +218,11 @@ def adapt_tora(record: Mapping[str, Any]) -> ParsedTIR:
     return ParsedTIR(problem, gold, steps, {k: v for k, v in meta.items() if v is not None})
 
 
-def _build_tir_sources() -> dict[str, TIRSpec]:
-    registry: dict[str, TIRSpec] = {}
-    for spec in (TIRSpec("mathcoder", adapt_mathcoder, "tir/mathcoder_math_correct.jsonl"),
-                 TIRSpec("tora", adapt_tora, "tir/tora_examples.jsonl")):
-        if spec.name in registry:
-            raise KeyError(f"TIR source {spec.name!r} is registered twice")
-        registry[spec.name] = spec
-    return registry
-
-
-TIR_SOURCES: dict[str, TIRSpec] = _build_tir_sources()
+TIR_SOURCES: dict[str, TIRSpec] = Registry()
+for _spec in (TIRSpec(name="mathcoder", adapter=adapt_mathcoder,
+                      local_path="tir/mathcoder_math_correct.jsonl"),
+              TIRSpec(name="tora", adapter=adapt_tora, local_path="tir/tora_examples.jsonl")):
+    TIR_SOURCES[_spec.name] = _spec
 
 
 def _neutralized(steps: list[Step]) -> tuple[list[Step], bool]:
@@ -224,72 +235,9 @@ def _neutralized(steps: list[Step]) -> tuple[list[Step], bool]:
     return out, changed
 
 
-def build_tir(spec: TIRSpec, records: list[RawRecord], origin: str, *,
-              exclude_texts: frozenset[str] = frozenset(),
-              limits: RecordLimits = DEFAULT_LIMITS) -> TIRResult:
-    """Adapt, validate, deduplicate (same trajectory text) and decontaminate; pure."""
-    result = TIRResult([], [], origin)
-    seen: set[str] = set()
-    ids_seen: dict[str, tuple[str, int]] = {}  # record id -> (normalised problem, line)
-    for item in records:
-        def reject(reason: str, item: RawRecord = item) -> None:
-            result.rejects.append(Reject(spec.name, origin, item.line, reason, item.raw))
-
-        if not isinstance(item.record, Mapping):
-            reject(f"record is a JSON {type(item.record).__name__}, expected an object")
-            continue
-        too_big = check_record(item.record, limits)
-        if too_big:
-            reject(too_big)
-            continue
-        try:
-            parsed = spec.adapter(item.record)
-        except ad.RowError as exc:
-            reject(str(exc))
-            continue
-        problem, removed = clean_problem_text(parsed.problem)
-        if not problem.strip() or not parsed.answer.strip():
-            reject("missing answer" if problem.strip() else "empty problem")
-            continue
-        key = normalize_problem_text(problem)
-        record_id = parsed.meta.get("id")
-        if record_id is not None:
-            first = ids_seen.setdefault(str(record_id), (key, item.line))
-            if first[0] != key:
-                result.id_conflicts += 1
-                reject(f"duplicate source id: id={str(record_id)[:80]!r} was already used by "
-                       f"line {first[1]} with different problem text; the first record is kept, "
-                       "check which one is right")
-                continue
-        steps, changed = _neutralized(parsed.steps)
-        problems = validate_steps(steps)
-        if problems:
-            reject("invalid trajectory: " + "; ".join(problems))
-            continue
-        if key in exclude_texts:
-            result.excluded += 1
-            continue
-        text = serialize_trajectory(steps)
-        tid = trajectory_id(spec.name, problem, text)
-        if tid in seen:
-            result.duplicates += 1
-            continue
-        seen.add(tid)
-        if removed:
-            result.control_chars_stripped += removed
-            result.control_char_rows += 1
-        meta = dict(parsed.meta, code_steps=len(steps) - 1)
-        if changed:
-            meta["neutralized_tags"] = True
-        result.trajectories.append(Trajectory(
-            trajectory_id=tid, problem_id=problem_id(PROBLEM_FAMILY, problem),
-            source=spec.name, problem=problem.strip(), answer=parsed.answer.strip(),
-            steps=tuple(steps), meta=dump_meta(meta)))
-    return result
-
-
-def load_tir(name: str, *, data_dir: Path | str | None = None, limit: int | None = None,
-             decontaminate: bool = True, limits: RecordLimits = DEFAULT_LIMITS) -> TIRResult:
+def load_tir(name: str, *, data_dir: Path | str | None = None, prefer: Prefer = "local",
+             limit: int | None = None, decontaminate: bool = True,
+             limits: RecordLimits = DEFAULT_LIMITS) -> TIRResult:
     """Load one registered TIR source from the local data folder.
 
     ``limit`` caps raw records read. With ``decontaminate`` the MATH-500 problems (loaded with
@@ -297,29 +245,5 @@ def load_tir(name: str, *, data_dir: Path | str | None = None, limit: int | None
     be loaded this raises :class:`IngestError` (pass ``decontaminate=False`` to skip it).
     ``limits`` bounds each raw record's field size and nesting (over it: a reject).
     """
-    if name not in TIR_SOURCES:
-        raise KeyError(f"unknown TIR source {name!r}; known: {', '.join(sorted(TIR_SOURCES))}")
-    spec = TIR_SOURCES[name]
-    base = Path(data_dir) if data_dir is not None else default_data_dir()
-    if base is None:
-        raise IngestError(f"no data directory for TIR source {name!r}: set WEFT_DATA_DIR to a "
-                          f"folder holding {spec.local_path}")
-    path = base / spec.local_path
-    if not path.is_file():
-        raise IngestError(f"TIR source {name!r}: {path} not found; put {spec.local_path} under "
-                          "a data folder and set WEFT_DATA_DIR to that folder")
-    exclude: set[str] = set()
-    if decontaminate:
-        for other in DECONTAMINATE_AGAINST:
-            try:
-                found = load_source(other, data_dir=base, limits=limits)
-            except IngestError as exc:
-                raise IngestError(f"cannot decontaminate {name!r} against {other!r} ({exc}); "
-                                  "make that benchmark available or pass decontaminate=False") from exc
-            exclude.update(normalize_problem_text(p.problem) for p in found.problems)
-    records, bad = read_local_records(path, limit=limit)
-    result = build_tir(spec, records, str(path), exclude_texts=frozenset(exclude),
-                       limits=limits)
-    result.rejects[:0] = [Reject(spec.name, str(path), line, reason, raw)
-                          for line, reason, raw in bad]
-    return result
+    return load_rows(lookup(TIR_SOURCES, name, TIRSpec.KIND), data_dir=data_dir, prefer=prefer,
+                     limit=limit, decontaminate=decontaminate, limits=limits)

@@ -4,7 +4,8 @@ Reads the trace files under ``WEFT_DATA_DIR/traces`` (s1K, LIMO, OpenMathReasoni
 s1K, the matching Hugging Face layout. Each source has one adapter that splits a record into
 reasoning and final response; a record that cannot be split (no ``</think>``, empty
 reasoning, no gold answer, an unparseable trajectory list) becomes a :class:`Reject`, and so
-does a record over the :class:`pipelines.ingest.RecordLimits` (field size, nesting depth).
+does a record over the :class:`pipelines.ingest.RecordLimits` (field size, nesting depth):
+the checks and reject reasons are ``pipelines.ingest.core``'s, shared with problems and TIR.
 Control characters are stripped from problem text exactly as for ``problems`` (and counted:
 ``control_chars_stripped``, ``control_char_rows``), so ids keep joining; reasoning and response
 text is kept as written. Trace files carry no dataset ids, so there is no id-conflict check.
@@ -30,19 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.ingest import adapters as ad
-from pipelines.ingest.io import (
-    DEFAULT_LIMITS,
-    HubUnavailableError,
-    IngestError,
-    RawRecord,
-    RecordLimits,
-    check_record,
-    load_hf_records,
-    read_local_records,
-    record_raw,
+from pipelines.ingest.core import (
+    IngestSpec,
+    LoadResult,
+    Prefer,
+    Registry,
+    dump_meta,
+    load_rows,
+    lookup,
 )
-from pipelines.ingest.sources import Prefer, Reject, clean_problem_text, dump_meta, problem_id
-from pipelines.settings import data_dir as default_data_dir
+from pipelines.ingest.io import DEFAULT_LIMITS, RecordLimits
 from pipelines.text import last_boxed, normalize_problem_text
 
 THINK_OPEN = "<think>"
@@ -87,33 +85,45 @@ class ParsedTrace:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-@dataclass
-class TraceResult:
-    traces: list[Trace]
-    rejects: list[Reject]
-    origin: str
-    duplicates: int = 0
-    control_chars_stripped: int = 0
-    control_char_rows: int = 0
+class TraceResult(LoadResult[Trace]):
+    """Output of :func:`load_traces`: the traces, rejects and exact duplicates dropped (trace
+    files carry no dataset ids and no trace source is decontaminated, so those counts stay
+    out of :meth:`counts`)."""
 
-    def counts(self) -> dict[str, int]:
-        return {
-            "traces": len(self.traces),
-            "rejects": len(self.rejects),
-            "duplicates": self.duplicates,
-            "control_chars_stripped": self.control_chars_stripped,
-            "control_char_rows": self.control_char_rows,
-        }
+    ROWS = "traces"
+    COUNTED = ("duplicates", "control_chars_stripped", "control_char_rows")
+
+    @property
+    def traces(self) -> list[Trace]:
+        return self.rows
 
 
-@dataclass(frozen=True)
-class TraceSpec:
-    name: str
+@dataclass(frozen=True, kw_only=True)
+class TraceSpec(IngestSpec):
+    """One reasoning-trace source: its adapter splits a record into reasoning and response.
+    Rows and rejects carry ``name`` as their source; problem ids use ``name`` too."""
+
     adapter: Callable[[Mapping[str, Any]], ParsedTrace]
-    local_path: str | None = None
-    hf_id: str | None = None
-    hf_config: str | None = None
-    hf_split: str = "train"
+
+    KIND = "trace source"
+    RESULT = TraceResult
+    REQUIRED = ("reasoning", "response")
+
+    def make_row(self, parsed: ParsedTrace, problem: str, pid: str,
+                 extra_meta: Mapping[str, Any]) -> Trace:
+        return Trace(
+            trace_id=trace_id(self.name, problem, parsed.reasoning, parsed.response),
+            problem_id=pid,
+            source=self.name,
+            problem=problem,
+            reasoning=parsed.reasoning,
+            response=parsed.response,
+            answer=parsed.answer.strip(),
+            meta=dump_meta(parsed.meta),
+        )
+
+    def dedup_key(self, row: Trace) -> str:
+        return row.trace_id
 
 
 def trace_id(source: str, problem: str, reasoning: str, response: str) -> str:
@@ -208,90 +218,17 @@ def adapt_openmathreasoning(record: Mapping[str, Any]) -> ParsedTrace:
     )
 
 
-def _build_trace_sources() -> dict[str, TraceSpec]:
-    specs = [
-        TraceSpec("s1k", adapt_s1k, "traces/s1k_sample50.jsonl", "simplescaling/s1K"),
-        # LIMO's hub release has no <think> split and OpenMathReasoning's is millions of rows:
-        # both are local-file sources here.
-        TraceSpec("limo", adapt_limo, "traces/limo_v2_subset40.jsonl"),
-        TraceSpec(
-            "openmathreasoning",
-            adapt_openmathreasoning,
-            "traces/openmathreasoning_r1_short72.jsonl",
-        ),
-    ]
-    registry: dict[str, TraceSpec] = {}
-    for spec in specs:
-        if spec.name in registry:
-            raise KeyError(f"trace source {spec.name!r} is registered twice")
-        registry[spec.name] = spec
-    return registry
-
-
-TRACE_SOURCES: dict[str, TraceSpec] = _build_trace_sources()
-
-
-def build_traces(
-    spec: TraceSpec, records: list[RawRecord], origin: str, limits: RecordLimits = DEFAULT_LIMITS
-) -> TraceResult:
-    """Adapt and validate records into traces; exact duplicate traces are counted, not kept."""
-    traces: list[Trace] = []
-    rejects: list[Reject] = []
-    seen: set[str] = set()
-    result = TraceResult(traces, rejects, origin)
-    for item in records:
-        if not isinstance(item.record, Mapping):
-            rejects.append(
-                Reject(
-                    spec.name,
-                    origin,
-                    item.line,
-                    f"record is a JSON {type(item.record).__name__}, expected an object",
-                    item.raw,
-                )
-            )
-            continue
-        too_big = check_record(item.record, limits)
-        if too_big:
-            rejects.append(Reject(spec.name, origin, item.line, too_big, item.raw))
-            continue
-        try:
-            parsed = spec.adapter(item.record)
-        except ad.RowError as exc:
-            rejects.append(Reject(spec.name, origin, item.line, str(exc), item.raw))
-            continue
-        problem, removed = clean_problem_text(parsed.problem)
-        parsed = dataclasses.replace(parsed, problem=problem)
-        missing = [
-            name
-            for name in ("problem", "reasoning", "response", "answer")
-            if not getattr(parsed, name).strip()
-        ]
-        if missing:
-            reason = "missing answer" if missing == ["answer"] else f"empty {', '.join(missing)}"
-            rejects.append(Reject(spec.name, origin, item.line, reason, item.raw))
-            continue
-        tid = trace_id(spec.name, parsed.problem, parsed.reasoning, parsed.response)
-        if tid in seen:
-            result.duplicates += 1
-            continue
-        seen.add(tid)
-        if removed:
-            result.control_chars_stripped += removed
-            result.control_char_rows += 1
-        traces.append(
-            Trace(
-                trace_id=tid,
-                problem_id=problem_id(spec.name, parsed.problem),
-                source=spec.name,
-                problem=parsed.problem,
-                reasoning=parsed.reasoning,
-                response=parsed.response,
-                answer=parsed.answer.strip(),
-                meta=dump_meta(parsed.meta),
-            )
-        )
-    return result
+# LIMO's hub release has no <think> split and OpenMathReasoning's is millions of rows: both are
+# local-file sources here.
+TRACE_SOURCES: dict[str, TraceSpec] = Registry()
+for _spec in (
+    TraceSpec(name="s1k", adapter=adapt_s1k, local_path="traces/s1k_sample50.jsonl",
+              hf_id="simplescaling/s1K", hf_split="train"),
+    TraceSpec(name="limo", adapter=adapt_limo, local_path="traces/limo_v2_subset40.jsonl"),
+    TraceSpec(name="openmathreasoning", adapter=adapt_openmathreasoning,
+              local_path="traces/openmathreasoning_r1_short72.jsonl"),
+):
+    TRACE_SOURCES[_spec.name] = _spec
 
 
 def load_traces(
@@ -300,41 +237,13 @@ def load_traces(
     data_dir: Path | str | None = None,
     prefer: Prefer = "local",
     limit: int | None = None,
+    decontaminate: bool = True,
     limits: RecordLimits = DEFAULT_LIMITS,
 ) -> TraceResult:
-    """Load one registered trace source (local file first unless ``prefer="hf"``); ``limits``
-    bounds each raw record's field size and nesting (over it: a reject)."""
-    if name not in TRACE_SOURCES:
-        raise KeyError(f"unknown trace source {name!r}; known: {', '.join(sorted(TRACE_SOURCES))}")
-    if prefer not in ("local", "hf"):
-        raise ValueError(f"prefer must be 'local' or 'hf', got {prefer!r}")
-    spec = TRACE_SOURCES[name]
-    base = Path(data_dir) if data_dir is not None else default_data_dir()
-    path = base / spec.local_path if (base is not None and spec.local_path) else None
-    attempts: list[str] = []
-    for way in ("local", "hf") if prefer == "local" else ("hf", "local"):
-        if way == "local":
-            if path is None or not path.is_file():
-                attempts.append(f"local: {path or spec.local_path} not found")
-                continue
-            records, bad = read_local_records(path, limit=limit)
-            result = build_traces(spec, records, str(path), limits)
-            result.rejects[:0] = [
-                Reject(spec.name, str(path), line, reason, raw) for line, reason, raw in bad
-            ]
-            return result
-        if spec.hf_id is None:
-            attempts.append("hub: this trace source has no Hugging Face id")
-            continue
-        try:
-            rows = load_hf_records(spec.hf_id, spec.hf_config, spec.hf_split, limit=limit)
-        except HubUnavailableError as exc:
-            attempts.append(f"hub: {str(exc).rstrip('.')}")
-            continue
-        origin = f"hf://{spec.hf_id}/{spec.hf_split}"
-        records = [RawRecord(i + 1, row, record_raw(row)) for i, row in enumerate(rows)]
-        return build_traces(spec, records, origin, limits)
-    raise IngestError(
-        f"could not load trace source {name!r}. Tried: {'; '.join(attempts)}. Put "
-        f"{spec.local_path} under a data folder and set WEFT_DATA_DIR to that folder."
-    )
+    """Load one registered trace source (local file first unless ``prefer="hf"``) through
+    ``pipelines.ingest.core.load_rows``; ``limit`` caps raw records read, ``limits`` bounds each
+    raw record's field size and nesting (over it: a reject); ``decontaminate`` applies to a
+    spec with ``exclude_sources`` (none of the built-in ones)."""
+    return load_rows(lookup(TRACE_SOURCES, name, TraceSpec.KIND), data_dir=data_dir,
+                     prefer=prefer, limit=limit, decontaminate=decontaminate, limits=limits)
+

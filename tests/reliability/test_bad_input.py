@@ -20,9 +20,7 @@ from pipelines.ingest import (
     RawRecord,
     RecordLimits,
     SourceSpec,
-    build_problems,
-    build_tir,
-    build_traces,
+    build_rows,
     check_record,
     load_file,
     load_traces,
@@ -147,7 +145,7 @@ def _math_rows(rows: list[dict]) -> list[RawRecord]:
 
 
 def test_same_source_id_with_different_text_keeps_the_first_and_rejects_the_rest():
-    spec = SourceSpec("toy", "test", "math", ad.adapt_math)
+    spec = SourceSpec(name="toy", split="test", answer_type="math", adapter=ad.adapt_math)
     rows = [
         {"problem": "What is 1+1?", "answer": "2", "unique_id": "u1"},
         {"problem": "What is 5+5?", "answer": "10", "unique_id": "u1"},  # conflict
@@ -156,7 +154,7 @@ def test_same_source_id_with_different_text_keeps_the_first_and_rejects_the_rest
         {"problem": "What is 4+4?", "answer": "8", "id": "u2"},  # other key: no conflict
         {"problem": "What is 7+7?", "answer": "14", "unique_id": "u2"},  # conflict
     ]
-    result = build_problems(spec, _math_rows(rows), "mem")
+    result = build_rows(spec, _math_rows(rows), "mem")
     assert [p.answer for p in result.problems] == ["2", "6", "8"]
     assert result.duplicates == 1
     assert result.id_conflicts == 2 and result.counts()["id_conflicts"] == 2
@@ -182,7 +180,7 @@ def test_tir_records_with_the_same_id_and_different_problems_conflict():
         }
 
     rows = [record("What is 2+2?", "a"), record("What is 2*2?", "a"), record("What is 2*2?", "b")]
-    result = build_tir(TIR_SOURCES["mathcoder"], _math_rows(rows), "mem")
+    result = build_rows(TIR_SOURCES["mathcoder"], _math_rows(rows), "mem")
     assert [t.problem for t in result.trajectories] == ["What is 2+2?", "What is 2*2?"]
     assert result.id_conflicts == 1 and [r.line for r in result.rejects] == [2]
     assert "duplicate source id: id='a'" in result.rejects[0].reason
@@ -237,9 +235,10 @@ def test_control_characters_are_counted_per_source(tmp_path):
 
 
 def test_latex_repairs_still_happen_and_only_stray_controls_are_counted():
-    spec = SourceSpec("toy", "test", "math", ad.adapt_competition)
+    spec = SourceSpec(name="toy", split="test", answer_type="math",
+                      adapter=ad.adapt_competition)
     rows = [{"problem": "Find \x0crac{1}{2} of fi\x0cve\x00 apples.", "answer": "2.5"}]
-    result = build_problems(spec, _math_rows(rows), "mem")
+    result = build_rows(spec, _math_rows(rows), "mem")
     assert [p.problem for p in result.problems] == ["Find \\frac{1}{2} of five apples."]
     assert result.control_chars_stripped == 2  # the \x0c in "fi\x0cve" and the NUL
 
@@ -255,6 +254,6 @@ def test_trace_problem_text_is_cleaned_and_counted(tmp_path):
     assert result.control_chars_stripped == 1 and result.control_char_rows == 1
     assert [r.line for r in result.rejects] == [2]
     assert "nested too deeply" in result.rejects[0].reason
-    big = build_traces(TRACE_SOURCES["limo"], _math_rows([row]), "mem",
-                       RecordLimits(max_field_chars=5))
+    big = build_rows(TRACE_SOURCES["limo"], _math_rows([row]), "mem",
+                     limits=RecordLimits(max_field_chars=5))
     assert big.traces == [] and "field 'instruction' is too large" in big.rejects[0].reason

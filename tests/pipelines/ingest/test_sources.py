@@ -620,7 +620,7 @@ def test_hub_path_with_a_fake_hub(monkeypatch, tmp_path):
         ]
         return rows[:limit] if limit is not None else rows
 
-    monkeypatch.setattr("pipelines.ingest.sources.load_hf_records", fake_hub)
+    monkeypatch.setattr("pipelines.ingest.core.load_hf_records", fake_hub)
     result = load_source("math_train", prefer="hf", data_dir=tmp_path)
     assert result.origin == "hf://EleutherAI/hendrycks_math/test"
     assert [p.problem for p in result.problems][:2] == [

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipelines.ingest import TIR_SOURCES, RawRecord, build_tir, load_tir, problem_id
+from pipelines.ingest import TIR_SOURCES, RawRecord, build_rows, load_tir, problem_id
 from pipelines.ingest import adapters as ad
 from pipelines.ingest.tir import adapt_mathcoder, adapt_tora
 from pipelines.tir import KIND_ANSWER, KIND_CODE, Step, parse_trajectory, validate_steps
@@ -80,7 +80,7 @@ def test_tora_bad_structures_are_refused(content, fragment):
         adapt_tora(_tora(content))
 
 
-def test_build_tir_rejects_dedups_excludes_and_neutralizes_tags():
+def test_build_rows_of_tir_rejects_dedups_excludes_and_neutralizes_tags():
     good = _mathcoder(("code", "print('<code>')"), ("execution", "<code>"),
                       ("text", "Done: \\boxed{4}"), ("text", "4"))
     records = [RawRecord(1, good, "raw1"), RawRecord(2, good, "raw1"),
@@ -90,7 +90,7 @@ def test_build_tir_rejects_dedups_excludes_and_neutralizes_tags():
                              "debug_result": good["debug_result"][:1] + [
                    {"role": "user", "content": "Excluded problem"}] + good["debug_result"][2:]}, "raw5")]
     spec = TIR_SOURCES["mathcoder"]
-    result = build_tir(spec, records, "mem", exclude_texts=frozenset({"excluded problem"}))
+    result = build_rows(spec, records, "mem", exclude_texts=frozenset({"excluded problem"}))
     assert result.counts() == {"trajectories": 1, "rejects": 2, "duplicates": 1, "excluded": 1,
                                "id_conflicts": 0, "control_chars_stripped": 0,
                                "control_char_rows": 0}
