@@ -123,7 +123,7 @@ def test_each_kind_names_its_rows_and_counts():
     assert list(_build("problems").counts()) == [
         "problems", "rejects", "duplicates", "excluded", "id_conflicts",
         "control_chars_stripped", "control_char_rows"]
-    assert list(_build("tir").counts())[0] == "trajectories"
+    assert next(iter(_build("tir").counts())) == "trajectories"
     problems = _build("problems")
     assert problems.problems is problems.rows
     tir = _build("tir")
