@@ -88,6 +88,17 @@ def clean_problem_text(text: str) -> tuple[str, int]:
     return (cleaned.strip() if removed else cleaned), removed
 
 
+class TableRow:
+    """Mixin of the canonical row dataclasses (problems, traces): a warehouse row and the
+    ``meta`` JSON string as a dict."""
+
+    def to_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def meta_dict(self) -> dict[str, Any]:
+        return json.loads(self.meta)  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class Reject:
     """One ``rejects`` row: where the bad record came from and why it was refused."""

@@ -27,7 +27,6 @@ layouts other than the ones named in ``SOURCES`` may not map.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from pipelines.ingest.core import (
     LoadResult,
     Prefer,
     Registry,
+    TableRow,
     build_rows,
     check_load_args,
     dump_meta,
@@ -66,7 +66,7 @@ SOURCE_ID_KEYS = ("unique_id", "task_id", "original_id")
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(TableRow):
     """One canonical ``problems`` row. ``meta`` is a JSON string (see :meth:`meta_dict`)."""
 
     problem_id: str
@@ -77,12 +77,6 @@ class Problem:
     solution: str
     answer_type: str
     meta: str = "{}"
-
-    def to_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def meta_dict(self) -> dict[str, Any]:
-        return json.loads(self.meta)
 
     def __repr__(self) -> str:  # never print problem text (GPQA must not reach logs)
         return (

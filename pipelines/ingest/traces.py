@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pipelines.ingest.core import (
     LoadResult,
     Prefer,
     Registry,
+    TableRow,
     dump_meta,
     load_rows,
     lookup,
@@ -49,7 +49,7 @@ _THINK_OPEN_RE = re.compile(r"^\s*<think>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
-class Trace:
+class Trace(TableRow):
     """One canonical ``traces`` row; ``meta`` is a JSON string."""
 
     trace_id: str
@@ -60,12 +60,6 @@ class Trace:
     response: str
     answer: str
     meta: str = "{}"
-
-    def to_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def meta_dict(self) -> dict[str, Any]:
-        return json.loads(self.meta)
 
     def __repr__(self) -> str:
         return (
