@@ -1,31 +1,23 @@
-"""Shared glue for asset bodies: lineage stamps, the `runs` table, `llm_calls`, metadata helpers.
+"""Shared glue for asset bodies: lineage stamps, run records, metadata helpers.
 
-Write order and the commit marker: an asset that writes several tables writes its `llm_calls`
-first, then its data tables, and its `runs` row last. The `runs` row (status ``success``) is
-the commit marker: a partition whose rows come from a run without one was written by a run
-that crashed before it finished. ``runs_disagreements`` finds such partitions (a pure
-validator behind the asset checks). `llm_calls` and `runs` are partitioned by run
-(``<asset>/<partition>/<run_id>``), so a re-run adds its records next to the earlier runs'
-instead of replacing them: every real endpoint call stays counted for cost accounting.
-
-Not guaranteed: atomicity across tables (each partition file is replaced on its own); a crash
-between the data write and the `runs` row leaves the new data in place, flagged, not rolled
-back.
+Run records live in ``warehouse.runs`` (Dagster-free): `llm_calls` first, then the data
+tables, then the `runs` row, which is the commit marker. Every asset that calls an LLM records
+its run through :func:`run_record` (a ``warehouse.runs.RunRecord`` stamped with the asset's
+lineage), so a run that fails still writes its calls and a ``failed`` `runs` row, and a
+cancelled one a ``canceled`` row. ``runs_disagreements`` finds data partitions whose writers
+disagree with `runs` and `llm_calls` (a pure validator behind the asset checks).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import json
-import subprocess
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dagster as dg
 
-from pipelines.settings import PROJECT_ROOT
 from warehouse import Lineage, Warehouse, config_hash
+from warehouse.runs import RunRecord
 
 
 def partition_of(context: dg.AssetExecutionContext) -> str:
@@ -42,47 +34,15 @@ def lineage(context: dg.AssetExecutionContext, config: Mapping[str, Any] | None 
     )
 
 
-def git_sha() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT,
-                             capture_output=True, text=True, timeout=5, check=False)
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def run_partition(lin: Lineage, name: str | None = None) -> str:
-    """The per-run warehouse partition ``<name or asset>/<partition>/<run_id>``."""
-    return f"{name or lin.asset}/{lin.partition}/{lin.run_id}"
-
-
-def write_llm_calls(wh: Warehouse, calls: list[Mapping[str, Any]], lin: Lineage,
-                    name: str | None = None) -> int:
-    """Write one run's `llm_calls` records into its own partition (``run_partition``), so
-    re-runs never replace the records of earlier runs; nothing is written for no calls."""
-    if calls:
-        wh.write("llm_calls", list(calls), lineage=lin, partition=run_partition(lin, name))
-    return len(calls)
-
-
-def record_run(wh: Warehouse, lin: Lineage, *, started_at: dt.datetime, rows_written: int,
-               config: Mapping[str, Any] | None = None, status: str = "success",
-               error: str | None = None) -> None:
-    """One row in `runs` per asset materialization (partition key: asset/partition/run).
-    Write it last: a ``success`` row marks the run's other writes as complete. A failed
-    run records ``status='failed'`` and the reason in ``error``."""
-    if status not in ("success", "failed"):
-        raise ValueError(f"run status must be 'success' or 'failed', got {status!r}")
-    row = {
-        "status": status,
-        "error": None if error is None else str(error)[:2000],
-        "started_at": started_at,
-        "finished_at": dt.datetime.now(dt.UTC),
-        "rows_written": int(rows_written),
-        "config_json": json.dumps(dict(config or {}), sort_keys=True, default=str),
-        "git_sha": git_sha(),
-    }
-    wh.write("runs", [row], lineage=lin, partition=run_partition(lin))
+def run_record(context: dg.AssetExecutionContext, wh: Warehouse,
+               config: Mapping[str, Any] | None = None, *, partition: str | None = None,
+               calls_name: str | None = None,
+               started_at: dt.datetime | None = None) -> RunRecord:
+    """The asset run's ``RunRecord`` (``warehouse.runs``): lineage from ``context``, `runs`
+    row config ``config``; ``calls_name`` names the `llm_calls` partition prefix (default:
+    the asset)."""
+    return RunRecord(wh, lineage(context, config, partition=partition), config=config,
+                     started_at=started_at, calls_name=calls_name)
 
 
 def runs_disagreements(asset: str, data_rows: Iterable[Mapping[str, Any]],
@@ -134,17 +94,3 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}"
     return "" if value is None else str(value)
-
-
-def write_eval_rows(context, wh, result, calls: list[dict], label: str, bench: str, config: dict,
-                started, checkpoint_id: str | None) -> None:
-    """One evaluation's rows, written as the `eval_samples` asset writes its partitions
-    (``<benchmark>@<label>``: llm_calls, then samples and scores, then the runs row), so the
-    checks and views over `eval_samples` treat them like any other evaluation."""
-    lin = Lineage(run_id=context.run_id, asset="eval_samples", partition=f"{bench}@{label}",
-                  config_hash=config_hash(config))
-    write_llm_calls(wh, calls, lin)
-    wh.write("eval_samples", result.samples, lineage=lin)
-    scores = [dict(s, checkpoint_id=checkpoint_id) for s in result.scores]
-    wh.write("eval_scores", scores, lineage=dataclasses.replace(lin, asset="eval_scores"))
-    record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config)

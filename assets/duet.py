@@ -6,11 +6,11 @@ accuracy against wall clock, and every DUET arm's per-step diagnostics, in the m
 
 The arms and the figures are plain functions of ``training.duet.sweep``. Training runs
 ``python -m training.grpo`` through the ``trainer`` resource (Dagster Pipes; the script writes
-``train_metrics`` and ``checkpoints`` itself). Evaluation follows ``eval_samples``: the
-checkpoint is served (``eval.models.ModelSpec.serve``: a local vLLM server for a model folder),
-generated and graded by ``eval.runner.evaluate``, scored by ``eval.runner.score``, and written
-as ``llm_calls``, ``eval_samples`` and ``eval_scores`` (partition ``<benchmark>@<checkpoint>``)
-like any evaluation. The per-step diagnostics are also a SQL view, ``duet_steps``
+``train_metrics`` and ``checkpoints`` itself). Each checkpoint is evaluated by
+the path ``eval_samples`` uses (``eval.recorded.evaluate_recorded``: served on a local vLLM
+server, generated and graded by ``eval.runner.evaluate``, and recorded as ``llm_calls``,
+``eval_samples``, ``eval_scores`` and a `runs` row under ``<benchmark>@<checkpoint>``) like
+any evaluation. The per-step diagnostics are also a SQL view, ``duet_steps``
 (``warehouse/migrations/004_duet.sql``).
 
 Not guaranteed: checkpoints are not registered as models (the models sensor would evaluate
@@ -18,12 +18,13 @@ each on the whole suite); speedups are only comparable within one sweep (one mac
 """
 
 import base64
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.common import md_table, now, run_record
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
@@ -109,12 +110,14 @@ def train_arm(context: dg.AssetExecutionContext, trainer: TrainerLauncher, wh: A
 
 def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config: DuetSweepConfig,
                  wh: Any, llm: LLMResource, grader: GraderResource) -> None:
-    """Serve the arm's checkpoint, evaluate it on the benchmark slice (the ``eval_samples``
-    code path) and store the rows; sets the outcome's accuracy (avg@1 with its bootstrap CI)."""
+    """Serve the arm's checkpoint and evaluate it on the benchmark slice through the one
+    recorded-evaluation path (``eval.recorded.evaluate_recorded``: rows under
+    ``<benchmark>@<checkpoint>`` like any evaluation); sets the outcome's accuracy (avg@1 with
+    its bootstrap CI)."""
     from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec
-    from eval.runner import EvalConfig, score
-    from training.arms import evaluate_served
+    from eval.recorded import Evaluation, evaluate_recorded
+    from eval.runner import EvalConfig
 
     bench = get_benchmark(config.benchmark)
     rows = wh.read("problems", partition=bench.source).to_pylist()
@@ -127,27 +130,17 @@ def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config:
     cfg = EvalConfig(k=1, temperature=0.0, max_tokens=config.eval_max_tokens, seed=config.seed,
                      limit=config.eval_limit)
     ck = outcome.checkpoint_id
-    partition = f"{bench.name}@{ck}"
-    lin = lineage(context, config.model_dump(), partition=partition)
-    settings = llm.client_settings(cfg.max_tokens, requests=min(len(rows), cfg.limit or len(rows)),
-                                   progress=context.log.info,
-                                   max_concurrency=config.max_concurrency)
     spec = ModelSpec(model_id=ck, kind="local", path=outcome.path, served_model=ck,
                      checkpoint_id=ck)
     context.log.info(f"evaluating {ck} on {bench.name} ({cfg.limit or 'all'} problems)")
-    calls: list[dict[str, Any]] = []
-    try:
-        with grader.pool() as pool:
-            result = evaluate_served(spec, bench, rows, cfg, label=ck, client_settings=settings,
-                                     pool=pool, checkpoint_id=ck, calls=calls)
-    finally:
-        write_llm_calls(wh, calls, lin)
-    wh.write("eval_samples", result.samples, lineage=lin)
-    scores = score(result.samples, model_label=ck, benchmark=bench.name, seed=cfg.seed)
-    for s in scores:
-        s["checkpoint_id"] = ck
-    wh.write("eval_scores", scores, lineage=lin)
-    avg = next((s for s in scores if s["metric"] == "avg@k"), None)
+    (done,) = evaluate_recorded(
+        {ck: spec}, [Evaluation(ck, cfg, ck, checkpoint_id=ck)], bench=bench, problems=rows,
+        wh=wh, run_id=context.run_id, config=config.model_dump(),
+        make_client=partial(llm.client_for, max_tokens=cfg.max_tokens,
+                            requests=min(len(rows), cfg.limit or len(rows)),
+                            progress=context.log.info, max_concurrency=config.max_concurrency),
+        pool_factory=grader.pool)
+    avg = next((s for s in done.result.scores if s["metric"] == "avg@k"), None)
     if avg is not None:
         outcome.accuracy = float(avg["value"])
         outcome.accuracy_ci = (float(avg["ci_low"]), float(avg["ci_high"]))
@@ -204,21 +197,22 @@ def duet_sweep(context: dg.AssetExecutionContext, config: DuetSweepConfig,
     arms = checked_arms(plan)
     wh = warehouse.get()
     partition = f"{plan.recipe}-{config_hash(config.model_dump())[:8]}"
-    lin = lineage(context, config.model_dump(), partition=partition)
     outcomes = []
-    for arm in arms:
-        context.log.info(f"sweep arm {arm.label}: training ({plan.max_steps} steps)")
-        outcomes.append(train_arm(context, trainer, wh, plan, arm))
-    if config.evaluate:
-        for outcome in outcomes:
-            evaluate_arm(context, outcome, config, wh, llm, grader)
-    rows = sweep_rows(outcomes)
-    for r in rows:
-        r["sweep"] = partition
-        r["recipe"] = plan.recipe
-        r["seed"] = plan.seed
-    wh.write(SWEEP_TABLE, rows, lineage=lin)
-    record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
+    # the sweep's own `runs` row (failed when an arm fails); each evaluation records its own
+    with run_record(context, wh, config.model_dump(), partition=partition,
+                    started_at=started) as rec:
+        for arm in arms:
+            context.log.info(f"sweep arm {arm.label}: training ({plan.max_steps} steps)")
+            outcomes.append(train_arm(context, trainer, wh, plan, arm))
+        if config.evaluate:
+            for outcome in outcomes:
+                evaluate_arm(context, outcome, config, wh, llm, grader)
+        rows = sweep_rows(outcomes)
+        for r in rows:
+            r["sweep"] = partition
+            r["recipe"] = plan.recipe
+            r["seed"] = plan.seed
+        rec.write(SWEEP_TABLE, rows)
     plot = plot_sweep(rows, weft_home() / "reports" / "duet_sweep" / f"{partition}.png")
     return dg.MaterializeResult(metadata={"partition": partition,
                                           **sweep_metadata(rows, outcomes, plot)})

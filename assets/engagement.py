@@ -27,8 +27,9 @@ from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.common import lineage, md_table, now, run_record
 from assets.resources import LLMResource, WarehouseResource
+from warehouse.runs import record_run
 
 EP_PARTITIONS = ["assistant.agentloop", "assistant.poll", "assistant.ep", "kitchen.agentloop",
                  "kitchen.poll", "kitchen.reflexpatch", "kitchen.ep"]
@@ -98,27 +99,24 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
         raise dg.Failure(f"policy must be 'scripted' or 'llm', got {config.policy!r}")
     started = now()
     sizes = assistant_overrides(config, environment)
-    client = llm.client(max_tokens=max(config.main_tokens, 64)) if config.policy == "llm" else None
-    try:
-        comp = run_comparison(environment, [method], setting=config.setting or None,
-                              client=client, n_seeds=config.n_seeds,
-                              episodes_per_seed=config.episodes_per_seed,
-                              cases_per_cell=config.cases_per_cell,
-                              main_tokens=config.main_tokens, seed=config.seed, log=True,
-                              **sizes)
-    except ValueError as exc:
-        raise dg.Failure(description=str(exc)) from exc
     wh = warehouse.get()
-    lin = lineage(context, config.model_dump())
-    calls = client.drain_records() if client is not None else []
-    write_llm_calls(wh, calls, lin)
-    wh.write("ep_episodes", comp.episodes, lineage=lin)
-    timeline = [dict(row, environment=environment, setting=comp.setting, policy=comp.policy)
-                for episode in comp.timelines[method][: config.timeline_episodes]
-                for row in episode]
-    wh.write("ep_timelines", timeline, lineage=lin)
-    record_run(wh, lin, started_at=started, rows_written=len(comp.episodes),
-               config=config.model_dump())
+    with run_record(context, wh, config.model_dump(), started_at=started) as rec:
+        client = (rec.track(llm.client(max_tokens=max(config.main_tokens, 64)))
+                  if config.policy == "llm" else None)
+        try:
+            comp = run_comparison(environment, [method], setting=config.setting or None,
+                                  client=client, n_seeds=config.n_seeds,
+                                  episodes_per_seed=config.episodes_per_seed,
+                                  cases_per_cell=config.cases_per_cell,
+                                  main_tokens=config.main_tokens, seed=config.seed, log=True,
+                                  **sizes)
+        except ValueError as exc:
+            raise dg.Failure(description=str(exc)) from exc
+        rec.write("ep_episodes", comp.episodes)  # after the run's llm_calls
+        timeline = [dict(row, environment=environment, setting=comp.setting, policy=comp.policy)
+                    for episode in comp.timelines[method][: config.timeline_episodes]
+                    for row in episode]
+        rec.write("ep_timelines", timeline, counted=False)
     cells = {s["metric"]: s for s in comp.scores}
     return dg.MaterializeResult(metadata={
         "episodes": len(comp.episodes), "setting": comp.setting, "policy": comp.policy,

@@ -8,8 +8,8 @@ problems with the same budgets and decoding limit.
 
 The plan, data, table and tests are plain functions of ``training.ep_budget``; training runs
 ``python -m training.grpo`` through the ``trainer`` resource (Dagster Pipes), and each model is
-served and evaluated like ``eval_samples`` does (``training.arms.evaluate_served``), its rows
-written as ordinary ``llm_calls`` / ``eval_samples`` / ``eval_scores`` under
+served and evaluated by the path ``eval_samples`` uses (``eval.recorded.evaluate_recorded``),
+its rows recorded as ordinary ``llm_calls`` / ``eval_samples`` / ``eval_scores`` / `runs` under
 ``ep_heldout@<model>``. Results: table ``ep_budget_scores`` (one row per arm and budget: BS@B,
 Acc@B, Tok@B with bootstrap CIs), table ``ep_budget_tests`` (EP-aware vs each other arm on the
 smallest budget: paired one-sided t-test and bootstrap on per-problem BS and tokens), and the
@@ -20,13 +20,14 @@ Not guaranteed: that a few CPU GRPO steps on a 135M model show the paper's effec
 p-values in the metadata say what the rows can support.
 """
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 
-from assets.common import lineage, md_table, now, record_run, write_eval_rows, write_llm_calls
+from assets.common import md_table, now, run_record
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
 from training.arms import Arm, train_summary
@@ -135,41 +136,32 @@ def heldout_benchmark():
 def evaluate_model(context: dg.AssetExecutionContext, spec: Any, problems: list[dict],
                    config: EpBudgetTableConfig, budgets: list[int], wh: Any, llm: LLMResource,
                    grader: GraderResource) -> list[dict[str, Any]]:
-    """Serve ``spec``, evaluate it in budgeted mode on ``problems`` and write its rows as an
-    evaluation (``ep_heldout@<model>``); returns the ``eval_samples`` rows."""
+    """Serve ``spec`` and evaluate it in budgeted mode on ``problems`` through the one
+    recorded-evaluation path (``eval.recorded.evaluate_recorded``: rows under
+    ``ep_heldout@<model>``); returns the ``eval_samples`` rows."""
     from eval.modes import BUDGET_LIMIT_FACTOR, ModeConfig
+    from eval.recorded import Evaluation, evaluate_recorded
     from eval.runner import EvalConfig
-    from training.arms import evaluate_served
 
     limit = config.budget_limit or BUDGET_LIMIT_FACTOR * max(budgets)
     try:
         mode = ModeConfig(mode="budgeted", budgets=tuple(budgets), budget_limit=limit)
-        cfg = EvalConfig(k=config.k, temperature=config.temperature,
-                         top_p=config.top_p if config.temperature > 0 else 1.0,
+        cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
                          max_tokens=limit, seed=config.seed, mode=mode)
     except ValueError as exc:
         raise dg.Failure(description=f"bad evaluation settings: {exc}") from exc
     bench = heldout_benchmark()
-    settings = llm.client_settings(limit, requests=len(problems) * len(budgets) * config.k,
-                                   progress=context.log.info,
-                                   max_concurrency=config.max_concurrency)
     label = spec.model_id
     context.log.info(f"evaluating {label}: {len(problems)} held-out problems x budgets {budgets}")
-    started = now()
-    calls: list[dict[str, Any]] = []
-    try:
-        with grader.pool() as pool:
-            result = evaluate_served(spec, bench, problems, cfg, label=label,
-                                     client_settings=settings, pool=pool,
-                                     checkpoint_id=spec.checkpoint_id or None, calls=calls,
-                                     progress=context.log.info)
-    except Exception:
-        write_llm_calls(wh, calls, lineage(context, config.model_dump(),
-                                           partition=f"{bench.name}@{label}"))
-        raise
-    write_eval_rows(context, wh, result, calls, label, bench.name, config.model_dump(), started,
-                spec.checkpoint_id or None)
-    return result.samples
+    (done,) = evaluate_recorded(
+        {label: spec}, [Evaluation(label, cfg, label, checkpoint_id=spec.checkpoint_id or None)],
+        bench=bench, problems=problems, wh=wh, run_id=context.run_id,
+        config=config.model_dump(),
+        make_client=partial(llm.client_for, max_tokens=limit,
+                            requests=len(problems) * len(budgets) * config.k,
+                            progress=context.log.info, max_concurrency=config.max_concurrency),
+        pool_factory=grader.pool, progress=context.log.info)
+    return done.result.samples
 
 
 def _arrow(rows: list[dict[str, Any]]) -> pa.Table:
@@ -227,41 +219,42 @@ def ep_budget_table(context: dg.AssetExecutionContext, config: EpBudgetTableConf
     if any(b <= 0 for b in budgets):
         raise dg.Failure(description=f"budgets must be positive token counts, got {budgets}")
     table_id = f"{plan.ep_recipe}-{config_hash(config.model_dump())[:8]}"
-    lin = lineage(context, config.model_dump(), partition=table_id)
-    wh.write(TRAIN_TABLE, examples, lineage=lin, partition=train_id)
+    # the table's own `runs` row (failed when an arm fails); each evaluation records its own
+    with run_record(context, wh, config.model_dump(), partition=table_id,
+                    started_at=started) as rec:
+        rec.write(TRAIN_TABLE, examples, partition=train_id, counted=False)
+        evaluated: list[EvaluatedArm] = []
+        trained = []
+        for arm in arms:
+            context.log.info(f"Table 5 arm {arm.label}: {arm.recipe}, {plan.max_steps} steps, "
+                             f"cap {arm.overrides['max_completion_length']}")
+            trained.append((arm, *launch_arm(context, trainer, wh, arm.label, arm.recipe,
+                                             arm.override_args())))
+        if config.evaluate_base:
+            spec = base_spec(ep_config.model_name_or_path)
+            evaluated.append(EvaluatedArm(ARM_BASE, spec.model_id, evaluate_model(
+                context, spec, problems, config, budgets, wh, llm, grader)))
+        from eval.models import ModelSpec
 
-    evaluated: list[EvaluatedArm] = []
-    trained = []
-    for arm in arms:
-        context.log.info(f"Table 5 arm {arm.label}: {arm.recipe}, {plan.max_steps} steps, cap "
-                         f"{arm.overrides['max_completion_length']}")
-        trained.append((arm, *launch_arm(context, trainer, wh, arm.label, arm.recipe,
-                                                arm.override_args())))
-    if config.evaluate_base:
-        spec = base_spec(ep_config.model_name_or_path)
-        evaluated.append(EvaluatedArm(ARM_BASE, spec.model_id, evaluate_model(
-            context, spec, problems, config, budgets, wh, llm, grader)))
-    from eval.models import ModelSpec
-
-    for arm, ck, path, metrics in trained:
-        spec = ModelSpec(model_id=ck, kind="local", path=path, served_model=ck, checkpoint_id=ck)
-        samples = evaluate_model(context, spec, problems, config, budgets, wh, llm, grader)
-        evaluated.append(EvaluatedArm(arm.label, ck, samples, recipe=arm.recipe,
-                                      checkpoint_id=ck,
-                                      train_cap=int(arm.overrides["max_completion_length"]),
-                                      train=train_summary(metrics)))
-    try:
-        rows = table_rows(evaluated, seed=config.seed)
-        tests, skipped = paired_tests(evaluated, n_boot=config.n_boot, seed=config.seed)
-    except ValueError as exc:
-        raise dg.Failure(description=str(exc)) from exc
-    extra = {"table_id": table_id, "train_data": train_spec,
-             "heldout": f"{heldout_spec}#seed={config.heldout_seed}"}
-    rows = [dict(r, **extra) for r in rows]
-    wh.write(TABLE, _arrow(rows), lineage=lin)
-    if tests:
-        wh.write(TESTS_TABLE, [dict(t, table_id=table_id) for t in tests], lineage=lin)
-    record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
+        for arm, ck, path, metrics in trained:
+            spec = ModelSpec(model_id=ck, kind="local", path=path, served_model=ck,
+                             checkpoint_id=ck)
+            samples = evaluate_model(context, spec, problems, config, budgets, wh, llm, grader)
+            evaluated.append(EvaluatedArm(arm.label, ck, samples, recipe=arm.recipe,
+                                          checkpoint_id=ck,
+                                          train_cap=int(arm.overrides["max_completion_length"]),
+                                          train=train_summary(metrics)))
+        try:
+            rows = table_rows(evaluated, seed=config.seed)
+            tests, skipped = paired_tests(evaluated, n_boot=config.n_boot, seed=config.seed)
+        except ValueError as exc:
+            raise dg.Failure(description=str(exc)) from exc
+        extra = {"table_id": table_id, "train_data": train_spec,
+                 "heldout": f"{heldout_spec}#seed={config.heldout_seed}"}
+        rows = [dict(r, **extra) for r in rows]
+        rec.write(TABLE, _arrow(rows))
+        if tests:
+            rec.write(TESTS_TABLE, [dict(t, table_id=table_id) for t in tests], counted=False)
     for s in skipped:
         context.log.warning(f"paired test skipped: {s}")
     plot = plot_table(rows, weft_home() / "reports" / "ep_budget_table" / f"{table_id}.png")

@@ -25,25 +25,19 @@ row with status ``failed`` and the reason, and ``check_eval_samples_runs_agree``
 partitions whose rows come from a run without a successful `runs` row or without `llm_calls`.
 """
 
-import asyncio
+from functools import partial
 
 import dagster as dg
 
-from assets.common import (
-    lineage,
-    md_table,
-    now,
-    record_run,
-    run_partition,
-    runs_disagreements,
-    write_llm_calls,
-)
+from assets.common import lineage, md_table, now, runs_disagreements
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
 from eval.benchmarks import BENCHMARKS
 from eval.benchmarks import get as get_benchmark
-from eval.runner import EvalConfig, evaluate, score
+from eval.recorded import Evaluation, evaluate_recorded
+from eval.runner import EvalConfig, score
+from warehouse.runs import record_run, run_partition
 
 benchmark_partitions = dg.StaticPartitionsDefinition(sorted(BENCHMARKS))
 model_partitions = dg.DynamicPartitionsDefinition(name="models")
@@ -97,7 +91,7 @@ def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str =
                       context_policy=config.context_policy, max_turns=config.max_turns,
                       tokenizer_path=config.tokenizer_path or tokenizer_path or None,
                       budget_prompt=config.budget_prompt)
-    return EvalConfig(k=k, temperature=temperature, top_p=config.top_p if temperature > 0 else 1.0,
+    return EvalConfig(k=k, temperature=temperature, top_p=config.top_p,
                       max_tokens=config.max_tokens, seed=config.seed, limit=config.limit, mode=mode)
 
 
@@ -144,8 +138,7 @@ def _request_bounds(config: EvalSamplesConfig, cfg: EvalConfig,
 def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                  warehouse: WarehouseResource, grader: GraderResource,
                  sandbox: SandboxResource, llm: LLMResource) -> dg.MaterializeResult:
-    from eval.models import get_model, unreachable_advice
-    from pipelines.llm import EndpointUnreachable, LLMClient
+    from eval.models import get_model
     from warehouse.samples import eval_samples_preview
 
     started = now()
@@ -163,54 +156,31 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     spec = get_model(model_id, wh)
     cfg = eval_config(config, bench.default_k, tokenizer_path=spec.path)
     max_tokens, n_jobs = _request_bounds(config, cfg, rows)
-    settings = llm.client_settings(max_tokens, requests=n_jobs, progress=context.log.info,
+    settings = llm.client_settings(max_tokens, requests=n_jobs,
                                    max_concurrency=config.max_concurrency)
     context.log.info(f"evaluating {model_id} on {bench.name}: "
                      f"{min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k} "
                      f"({n_jobs} generations; request timeout {settings['timeout_s']:.0f}s, "
                      f"batch watchdog {settings['batch_timeout_s']:.0f}s)")
-    lin = lineage(context, config.model_dump(), partition=table_partition(bench.name, model_id))
-    client = None
+    needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
     try:
-        with spec.serve() as (base_url, served, api_key):
-            client = LLMClient(base_url, served, api_key=api_key, **settings)
-            try:
-                client.check_reachable()
-            except EndpointUnreachable as err:
-                if spec.kind != "endpoint":
-                    raise
-                raise EndpointUnreachable(unreachable_advice(spec, str(err))) from None
-
-            needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
-
-            async def run():
-                try:
-                    with grader.pool() as pool:
-                        return await evaluate(client, bench, rows, cfg, model_label=model_id,
-                                              pool=pool,
-                                              sandbox=sandbox.get_pool() if needs_sandbox else None,
-                                              checkpoint_id=spec.checkpoint_id or None,
-                                              progress=context.log.info,
-                                              heartbeat_s=llm.progress_every_s)
-                finally:
-                    await client.aclose()
-
-            result = asyncio.run(run())
+        (done,) = evaluate_recorded(
+            {model_id: spec}, [Evaluation(model_id, cfg, model_id,
+                                          checkpoint_id=spec.checkpoint_id or None)],
+            bench=bench, problems=rows, wh=wh, run_id=context.run_id,
+            config=config.model_dump(), started_at=started, write_scores=False,
+            make_client=partial(llm.client_for, max_tokens=max_tokens, requests=n_jobs,
+                                progress=context.log.info,
+                                max_concurrency=config.max_concurrency),
+            pool_factory=grader.pool, sandbox=sandbox.get_pool() if needs_sandbox else None,
+            progress=context.log.info, heartbeat_s=llm.progress_every_s)
     except Exception as exc:
-        # keep the record of the calls that were made, and say why the run failed
-        written = write_llm_calls(wh, client.drain_records() if client is not None else [], lin)
-        reason = f"{type(exc).__name__}: {exc}"
-        record_run(wh, lin, started_at=started, rows_written=0, config=config.model_dump(),
-                   status="failed", error=reason)
-        context.log.error(f"eval_samples failed after {written} recorded LLM calls: {reason}")
+        context.log.error(f"eval_samples failed (its LLM calls and a failed `runs` row are "
+                          f"recorded): {type(exc).__name__}: {exc}")
         raise
+    result, calls = done.result, done.calls
     if result.extra.get("budget_limit_warning"):
         context.log.warning(result.extra["budget_limit_warning"])
-    # llm_calls, then the data, then the runs row: the runs row commits the run
-    calls = client.drain_records()
-    write_llm_calls(wh, calls, lin)
-    wh.write("eval_samples", result.samples, lineage=lin)
-    record_run(wh, lin, started_at=started, rows_written=len(result.samples), config=config.model_dump())
     answered = [r for r in result.samples if r.get("gen_error") is None]
     tok_s = result.completion_tokens / result.generation_s if result.generation_s else 0.0
     total_s = result.generation_s + result.grading_s
@@ -222,7 +192,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         "accuracy": sum(bool(r["correct"]) for r in answered) / max(1, len(answered)),
         "generation_errors": result.errors,
         "failure_share": round(result.errors / max(1, len(result.samples)), 4),
-        "llm_calls_partition": run_partition(lin),
+        "llm_calls_partition": run_partition(done.lineage),
         "generation_s": round(result.generation_s, 2),
         "grading_s": round(result.grading_s, 2),
         "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,

@@ -18,10 +18,11 @@ from collections import Counter
 
 import dagster as dg
 
-from assets.common import lineage, now, record_run
+from assets.common import lineage, now
 from assets.resources import WarehouseResource
 from pipelines.ingest import SOURCES
 from pipelines.text import normalize_problem_text
+from warehouse.runs import record_run
 
 # Sources ingested by default (registry order); each becomes a `<name>_problems` asset.
 DEFAULT_SOURCES: tuple[str, ...] = tuple(n for n, spec in SOURCES.items() if spec.default_ingest)

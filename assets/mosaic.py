@@ -33,10 +33,11 @@ from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.common import lineage, md_table, now, run_record
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
+from warehouse.runs import record_run
 
 MOSAIC_SOURCES: tuple[str, ...] = ("gsm8k", "math", "deepscaler", "dapo_math_17k", "reasoning_gym")
 TIR_SOURCE_NAMES: tuple[str, ...] = ("mathcoder", "tora")
@@ -114,7 +115,7 @@ def _problem_inputs(wh, source: str, split: str, limit: int | None):
 def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig, llm: LLMResource,
                 warehouse: WarehouseResource, grader: GraderResource, sandbox: SandboxResource,
                 method: str) -> dg.MaterializeResult:
-    from pipelines.llm import LLMClient, SamplingParams
+    from pipelines.llm import SamplingParams
     from pipelines.mosaic import (
         ACTOR_STOP,
         METHOD_MOSAIC,
@@ -138,59 +139,63 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
     cfg = MosaicConfig(max_steps=config.max_steps, rho=config.rho if method == METHOD_MOSAIC else 0.0,
                        seed=config.seed, exec_timeout_s=sandbox.timeout_s,
                        generation_share=config.generation_share, concurrency=config.concurrency)
-    manager_client = llm.client()
-    manager_client.check_reachable()
-    actor_client = manager_client
-    if config.actor_base_url:
-        if not config.actor_model:
-            raise dg.Failure("set actor_model together with actor_base_url")
-        actor_client = LLMClient(config.actor_base_url, config.actor_model, api_key=llm.api_key or None,
-                                 max_concurrency=llm.max_concurrency, timeout_s=llm.timeout_s)
-        actor_client.check_reachable()
-    manager_label = llm.model_label()
-    actor_label = config.actor_model or manager_label
-    sessions = session_factory(sandbox.get_pool(), timeout_s=None)  # the resource's limits
-    actor_params = SamplingParams(temperature=config.actor_temperature, max_tokens=config.actor_max_tokens,
-                                  seed=config.seed, stop=ACTOR_STOP)
-    context.log.info(f"{method}: {len(inputs)} {source} problems, T_max={cfg.max_steps}, rho={cfg.rho}, "
-                     f"manager={manager_label}, actor={actor_label}")
-    if method == METHOD_MOSAIC:
-        manager = LLMManager(manager_client, params=SamplingParams(
-            temperature=config.manager_temperature, max_tokens=config.manager_max_tokens, seed=config.seed))
-        actor = LLMActor(actor_client, params=actor_params)
-
-        def make(problem):
-            return synthesize_mosaic(problem, manager, actor, sessions, cfg)
-    else:
-        baseline = LLMBaselineActor(actor_client, params=actor_params)
-
-        def make(problem):
-            return synthesize_baseline(problem, baseline, sessions, cfg)
-
-    async def run():
-        try:
-            return await synthesize_many(inputs, make, concurrency=cfg.concurrency)
-        finally:
-            await manager_client.aclose()
-            if actor_client is not manager_client:
-                await actor_client.aclose()
-
-    records = asyncio.run(run())
-    with grader.pool() as pool:
-        label_records(records, lambda pairs: pool.grade_many(pairs, kind="math"))
-    rows = [dict(r.to_row(), manager_model=manager_label if method == METHOD_MOSAIC else None,
-                 actor_model=actor_label) for r in records]
     table = TABLE_MOSAIC if method == METHOD_MOSAIC else TABLE_BASELINE
     part = mosaic_partition(source, cfg.rho) if method == METHOD_MOSAIC else source
-    lin = lineage(context, config.model_dump(), partition=part)
-    calls = manager_client.drain_records() + (actor_client.drain_records() if actor_client is not manager_client else [])
-    write_llm_calls(wh, calls, lin, name=table)  # per run; written first, the runs row last
-    wh.write(table, rows, lineage=lin)
-    summary = summarize_records(records)
-    wh.write(TABLE_SUMMARY, _summary_table(method, source, summary, actor_label, cfg.rho),
-             lineage=lin, partition=f"{method}/{part}")
-    record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
-    return dg.MaterializeResult(metadata={**_metadata(wh, method, source, summary, len(calls)),
+    if config.actor_base_url and not config.actor_model:
+        raise dg.Failure("set actor_model together with actor_base_url")
+    # both agents' deadlines scale with each request's prompt (the trajectory so far)
+    settings = {"progress": context.log.info, "per_request_timeout": True}
+    with run_record(context, wh, config.model_dump(), partition=part, calls_name=table,
+                    started_at=started) as rec:
+        manager_client = rec.track(llm.client(config.manager_max_tokens, **settings))
+        manager_client.check_reachable()
+        actor_client = manager_client
+        if config.actor_base_url:
+            actor_client = rec.track(llm.client_for(
+                config.actor_base_url, config.actor_model, llm.api_key or None,
+                max_tokens=config.actor_max_tokens, **settings))
+            actor_client.check_reachable()
+        manager_label = llm.model_label()
+        actor_label = config.actor_model or manager_label
+        sessions = session_factory(sandbox.get_pool(), timeout_s=None)  # the resource's limits
+        actor_params = SamplingParams(temperature=config.actor_temperature,
+                                      max_tokens=config.actor_max_tokens, seed=config.seed,
+                                      stop=ACTOR_STOP)
+        context.log.info(f"{method}: {len(inputs)} {source} problems, T_max={cfg.max_steps}, "
+                         f"rho={cfg.rho}, manager={manager_label}, actor={actor_label}")
+        if method == METHOD_MOSAIC:
+            manager = LLMManager(manager_client, params=SamplingParams(
+                temperature=config.manager_temperature, max_tokens=config.manager_max_tokens,
+                seed=config.seed))
+            actor = LLMActor(actor_client, params=actor_params)
+
+            def make(problem):
+                return synthesize_mosaic(problem, manager, actor, sessions, cfg)
+        else:
+            baseline = LLMBaselineActor(actor_client, params=actor_params)
+
+            def make(problem):
+                return synthesize_baseline(problem, baseline, sessions, cfg)
+
+        async def run():
+            try:
+                return await synthesize_many(inputs, make, concurrency=cfg.concurrency)
+            finally:
+                await manager_client.aclose()
+                if actor_client is not manager_client:
+                    await actor_client.aclose()
+
+        records = asyncio.run(run())
+        with grader.pool() as pool:
+            label_records(records, lambda pairs: pool.grade_many(pairs, kind="math"))
+        rows = [dict(r.to_row(), manager_model=manager_label if method == METHOD_MOSAIC else None,
+                     actor_model=actor_label) for r in records]
+        rec.write(table, rows)  # after the run's llm_calls; the runs row comes last
+        summary = summarize_records(records)
+        rec.write(TABLE_SUMMARY, _summary_table(method, source, summary, actor_label, cfg.rho),
+                  partition=f"{method}/{part}", counted=False)
+    return dg.MaterializeResult(metadata={**_metadata(wh, method, source, summary,
+                                                      len(rec.calls)),
                                           "trajectories_preview": dg.MetadataValue.md(
                                               mosaic_preview(rows, table))})
 

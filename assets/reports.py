@@ -21,9 +21,10 @@ from collections import defaultdict
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run
+from assets.common import lineage, md_table, now
 from assets.evaluation import eval_scores
 from assets.resources import WarehouseResource
+from warehouse.runs import record_run
 
 
 def _image_md(path) -> str:

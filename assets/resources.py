@@ -60,47 +60,74 @@ class LLMResource(dg.ConfigurableResource):
             self._server = server
         return self._server.base_url, str(self._server.served_name)
 
-    def request_timeout_s(self, max_tokens: int = 512, n: int = 1) -> float:
-        """The per-request deadline: ``timeout_s`` when set, else scaled to ``max_tokens``."""
+    def request_timeout_s(self, max_tokens: int = 512, n: int = 1, prompt_chars: int = 0) -> float:
+        """The per-request deadline: ``timeout_s`` when set, else scaled to ``max_tokens`` (and
+        to ``prompt_chars``, the longest prompt expected)."""
         from pipelines.llm import default_timeout_s
 
-        return float(self.timeout_s) if self.timeout_s else default_timeout_s(max_tokens, n)
+        return (float(self.timeout_s) if self.timeout_s
+                else default_timeout_s(max_tokens, n, prompt_chars))
 
     def batch_deadline_s(self, requests: int, max_tokens: int = 512,
-                         max_concurrency: int | None = None) -> float:
+                         max_concurrency: int | None = None, prompt_chars: int = 0) -> float:
         """The whole-batch watchdog: ``batch_timeout_s`` when set, else every wave of
         ``max_concurrency`` requests may use one request's full schedule (all attempts timing
         out plus the longest backoffs), plus ``BATCH_SLACK_S`` for start-up and queueing."""
         if self.batch_timeout_s:
             return float(self.batch_timeout_s)
         waves = math.ceil(max(requests, 1) / (max_concurrency or self.max_concurrency))
-        one = (self.max_retries + 1) * self.request_timeout_s(max_tokens) + 30.0 * self.max_retries
+        one = ((self.max_retries + 1) * self.request_timeout_s(max_tokens, prompt_chars=prompt_chars)
+               + 30.0 * self.max_retries)
         return waves * one + BATCH_SLACK_S
 
     def client_settings(self, max_tokens: int = 512, requests: int | None = None,
                         progress: Callable[[str], None] | None = None,
-                        max_concurrency: int | None = None) -> dict[str, Any]:
-        """LLMClient keyword arguments for calls of up to ``max_tokens``; with ``requests``
-        (the batch size) the watchdog is armed, and ``progress`` receives progress lines."""
+                        max_concurrency: int | None = None, *, prompt_chars: int = 0,
+                        per_request_timeout: bool = False) -> dict[str, Any]:
+        """LLMClient keyword arguments for calls of up to ``max_tokens``. With ``requests``
+        (the batch size) the watchdog is derived from it (``batch_deadline_s``); without, it
+        is ``batch_timeout_s`` as configured (None: none). ``progress`` receives progress
+        lines. ``prompt_chars`` is the longest prompt expected (deadlines grow with it);
+        ``per_request_timeout`` (stages with long prompts of varied length: the SxS judge, the
+        MOSAIC agents) leaves the deadline to the client, which scales each request's to its
+        own prompt and ``max_tokens``, unless ``timeout_s`` is set."""
         concurrency = max_concurrency or self.max_concurrency
+        per_request = per_request_timeout and not self.timeout_s
         return {
             "max_concurrency": concurrency,
-            "timeout_s": self.request_timeout_s(max_tokens),
+            "timeout_s": None if per_request
+            else self.request_timeout_s(max_tokens, prompt_chars=prompt_chars),
             "max_retries": self.max_retries,
             "connect_retry_window_s": self.connect_retry_window_s,
             "max_response_bytes": self.max_response_bytes,
-            "batch_timeout_s": None if requests is None
-            else self.batch_deadline_s(requests, max_tokens, concurrency),
+            "batch_timeout_s": (float(self.batch_timeout_s) if self.batch_timeout_s else None)
+            if requests is None
+            else self.batch_deadline_s(requests, max_tokens, concurrency, prompt_chars),
             "progress": progress,
             "log_every_s": self.progress_every_s,
         }
 
-    def client(self, max_tokens: int = 512):
+    def client_for(self, base_url: str, model: str, api_key: str | None = None,
+                   **settings: Any):
+        """A ``pipelines.llm.LLMClient`` for another endpoint (a served checkpoint, the MOSAIC
+        actor's server) with this resource's reliability settings; ``settings`` are
+        :meth:`client_settings`'s arguments (``max_tokens``, ``requests``, ``progress``,
+        ``max_concurrency``, ``prompt_chars``, ``per_request_timeout``) plus LLMClient-only
+        options passed through (e.g. ``json_mode``)."""
         from pipelines.llm import LLMClient
 
+        names = ("max_tokens", "requests", "progress", "max_concurrency", "prompt_chars",
+                 "per_request_timeout")
+        chosen = {k: settings.pop(k) for k in names if k in settings}
+        return LLMClient(base_url, model, api_key=api_key,
+                         **self.client_settings(**chosen), **settings)
+
+    def client(self, max_tokens: int = 512, **settings: Any):
+        """A client for this resource's endpoint (starting the local server when needed); see
+        :meth:`client_for` for ``settings``."""
         base_url, model = self.endpoint()
-        return LLMClient(base_url, model, api_key=self.api_key or None,
-                         **self.client_settings(max_tokens))
+        return self.client_for(base_url, model, self.api_key or None, max_tokens=max_tokens,
+                               **settings)
 
     def model_label(self) -> str:
         """The model id results are recorded under, without starting anything."""

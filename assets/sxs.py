@@ -16,8 +16,9 @@ from collections import Counter
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run, write_llm_calls
+from assets.common import lineage, md_table, now, run_record
 from assets.resources import LLMResource, WarehouseResource
+from warehouse.runs import record_run
 
 TRACE_SOURCE_NAMES = ("s1k", "limo", "openmathreasoning")
 
@@ -53,6 +54,21 @@ def traces(context: dg.AssetExecutionContext, config: TracesConfig,
                                           "rows_per_source": dg.MetadataValue.json(counts)})
 
 
+def judge_bounds(rows: list[dict]) -> tuple[int, int]:
+    """(judge calls the batch may make, longest judge prompt in characters) for the ``llm``
+    resource's deadlines and watchdog: one call per reasoning prefix (SxS Algorithm 1), each
+    with room for the client's one JSON repair turn; the prompt holds the judge template,
+    the problem, a prefix of the reasoning and the answer blocks."""
+    from pipelines.sxs import segment
+    from pipelines.sxs_judge import JUDGE_PROMPT_PATH
+
+    template = len(JUDGE_PROMPT_PATH.read_text(encoding="utf-8"))
+    calls = sum(2 * max(len(segment(r["reasoning"])) - 1, 1) for r in rows)
+    longest = max((len(r["problem"]) + len(r["reasoning"]) + len(r["response"]) for r in rows),
+                  default=0)
+    return calls, template + longest
+
+
 class AlignConfigModel(dg.Config):
     limit: int | None = None  # traces in total (deterministic: ordered by trace_id)
     mode: str = "parallel"  # or "sequential" (one prefix at a time; for comparison)
@@ -66,7 +82,7 @@ class AlignConfigModel(dg.Config):
                       "judge calls made/saved/failed, the interleaved tagged stream.")
 def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, llm: LLMResource,
                    warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.llm import LLMClient, SamplingParams
+    from pipelines.llm import SamplingParams
     from pipelines.sxs import AlignConfig, align_sample, summarize_alignments
     from pipelines.sxs_judge import LLMJudge
 
@@ -77,40 +93,45 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
         rows = rows[: config.limit]
     if not rows:
         raise dg.Failure("no traces: materialize `traces` first")
-    base_url, model = llm.endpoint()
-    client = LLMClient(base_url, model, api_key=llm.api_key or None,
-                       max_concurrency=config.max_concurrency, timeout_s=llm.timeout_s)
-    client.check_reachable()
-    judge = LLMJudge(client, params=SamplingParams(temperature=0.0, max_tokens=config.judge_max_tokens))
+    requests, prompt_chars = judge_bounds(rows)
     align_cfg = AlignConfig(mode=config.mode, prefilter=config.prefilter)
+    with run_record(context, wh, config.model_dump(), started_at=started) as rec:
+        client = rec.track(llm.client(config.judge_max_tokens, requests=requests,
+                                      progress=context.log.info,
+                                      max_concurrency=config.max_concurrency,
+                                      prompt_chars=prompt_chars, per_request_timeout=True))
+        model = client.model
+        client.check_reachable()
+        judge = LLMJudge(client, params=SamplingParams(temperature=0.0,
+                                                       max_tokens=config.judge_max_tokens))
 
-    async def one(row):
-        try:
-            return row, await align_sample(row["problem"], row["reasoning"], row["response"], judge, align_cfg), None
-        except ValueError as err:  # nothing to interleave: quarantine the sample
-            return row, None, str(err)
+        async def one(row):
+            try:
+                return row, await align_sample(row["problem"], row["reasoning"], row["response"],
+                                               judge, align_cfg), None
+            except ValueError as err:  # nothing to interleave: quarantine the sample
+                return row, None, str(err)
 
-    async def run_all():
-        try:
-            return await client.map(one, rows, desc="sxs alignment")
-        finally:
-            await client.aclose()
+        async def run_all():
+            try:
+                return await client.map(one, rows, desc="sxs alignment")
+            finally:
+                await client.aclose()
 
-    results = asyncio.run(run_all())
-    out, rejects, alignments = [], [], []
-    for row, alignment, error in results:
-        if alignment is None:
-            rejects.append({"source": row["source"], "origin": f"traces/{row['trace_id']}", "line": -1,
-                            "reason": f"sxs alignment: {error}", "raw": row["problem"][:500]})
-            continue
-        alignments.append(alignment)
-        out.append({"trace_id": row["trace_id"], "problem_id": row["problem_id"], "source": row["source"],
-                    "judge_model": model, **alignment.to_row()})
-    lin = lineage(context, config.model_dump())
-    write_llm_calls(wh, client.drain_records(), lin)  # per run; written first, the runs row last
-    wh.write("sxs_alignments", out, lineage=lin)
-    wh.write("rejects", rejects, lineage=lineage(context, config.model_dump(), partition="sxs_alignments"))
-    record_run(wh, lin, started_at=started, rows_written=len(out), config=config.model_dump())
+        results = asyncio.run(run_all())
+        out, rejects, alignments = [], [], []
+        for row, alignment, error in results:
+            if alignment is None:
+                rejects.append({"source": row["source"], "origin": f"traces/{row['trace_id']}",
+                                "line": -1, "reason": f"sxs alignment: {error}",
+                                "raw": row["problem"][:500]})
+                continue
+            alignments.append(alignment)
+            out.append({"trace_id": row["trace_id"], "problem_id": row["problem_id"],
+                        "source": row["source"], "judge_model": model, **alignment.to_row()})
+        rec.write("sxs_alignments", out)  # after the run's llm_calls; the runs row comes last
+        rec.write("rejects", rejects, counted=False, lineage=lineage(
+            context, config.model_dump(), partition="sxs_alignments"))
     summary = summarize_alignments(alignments)
     from warehouse.samples import sxs_preview
 

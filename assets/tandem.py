@@ -26,14 +26,14 @@ CPU is a smoke-sized run of the paper's protocol, not its numbers.
 """
 
 
-import asyncio
 import base64
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, record_run, write_eval_rows, write_llm_calls
+from assets.common import lineage, md_table, now
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.training import (
@@ -43,6 +43,7 @@ from assets.training import (
     check_recipe,
     latest_checkpoint,
 )
+from warehouse.runs import record_run
 
 DEFAULT_TANDEM_RECIPE = "tandem_grpo.cpu"
 STARTS = ("senior", "junior")
@@ -57,7 +58,7 @@ class TandemCheckpointConfig(dg.Config):
 
 def recipe_method(config: Any) -> str:
     """``tandem`` or ``kl_junior`` for a resolved GRPO config; ValueError for other recipes."""
-    if getattr(config, "tandem", None) is not None:
+    if getattr(config, "method", None) == "tandem":
         return "tandem"
     if float(getattr(config, "beta", 0.0) or 0.0) > 0.0:
         return "kl_junior"
@@ -95,7 +96,7 @@ def tandem_checkpoint(context: dg.AssetExecutionContext, config: TandemCheckpoin
         method = recipe_method(resolved)
     except ValueError as exc:
         raise dg.Failure(description=str(exc)) from exc
-    junior = ((resolved.tandem or {}).get("junior") if method == "tandem" else "") or ""
+    junior = (resolved.tandem.junior if method == "tandem" else "") or ""
     extra["method"] = method
     extra["junior_path"] = resolve_model(junior or resolved.model_name_or_path)
     return _run(context, "grpo", config.recipe, overrides, trainer, warehouse, extra,
@@ -179,10 +180,10 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
                 warehouse: WarehouseResource, grader: GraderResource,
                 llm: LLMResource) -> dg.MaterializeResult:
     from eval.benchmarks import get as get_benchmark
-    from eval.handoff import HandoffTeam, handoff_label
+    from eval.handoff import handoff_label
     from eval.modes import ModeConfig
-    from eval.runner import EvalConfig, evaluate
-    from pipelines.llm import LLMClient
+    from eval.recorded import Evaluation, evaluate_recorded
+    from eval.runner import EvalConfig
 
     started = now()
     wh = warehouse.get()
@@ -205,58 +206,32 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
                                             handoff_p=config.handoff_p)))
         except ValueError as exc:
             raise dg.Failure(f"bad handoff settings: {exc}") from exc
-    settings = llm.client_settings(config.max_tokens, progress=context.log.info,
-                                   max_concurrency=config.max_concurrency)
+    evaluations = []
+    for who, mode in runs:
+        if who == "team":
+            label = handoff_label(senior_spec.model_id, junior_spec.model_id,
+                                  mode.handoff_starts, mode.handoff_schedule, mode.handoff_p)
+        else:
+            label = (senior_spec if who == "senior" else junior_spec).model_id
+        checkpoint = (senior_spec if who != "junior" else junior_spec).checkpoint_id or None
+        cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
+                         max_tokens=config.max_tokens, seed=config.seed, limit=config.limit,
+                         mode=mode)
+        evaluations.append(Evaluation(label, cfg, "junior" if who == "junior" else "senior",
+                                      partner="junior" if who == "team" else None,
+                                      checkpoint_id=checkpoint))
+    context.log.info("tandem_eval on " + bench.name + ": "
+                     + ", ".join(f"{e.label} ({e.cfg.mode.mode})" for e in evaluations))
+    done = evaluate_recorded(
+        {"senior": senior_spec, "junior": junior_spec}, evaluations, bench=bench, problems=rows,
+        wh=wh, run_id=context.run_id, config=config.model_dump(), started_at=started,
+        make_client=partial(llm.client_for, max_tokens=config.max_tokens,
+                            progress=context.log.info, max_concurrency=config.max_concurrency),
+        pool_factory=grader.pool)
     summary: list[dict[str, Any]] = []
-    with senior_spec.serve() as (s_url, s_model, s_key), \
-            junior_spec.serve() as (j_url, j_model, j_key):
-        senior = LLMClient(s_url, s_model, api_key=s_key, **settings)
-        junior = LLMClient(j_url, j_model, api_key=j_key, **settings)
-        for client in (senior, junior):
-            client.check_reachable()
-        plans = []
-        for who, mode in runs:
-            if who == "team":
-                client: Any = HandoffTeam(senior, junior)
-                label = handoff_label(senior_spec.model_id, junior_spec.model_id,
-                                      mode.handoff_starts, mode.handoff_schedule, mode.handoff_p)
-            else:
-                client = senior if who == "senior" else junior
-                label = (senior_spec if who == "senior" else junior_spec).model_id
-            checkpoint = (senior_spec if who != "junior" else junior_spec).checkpoint_id or None
-            cfg = EvalConfig(k=config.k, temperature=config.temperature,
-                             top_p=config.top_p if config.temperature > 0 else 1.0,
-                             max_tokens=config.max_tokens, seed=config.seed, limit=config.limit,
-                             mode=mode)
-            plans.append((client, cfg, label, checkpoint))
-
-        async def run_all() -> list[Any]:
-            results = []
-            try:
-                with grader.pool() as pool:
-                    for client, cfg, label, checkpoint in plans:
-                        context.log.info(f"tandem_eval: {label} on {bench.name} "
-                                         f"({cfg.mode.mode})")
-                        result = await evaluate(client, bench, rows, cfg, model_label=label,
-                                                pool=pool, checkpoint_id=checkpoint)
-                        calls = senior.drain_records() + junior.drain_records()
-                        results.append((result, calls))
-            finally:
-                await senior.aclose()
-                await junior.aclose()
-            return results
-
-        try:
-            results = asyncio.run(run_all())
-        except Exception:
-            # the calls of the evaluation that failed are still recorded
-            lin = lineage(context, config.model_dump(),
-                          partition=f"{bench.name}@{senior_spec.model_id}")
-            write_llm_calls(wh, senior.drain_records() + junior.drain_records(), lin)
-            raise
-    for (_, cfg, label, checkpoint), (result, calls) in zip(plans, results):
-        write_eval_rows(context, wh, result, calls, label, bench.name, config.model_dump(), started,
-                    checkpoint)
+    for recorded in done:
+        result, label = recorded.result, recorded.evaluation.label
+        cfg = recorded.evaluation.cfg
         metrics = {(s["metric"], s["k"]): s["value"] for s in result.scores}
         summary.append({"model": label, "mode": cfg.mode.mode, "samples": len(result.samples),
                         "failed": result.errors, "pass@1": metrics.get(("pass@k", 1)),

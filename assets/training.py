@@ -32,9 +32,10 @@ from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, now, record_run
+from assets.common import lineage, now
 from assets.resources import WarehouseResource
 from pipelines.settings import PROJECT_ROOT
+from warehouse.runs import record_run
 
 DEFAULT_SFT_RECIPE = "sxs_sft.cpu"
 DEFAULT_GRPO_RECIPE = "sxs_grpo.cpu"

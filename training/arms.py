@@ -1,17 +1,14 @@
-"""Arms of a training comparison: train several runs, then serve and evaluate each checkpoint.
+"""Arms of a training comparison: the runs to train and the figures of each run.
 
 Shared by the DUET budget sweep (``training.duet.sweep``) and the Engagement paper's Table 5
 job (``training.ep_budget``); no Dagster here (``assets/`` launches the runs through the
-trainer resource and writes the rows).
+trainer resource and evaluates each checkpoint with ``eval.recorded.evaluate_recorded``, the
+path of every stored evaluation).
 
 - :class:`Arm`: one run of a comparison, a recipe plus ``key=value`` overrides
   (:meth:`Arm.override_args` formats them for ``python -m training.grpo``).
 - :func:`metrics_logs`, :func:`finite_mean`, :func:`train_summary`: figures of a run from its
   ``train_metrics`` rows (steps, training wall clock, reward, completion length).
-- :func:`evaluate_served`: serve a model (``eval.models.ModelSpec.serve``: a local vLLM server
-  for a folder, reused when the default port already serves it) and run ``eval.runner.evaluate``
-  on it, the code path of the ``eval_samples`` asset; the LLM call records are handed back even
-  when the evaluation fails.
 
 Not guaranteed: anything about the figures' comparability across machines; arms of one
 comparison should run on one machine under one load.
@@ -21,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,35 +73,3 @@ def train_summary(metrics_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "reward_mean": finite_mean([r.get("reward_mean") for r in rows]),
         "completion_length": finite_mean([r.get("completion_length") for r in rows]),
     }
-
-
-def evaluate_served(spec: Any, bench: Any, problems: Sequence[Mapping[str, Any]], cfg: Any, *,
-                    label: str, client_settings: Mapping[str, Any], pool: Any | None = None,
-                    checkpoint_id: str | None = None, calls: list[dict[str, Any]] | None = None,
-                    progress: Callable[[str], None] | None = None) -> Any:
-    """Serve ``spec`` (an ``eval.models.ModelSpec``) and evaluate it on ``problems`` with
-    ``cfg`` (an ``eval.runner.EvalConfig``); returns the ``EvalResult``. The client's call
-    records are appended to ``calls`` (also when the evaluation raises), so the caller can
-    write ``llm_calls`` either way."""
-    import asyncio
-
-    from eval.runner import evaluate
-    from pipelines.llm import LLMClient
-
-    with spec.serve() as (base_url, served, api_key):
-        client = LLMClient(base_url, served, api_key=api_key, **dict(client_settings))
-        try:
-            client.check_reachable()
-
-            async def run() -> Any:
-                try:
-                    return await evaluate(client, bench, problems, cfg, model_label=label,
-                                          pool=pool, checkpoint_id=checkpoint_id,
-                                          progress=progress)
-                finally:
-                    await client.aclose()
-
-            return asyncio.run(run())
-        finally:
-            if calls is not None:
-                calls.extend(client.drain_records())

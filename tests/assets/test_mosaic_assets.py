@@ -202,3 +202,52 @@ def test_expert_assets_without_data_fail_clearly(weft_home):
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "no expert trajectories" in str(failure.event_specific_data.error)
+
+
+class RecordingLLM(LLMResource):
+    """The ``llm`` resource, keeping every client it builds so a test can read its settings."""
+
+    def client_for(self, base_url, model, api_key=None, **settings):
+        client = super().client_for(base_url, model, api_key, **settings)
+        BUILT.append(client)
+        return client
+
+
+BUILT: list = []
+
+
+def test_manager_and_actor_clients_carry_the_resource_settings(weft_home, shared_data):
+    """The actor on its own endpoint gets the same reliability settings as the manager, and
+    both agents' calls are recorded under the run."""
+    from pipelines.llm.testing import FakeLLMServer
+
+    BUILT.clear()
+    with FakeLLMServer(models=("scripted",)) as server, \
+            FakeLLMServer(models=("actor",)) as actor_server:
+        res = _resources(server.base_url, "scripted")
+        assert _materialize(res, ["gsm8k_train_problems", "problems"],
+                            config={"gsm8k_train_problems": {"limit": 2}}).success
+        problems = Warehouse().sql("SELECT problem, answer FROM problems").to_pylist()
+        gold = {p["problem"].strip(): p["answer"] for p in problems}
+        server.responder = actor_server.responder = _scripted(gold)
+        res["llm"] = RecordingLLM(base_url=server.base_url, model="scripted", max_retries=2,
+                                  connect_retry_window_s=7.0, max_response_bytes=12345,
+                                  batch_timeout_s=99.0, progress_every_s=3.0, max_concurrency=3)
+        synth = {"limit": 2, "max_steps": 3, "rho": 0.0, "concurrency": 2,
+                 "actor_base_url": actor_server.base_url, "actor_model": "actor"}
+        result = _materialize(res, ["mosaic_trajectories"], partition="gsm8k",
+                              config={"mosaic_trajectories": synth})
+        actor_requests = actor_server.chat_count
+    assert result.success
+    manager, actor = BUILT
+    assert (manager.base_url, actor.base_url) == (server.base_url, actor_server.base_url)
+    assert actor.model == "actor"
+    for client in (manager, actor):
+        assert (client.max_retries, client.connect_retry_window_s, client.max_response_bytes,
+                client.batch_timeout_s, client.log_every_s, client.max_concurrency) == (
+            2, 7.0, 12345, 99.0, 3.0, 3)
+        assert client.progress is not None and client.timeout_s is None
+    calls = Warehouse().read("llm_calls").to_pylist()
+    mine = [c for c in calls if c["run_id"] == result.run_id]
+    assert actor_requests > 0
+    assert sum(c["base_url"] == actor_server.base_url for c in mine) == actor_requests

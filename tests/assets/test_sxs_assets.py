@@ -121,3 +121,66 @@ def test_real_server_as_judge_keeps_the_pipeline_correct(weft_home, shared_data,
     assert sum(by_status.values()) >= sum(r["calls_made"] for r in rows)
     data = wh.sql("SELECT variant, count(*) AS n FROM sxs_sft_dataset GROUP BY 1 ORDER BY 1")
     assert data.to_pylist() == [{"variant": "standard", "n": 2}, {"variant": "sxs", "n": 2}]
+
+
+class RecordingLLM(LLMResource):
+    """The ``llm`` resource, keeping every client it builds so a test can read its settings."""
+
+    def client_for(self, base_url, model, api_key=None, **settings):
+        client = super().client_for(base_url, model, api_key, **settings)
+        BUILT.append(client)
+        return client
+
+
+BUILT: list = []
+
+
+def test_the_judge_client_carries_the_resource_settings(weft_home, shared_data, embedded_model_dir):
+    from pipelines.llm.testing import FakeLLMServer
+
+    BUILT.clear()
+    with FakeLLMServer(models=("judge",), responder=lambda b, i: '{"covered": 0}') as server:
+        llm = RecordingLLM(base_url=server.base_url, model="judge", max_retries=2,
+                           connect_retry_window_s=7.0, max_response_bytes=12345,
+                           batch_timeout_s=99.0, progress_every_s=3.0)
+        config = {"ops": {"traces": {"config": {"limit": 1}},
+                          "sxs_alignments": {"config": {"limit": 2, "max_concurrency": 3}}}}
+        result = dg.materialize(ASSETS[:2], resources={"llm": llm, "warehouse": WarehouseResource()},
+                                run_config=config, instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (client,) = BUILT
+    assert (client.max_retries, client.connect_retry_window_s, client.max_response_bytes,
+            client.batch_timeout_s, client.log_every_s, client.max_concurrency) == (
+        2, 7.0, 12345, 99.0, 3.0, 3)
+    assert client.progress is not None  # progress lines reach the run log
+    assert client.timeout_s is None  # each request's deadline scales with its own prompt
+
+
+def test_a_failing_judge_still_records_its_calls_and_a_failed_run(weft_home, shared_data):
+    """The judge answers two requests, then one hangs; the resource's 10 s watchdog stops the
+    batch. The calls made so far and a failed `runs` row are written, and no alignments."""
+    from pipelines.llm.testing import FakeLLMServer
+
+    with FakeLLMServer(models=("judge",), responder=lambda b, i: '{"covered": 0}') as server:
+        server.plan.extend(['text:{"covered": 0}', 'text:{"covered": 0}', "hang"])
+        llm = LLMResource(base_url=server.base_url, model="judge", max_retries=0,
+                          batch_timeout_s=10.0)
+        config = {"ops": {"traces": {"config": {"limit": 1}},
+                          "sxs_alignments": {"config": {"limit": 3, "max_concurrency": 4}}}}
+        result = dg.materialize(ASSETS[:2], resources={"llm": llm, "warehouse": WarehouseResource()},
+                                run_config=config, instance=dg.DagsterInstance.ephemeral(),
+                                raise_on_error=False)
+        sent = server.chat_count
+    assert not result.success
+    wh = Warehouse()
+    runs = [r for r in wh.read("runs").to_pylist() if r["asset"] == "sxs_alignments"]
+    assert len(runs) == 1 and runs[0]["run_id"] == result.run_id
+    assert runs[0]["status"] == "failed" and runs[0]["error"].startswith("BatchTimeout")
+    calls = wh.read("llm_calls").to_pylist()
+    # every request the server received has a record (queued calls cancelled before they
+    # were sent have one too); the two answered ones are ok, the hung one is not
+    assert sent >= 3 and len(calls) >= sent
+    assert 2 <= sum(c["status"] == "ok" for c in calls) <= sent - 1
+    assert {(c["asset"], c["run_id"]) for c in calls} == {("sxs_alignments", result.run_id)}
+    assert {c["tag"] for c in calls} == {"sxs/judge"}
+    assert not wh.partitions("sxs_alignments")

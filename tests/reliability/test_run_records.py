@@ -59,17 +59,18 @@ def test_a_crash_while_recording_calls_leaves_the_previous_run_intact(eval_env, 
 def test_samples_from_an_uncommitted_run_are_flagged(eval_env, monkeypatch):
     from assets import evaluation
     from assets.resources import WarehouseResource
+    from warehouse import runs
 
     assert eval_env.evaluate(selection=("eval_samples",)).success
 
     def crash(*args, **kwargs):
         raise RuntimeError("killed before the runs row")
 
-    real_record_run = evaluation.record_run
-    monkeypatch.setattr(evaluation, "record_run", crash)
+    real_record_run = runs.record_run
+    monkeypatch.setattr(runs, "record_run", crash)
     crashed = eval_env.evaluate(selection=("eval_samples",), seed=9)
     assert not crashed.success
-    monkeypatch.setattr(evaluation, "record_run", real_record_run)
+    monkeypatch.setattr(runs, "record_run", real_record_run)
     wh = Warehouse()
     assert {r["run_id"] for r in wh.read("eval_samples").to_pylist()} == {crashed.run_id}
     assert crashed.run_id not in {r["run_id"] for r in wh.read("runs").to_pylist()}
