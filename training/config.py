@@ -19,13 +19,23 @@ same data resumes the same run), ``parent_checkpoint``, ``resume``, ``overwrite`
 slower, OpenMP threads waiting on each other. Raise it on a machine you have to yourself). GRPO adds
 ``answer_format``, ``rewards`` (names from ``training.rewards.REWARDS`` with weights and
 arguments), ``drop_degenerate_groups`` (by correctness: needs a verifier reward, picked by
-``correctness_reward`` when the recipe has several) and ``budgets``; ``tandem`` (a mapping of
-``training.tandem.TandemSettings``) switches to Tandem RL rollouts and the senior-only loss.
-GRPO's ``use_vllm`` defaults to null: ``training.rollouts.choose_engine`` resolves it before the
+``correctness_reward`` when the recipe has several) and ``budgets``. GRPO's ``use_vllm`` defaults to null: ``training.rollouts.choose_engine`` resolves it before the
 checkpoint id is derived (vLLM where it is installed in a TRL-supported version, a CUDA GPU is
 visible and the method's generation rule allows it; ``false`` forces transformers, ``true``
 where vLLM cannot run is refused with the reason); ``vllm_server_gpus`` places the vLLM server
 weft starts in TRL's server mode.
+
+A GRPO method is a subclass of :class:`WeftGRPOConfig`, next to its trainer:
+``training.duet.DuetGRPOConfig`` (field ``duet``: the DUET controller's settings) and
+``training.tandem_config.TandemGRPOConfig`` (field ``tandem``: Tandem RL's handoff schedule and
+junior). The recipe's kind picks the class (:func:`config_class`; how a kind is settled:
+``training.config_recipes.resolve_kind``), and the class picks the trainer
+(:meth:`WeftGRPOConfig.trainer_class`) and what it is built with
+(:meth:`WeftGRPOConfig.trainer_kwargs`). A method config checks its settings against the GRPO
+fields it depends on in :meth:`WeftGRPOConfig._check_method`, which ``__post_init__`` runs
+after the shared GRPO checks and before TRL's own. :func:`describe_config` is what
+``--print-config`` prints: every field and value, with the help of weft's and the method's
+fields.
 
 Not guaranteed: that TRL accepts every combination this module lets through (TRL's own checks
 run afterwards and their errors are re-raised as RecipeError with the recipe name).
@@ -36,11 +46,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from trl import GRPOConfig, SFTConfig
 
@@ -55,7 +64,9 @@ from training.config_ranges import (
     check_ranges,
 )
 from training.config_recipes import (
+    ENTRY_POINTS,
     KINDS,
+    METHOD_KINDS,
     RECIPES_DIR,
     RESERVED_KEYS,
     Recipe,
@@ -66,18 +77,20 @@ from training.config_recipes import (
     merge_values,
     parse_overrides,
     read_recipe,
+    resolve_kind,
 )
 from training.data import DatasetError, parse_spec
 from training.rewards import ANSWER_FORMATS, correctness_reward_index, parse_reward_specs
 
 __all__ = [
-    "COMMON_RANGES", "CONFIG_CLASSES", "CONFIG_RANGES", "EMBEDDED", "GRPO_CHOICES", "GRPO_RANGES",
-    "KINDS", "ORDERED_PAIRS", "RECIPES_DIR", "RESERVED_KEYS", "SFT_RANGES", "UNRANGED_FIELDS",
-    "VOLATILE_FIELDS", "Range", "Recipe", "RecipeError", "WeftArgs", "WeftGRPOConfig",
-    "WeftSFTConfig", "build_config", "check_ranges", "check_values", "config_summary",
-    "derive_checkpoint_id", "find_recipe", "list_recipes", "load_config", "merge_values",
-    "parse_overrides",
-    "read_recipe",
+    "COMMON_RANGES", "CONFIG_CLASSES", "CONFIG_RANGES", "EMBEDDED", "ENTRY_POINTS",
+    "GRPO_CHOICES", "GRPO_RANGES", "KINDS", "METHOD_KINDS", "ORDERED_PAIRS", "RECIPES_DIR",
+    "RESERVED_KEYS", "SFT_RANGES", "UNRANGED_FIELDS", "VOLATILE_FIELDS", "Range", "Recipe",
+    "RecipeError", "WeftArgs", "WeftGRPOConfig", "WeftSFTConfig", "build_config",
+    "check_ranges", "check_values", "config_class", "config_summary", "derive_checkpoint_id",
+    "describe_config", "find_recipe", "list_recipes", "load_config", "merge_values",
+    "method_settings",
+    "parse_overrides", "read_recipe", "resolve_kind",
 ]
 
 log = logging.getLogger(__name__)
@@ -150,6 +163,15 @@ class WeftArgs:
             self.report_to = "none"
 
 
+    def to_dict(self) -> dict[str, Any]:
+        """transformers' ``to_dict`` (its JSON and logging integrations read it) with a
+        method's settings dataclass as a plain mapping."""
+        out = super().to_dict()
+        name = _settings_field(self)
+        if name in out:
+            out[name] = _plain(self, name)
+        return out
+
     def bind_data(self, fingerprints: Mapping[str, str]) -> None:
         """Fold the training data's fingerprints into a derived checkpoint id (and the default
         output folder), so that new data never resumes or reuses a run trained on old data.
@@ -181,12 +203,29 @@ def _cuda_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+def _settings_field(config: Any) -> str | None:
+    """The field holding a GRPO method's settings dataclass (named after the method, as the
+    recipe's mapping is), or None."""
+    name = getattr(config, "method", None)
+    if name and isinstance(name, str) and name in getattr(config, "__dataclass_fields__", {}):
+        return name
+    return None
+
+
+def _plain(config: Any, name: str) -> Any:
+    """Field ``name`` of ``config``, the method's settings as their field mapping."""
+    value = getattr(config, name)
+    if name == _settings_field(config) and dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return value
+
+
 def derive_checkpoint_id(prefix: str, config: Any, data: Mapping[str, str] | None = None) -> str:
     """``<prefix>-<8 hex>``: a hash of every non-volatile field (and of the data fingerprints
     once they are known), so equal configs on equal data share an id."""
     from warehouse import config_hash
 
-    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+    values = {f.name: _plain(config, f.name) for f in dataclasses.fields(config)
               if f.name not in VOLATILE_FIELDS}
     if data:
         values["_data"] = dict(sorted(data.items()))
@@ -208,7 +247,12 @@ class WeftSFTConfig(WeftArgs, SFTConfig):
 
 @dataclass
 class WeftGRPOConfig(WeftArgs, GRPOConfig):
-    """TRL's GRPOConfig plus weft's rewards, degenerate-group filter and token budgets."""
+    """TRL's GRPOConfig plus weft's rewards, degenerate-group filter and token budgets: plain
+    GRPO, trained by ``training.grpo_trainer.WeftGRPOTrainer``. A method subclass sets
+    :attr:`method`, overrides :meth:`trainer_class` and :meth:`trainer_kwargs`, and checks its
+    settings in :meth:`_check_method`."""
+
+    method: ClassVar[str] = "grpo"  # the recipe kind and training.rollouts' method name
 
     answer_format: str = field(default="boxed", metadata={"help": "boxed, sxs or tir."})
     rewards: list = field(default_factory=lambda: ["outcome"],
@@ -221,12 +265,6 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
                                         "rollouts are correct; default: the recipe's only one."})
     budgets: list[int] | None = field(
         default=None, metadata={"help": "Token budgets given to prompts (budget-aware GRPO)."})
-    duet: dict | None = field(
-        default=None, metadata={"help": "DUET token-budget controller settings "
-                                        "(training.duet.DuetSettings); null: plain GRPO."})
-    tandem: dict | None = field(
-        default=None, metadata={"help": "Tandem RL rollouts (training.tandem.TandemSettings: "
-                                        "senior_prob, span_cap, junior); null: plain GRPO."})
     use_vllm: bool | None = field(
         default=None, metadata={"help": "Generate rollouts with vLLM (vllm_mode: colocate or "
                                         "server). null: vLLM when it is installed in a version "
@@ -282,36 +320,44 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
                 field_name = ("correctness_reward" if self.correctness_reward is not None
                               else "drop_degenerate_groups")
                 raise RecipeError(f"field `{field_name}`: {exc}") from exc
-        _require(self.duet is None or self.tandem is None, "tandem", "cannot be combined with "
-                 "duet (both replace generation); keep one of them")
-        if self.duet is not None:
-            _check_duet(self)
-        if self.tandem is not None:
-            _check_tandem(self)
+        self._check_method()
         self.reward_weights = [s.weight for s in specs]
         _wrap_trl(lambda: GRPOConfig.__post_init__(self))
 
     def reward_specs(self):
         return parse_reward_specs(self.rewards)
 
+    @classmethod
+    def trainer_class(cls) -> type:
+        """The trainer this config trains with (imported on demand: trainers load TRL's
+        trainer stack and the method's modules)."""
+        from training.grpo_trainer import WeftGRPOTrainer
+
+        return WeftGRPOTrainer
+
+    def trainer_kwargs(self, base_model: str) -> dict[str, Any]:
+        """The method's keyword arguments for :meth:`trainer_class` beyond the ones every GRPO
+        trainer takes; ``base_model`` is the resolved folder of the model being trained."""
+        return {}
+
+    def _check_method(self) -> None:
+        """The method's checks against the GRPO fields (nothing for plain GRPO); run by
+        ``__post_init__`` after the GRPO checks, before TRL's."""
+
+    def _engine_hooks(self) -> dict[str, bool]:
+        """Extra facts ``training.rollouts.choose_engine`` needs for this method."""
+        return {}
+
     def _resolve_rollouts(self) -> None:
         """``use_vllm`` null -> True/False (training.rollouts.choose_engine); the reason is
         kept in ``_weft_rollouts`` for the run's log. Runs before the checkpoint id is derived,
         so the id records the engine actually used."""
-        from training.rollouts import RolloutError, choose_engine, duet_vllm_hook, vllm_version
+        from training.rollouts import RolloutError, choose_engine, vllm_version
 
-        method = "tandem" if self.tandem is not None else "duet" if self.duet is not None else "grpo"
-        plugin = False
-        if method == "duet":
-            from training.duet.generate import processor_plugin_registered
-
-            plugin = processor_plugin_registered()
         try:
-            choice = choose_engine(self.use_vllm, method=method, vllm_mode=self.vllm_mode,
+            choice = choose_engine(self.use_vllm, method=self.method, vllm_mode=self.vllm_mode,
                                    use_cpu=bool(self.use_cpu), cuda=_cuda_available(),
-                                   version=vllm_version(),
-                                   duet_hook=method == "duet" and duet_vllm_hook() is not None,
-                                   duet_plugin=plugin)
+                                   version=vllm_version(), **self._engine_hooks())
         except RolloutError as exc:
             raise RecipeError(str(exc)) from exc
         self.use_vllm = choice.use_vllm
@@ -327,57 +373,24 @@ class WeftGRPOConfig(WeftArgs, GRPOConfig):
                      "(vllm_mode: server with no vllm_server_base_url)")
 
 
-def _check_tandem(config: WeftGRPOConfig) -> None:
-    """Tandem RL (training.tandem_trainer) settings and the fields its dual decoder refuses."""
-    from training.tandem import TandemError, TandemSettings
-
+def method_settings(cls: type, value: Any, name: str) -> Any:
+    """A GRPO method's settings dataclass ``cls`` from the recipe's ``name`` mapping (or an
+    instance, kept): unknown keys, wrongly typed values and values the settings refuse raise
+    RecipeError naming the field."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise RecipeError(f"field `{name}` expects a mapping of {cls.__name__}, got "
+                          f"{value!r} ({type(value).__name__})")
+    known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise RecipeError(f"field `{name}`: unknown {name} settings {unknown}; known: {known}")
+    checked = check_values(cls, value, f"field `{name}`")
     try:
-        TandemSettings.from_mapping(config.tandem)
-    except (TypeError, TandemError) as exc:
-        raise RecipeError(f"field `tandem`: {exc}") from exc
-    _require(not config.use_transformers_continuous_batching,
-             "use_transformers_continuous_batching", "tandem rollouts use weft's dual decoder: "
-             "set it to false")
-    _require(not config.min_p and config.repetition_penalty in (None, 1.0), "min_p",
-             "and repetition_penalty are not supported by the tandem sampler; leave them unset")
-
-
-def _check_duet(config: WeftGRPOConfig) -> None:
-    """DUET (training.duet.trainer) settings and the GRPO fields it depends on."""
-    from training.duet import COLD_K2, DuetSettings
-
-    try:
-        settings = DuetSettings.from_mapping(config.duet)
+        return cls(**checked)
     except (TypeError, ValueError) as exc:
-        raise RecipeError(f"field `duet`: {exc}") from exc
-    slots, cap = config.num_generations, config.max_completion_length
-    _require(settings.n_min <= slots, "duet", f"n_min={settings.n_min} exceeds num_generations="
-             f"{slots} (the slots per prompt, n_max); lower duet.n_min or raise num_generations")
-    mean = settings.budget_fraction * settings.full_rollouts
-    _require(mean <= slots, "duet", f"budget_fraction x full_rollouts = "
-             f"{settings.budget_fraction:g} x {settings.full_rollouts} = {mean:g} rollouts per "
-             f"prompt on average, but num_generations={slots} caps a prompt at {slots}: the "
-             f"budget cannot be spent. Raise num_generations to at least {math.ceil(mean)} or "
-             "lower duet.budget_fraction / duet.full_rollouts")
-    if settings.abort and cap:
-        _require(settings.grace < cap, "duet", f"grace={settings.grace} is not below "
-                 f"max_completion_length={cap}: a rollout without an answer marker is aborted "
-                 "only past K2 + grace tokens, so no abort could ever fire. Lower duet.grace "
-                 f"below {cap} or set duet.abort: false")
-        start = round(COLD_K2 * cap) + settings.grace
-        if start >= cap:
-            log.warning("duet: the abort threshold starts at K2 + grace = %d + %d = %d tokens, "
-                        "past max_completion_length=%d: no rollout is aborted until the "
-                        "refitted K2 (p80 of kept lengths) falls below %d", round(COLD_K2 * cap),
-                        settings.grace, start, cap, cap - settings.grace)
-    _require(config.loss_type == "dapo", "loss_type", "must be 'dapo' with duet (Eq. 6 of the "
-             f"DUET paper is a token mean over kept tokens), got {config.loss_type!r}")
-    _require(not config.use_transformers_continuous_batching,
-             "use_transformers_continuous_batching", "DUET generates with transformers' generate "
-             "or, where training.rollouts finds its hook, vLLM: set it to false")
-    scale = {True: "group", False: "none"}.get(config.scale_rewards, config.scale_rewards)
-    _require(scale in ("group", "none"), "scale_rewards",
-             "must be 'group' or 'none' with duet (per-prompt group normalisation)")
+        raise RecipeError(f"field `{name}`: {exc}") from exc
 
 
 def _wrap_trl(fn) -> None:
@@ -397,14 +410,33 @@ GRPO_CHOICES: dict[str, tuple[str, ...]] = {
     "importance_sampling_level": ("token", "sequence"),
 }
 
+# The config classes defined here; the GRPO methods' live next to their trainers
+# (config_class imports them on demand: they build on WeftGRPOConfig).
 CONFIG_CLASSES: dict[str, type] = {"sft": WeftSFTConfig, "grpo": WeftGRPOConfig}
 
 
-def build_config(kind: str, values: Mapping[str, Any], where: str = "config"):
-    """A checked ``WeftSFTConfig``/``WeftGRPOConfig`` from plain values."""
+def config_class(kind: str) -> type:
+    """The config class of a recipe kind (``training.config_recipes.KINDS``)."""
+    if kind == "duet":
+        from training.duet.config import DuetGRPOConfig
+
+        return DuetGRPOConfig
+    if kind == "tandem":
+        from training.tandem_config import TandemGRPOConfig
+
+        return TandemGRPOConfig
     if kind not in CONFIG_CLASSES:
-        raise RecipeError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
-    cls = CONFIG_CLASSES[kind]
+        raise RecipeError(f"kind must be one of {KINDS}, got {kind!r}")
+    return CONFIG_CLASSES[kind]
+
+
+def build_config(kind: str, values: Mapping[str, Any], where: str = "config", *,
+                 explicit: bool = False):
+    """A checked config from plain values. ``kind`` is read as a recipe file's (``grpo`` with
+    a ``duet`` or ``tandem`` mapping is that method) unless ``explicit`` (a ``kind=``
+    override: ``grpo`` is plain GRPO); see ``training.config_recipes.resolve_kind``."""
+    kind, values = resolve_kind(kind, values, explicit=explicit, where=where)
+    cls = config_class(kind)
     checked = check_values(cls, values, where)
     try:
         return cls(**checked)
@@ -414,23 +446,82 @@ def build_config(kind: str, values: Mapping[str, Any], where: str = "config"):
 
 def load_config(recipe: str | Path, overrides: Sequence[str] | Mapping[str, Any] | None = None,
                 expect_kind: str | None = None):
-    """Read a recipe, apply overrides, check and build the config (no model is loaded)."""
+    """Read a recipe, apply overrides, check and build the config (no model is loaded).
+
+    ``expect_kind`` is the entry point's kind (``sft`` or ``grpo``; the GRPO methods run under
+    ``grpo``). A ``kind`` override chooses among the kinds of the recipe's entry point
+    (``kind=grpo``: plain GRPO from a method recipe)."""
     rec = read_recipe(recipe)
-    if expect_kind and rec.kind != expect_kind:
+    where = f"recipe {rec.name}"
+    if expect_kind and ENTRY_POINTS[rec.kind] != expect_kind:
         raise RecipeError(f"recipe {rec.name} is a {rec.kind} recipe; this entry point runs "
                           f"{expect_kind} recipes")
-    values = merge_values(rec.values, parse_overrides(overrides))
-    return build_config(rec.kind, values, where=f"recipe {rec.name}")
+    extra = parse_overrides(overrides)
+    kind = extra.pop("kind", None)
+    if kind is not None and (kind not in KINDS or ENTRY_POINTS[kind] != ENTRY_POINTS[rec.kind]):
+        same = [k for k in KINDS if ENTRY_POINTS[k] == ENTRY_POINTS[rec.kind]]
+        raise RecipeError(f"{where}: override kind={kind!r} cannot be used on a {rec.kind} "
+                          f"recipe; choose one of {same}")
+    return build_config(kind or rec.kind, merge_values(rec.values, extra), where,
+                        explicit=kind is not None)
 
 
 def config_summary(config: Any) -> dict[str, Any]:
-    """JSON-safe dict of the config (for logs, the checkpoints table and hashing)."""
+    """JSON-safe dict of the config (for logs, the checkpoints table and hashing); a method's
+    settings as a mapping."""
     out = {}
     for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
+        value = _plain(config, f.name)
         try:
             json.dumps(value)
         except TypeError:
             value = str(value)
         out[f.name] = value
     return out
+
+
+def _help(f: dataclasses.Field) -> str:
+    return " ".join(str(f.metadata.get("help", "")).split())
+
+
+def _flow(value: Any) -> str:
+    """One-line YAML for a JSON-safe value (strings double-quoted, so any text reads back)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        import yaml
+
+        return yaml.safe_dump(value, default_flow_style=True).split("\n", 1)[0]
+    if isinstance(value, list):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_flow(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))
+
+
+def describe_config(config: Any) -> str:
+    """The config as YAML, one field a line in name order (values as :func:`config_summary`
+    gives them, so ``yaml.safe_load`` reads that mapping back). Fields weft declares or
+    re-documents carry their help as a comment; a method's settings field is a block with
+    one line and help per setting. TRL's own fields show their value only (their help is
+    TRL's documentation). What ``--print-config`` prints."""
+    trl_base = GRPOConfig if isinstance(config, GRPOConfig) else SFTConfig
+    trl_help = {f.name: _help(f) for f in dataclasses.fields(trl_base)}
+    summary = config_summary(config)
+    lines = [f"# {type(config).__name__}"
+             + (f" (recipe {config.recipe})" if getattr(config, "recipe", "") else "")]
+    trainer = getattr(config, "trainer_class", None)
+    if trainer is not None:
+        cls = trainer()
+        lines.append(f"# trainer: {cls.__module__}.{cls.__qualname__}")
+    settings = _settings_field(config)
+    for f in sorted(dataclasses.fields(config), key=lambda f: f.name):
+        value, text = getattr(config, f.name), _help(f)
+        note = f"  # {text}" if text and trl_help.get(f.name) != text else ""
+        if f.name == settings:
+            lines.append(f"{f.name}:{note}")
+            for sub in dataclasses.fields(value):
+                sub_text = _help(sub)
+                lines.append(f"  {sub.name}: {_flow(summary[f.name][sub.name])}"
+                             + (f"  # {sub_text}" if sub_text else ""))
+        else:
+            lines.append(f"{f.name}: {_flow(summary[f.name])}{note}")
+    return "\n".join(lines) + "\n"

@@ -1,13 +1,31 @@
 """Recipe files: reading, ``extends``, ``key=value`` overrides and the type check of values.
 
-A recipe is a flat YAML mapping of config fields plus three reserved keys: ``kind`` (``sft`` or
-``grpo``), ``extends`` (another recipe, merged first: this file's keys win) and
-``description``. :func:`read_recipe` finds a recipe (by name in ``training/recipes/`` or by
-path) and merges its ``extends`` chain; :func:`parse_overrides` parses ``key=value`` overrides
-(values as YAML). Both merges are deep (:func:`merge_values`): a nested mapping such as
-``duet`` or ``tandem`` given again changes only the keys it names; :func:`check_values` checks every key and value against a config dataclass's
-fields and types. Every problem is a :class:`RecipeError` that names the recipe and the field.
-``training.config`` builds the config from the result (and re-exports these names).
+A recipe is a flat YAML mapping of config fields plus three reserved keys: ``kind``,
+``extends`` (another recipe, merged first: this file's keys win) and ``description``.
+:func:`read_recipe` finds a recipe (by name in ``training/recipes/`` or by path) and merges its
+``extends`` chain; :func:`parse_overrides` parses ``key=value`` overrides (values as YAML; a
+dotted key such as ``duet.budget_fraction=0.5`` names one setting of a nested mapping). Both
+merges are deep (:func:`merge_values`): a nested mapping such as ``duet`` or ``tandem`` given
+again changes only the keys it names; :func:`check_values` checks every key and value against
+a config dataclass's fields and types. Every problem is a :class:`RecipeError` that names the
+recipe and the field. ``training.config`` builds the config from the result (and re-exports
+these names).
+
+Kinds (:data:`KINDS`) say which config class a recipe builds and so which trainer runs it:
+``sft``; ``grpo`` (plain GRPO); ``duet`` and ``tandem`` (GRPO with the method's settings in the
+mapping of the same name; :data:`METHOD_KINDS`). The three GRPO kinds run under
+``python -m training.grpo`` (:data:`ENTRY_POINTS`). :func:`resolve_kind` settles the kind of
+a merged recipe:
+
+- ``duet`` and ``tandem`` mappings together are refused first, whatever the kind;
+- a ``kind=...`` override is an explicit choice: ``kind=grpo`` is plain GRPO and drops the
+  method mappings the recipe carries (the plain arm of a DUET comparison), ``kind=duet`` or
+  ``kind=tandem`` that method;
+- in a recipe file, ``kind: duet`` / ``kind: tandem`` name the method; ``kind: grpo`` with a
+  non-null ``duet`` or ``tandem`` mapping is that method (recipes written before the method
+  kinds existed), and without one plain GRPO;
+- a method kind with the other method's mapping, or with its own mapping set to null, is
+  refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -26,7 +44,9 @@ import yaml
 
 RECIPES_DIR = Path(__file__).with_name("recipes")
 RESERVED_KEYS = ("kind", "extends", "description")
-KINDS = ("sft", "grpo")
+KINDS = ("sft", "grpo", "duet", "tandem")
+METHOD_KINDS = ("duet", "tandem")  # GRPO methods whose settings sit under a key of that name
+ENTRY_POINTS = {"sft": "sft", "grpo": "grpo", "duet": "grpo", "tandem": "grpo"}
 
 
 class RecipeError(ValueError):
@@ -70,10 +90,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_recipe(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> Recipe:
-    """The merged recipe (its ``extends`` chain applied), not yet checked against a config."""
-    path = find_recipe(name_or_path).resolve()
-    if path in _seen:
+def _read_chain(path: Path, seen: tuple[Path, ...]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(the kind as written, nearest file first; the merged values; this file's mapping)."""
+    if path in seen:
         raise RecipeError(f"recipe {path.name}: `extends` loops back to itself")
     data = _read_yaml(path)
     values: dict[str, Any] = {}
@@ -81,16 +100,60 @@ def read_recipe(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> Recip
     if data.get("extends"):
         parent_ref = str(data["extends"])
         parent_path = path.parent / parent_ref
-        parent = read_recipe(parent_path if parent_path.is_file() else parent_ref, _seen + (path,))
-        values.update(parent.values)
-        kind = parent.kind
+        parent = find_recipe(parent_path if parent_path.is_file() else parent_ref).resolve()
+        kind, values, _ = _read_chain(parent, seen + (path,))
     values = merge_values(values, {k: v for k, v in data.items() if k not in RESERVED_KEYS})
-    kind = data.get("kind", kind)
+    return data.get("kind", kind), values, data
+
+
+def read_recipe(name_or_path: str | Path) -> Recipe:
+    """The merged recipe (its ``extends`` chain applied), its kind resolved
+    (:func:`resolve_kind`), not yet checked against a config."""
+    path = find_recipe(name_or_path).resolve()
+    kind, values, data = _read_chain(path, ())
     name = path.name[: -len(path.suffix)]
     if kind not in KINDS:
         raise RecipeError(f"recipe {name}: field `kind` must be one of {KINDS}, got {kind!r}")
+    kind, values = resolve_kind(kind, values, where=f"recipe {name}")
     values["recipe"] = data.get("recipe", name)  # the leaf file names the run
     return Recipe(name, kind, values, str(data.get("description", "")), path)
+
+
+def resolve_kind(kind: str, values: Mapping[str, Any], *, explicit: bool = False,
+                 where: str = "config") -> tuple[str, dict[str, Any]]:
+    """The recipe's kind and its values with the method mappings settled (module docstring).
+
+    ``explicit``: the kind was given as an override (``kind=grpo`` then means plain GRPO even
+    where the recipe has a method mapping). The values returned hold the chosen method's
+    mapping (``{}`` when the recipe gives none) and no other method's key."""
+    if kind not in KINDS:
+        raise RecipeError(f"{where}: field `kind` must be one of {KINDS}, got {kind!r}")
+    out = dict(values)
+    if all(out.get(m) is not None for m in METHOD_KINDS):
+        raise RecipeError(f"{where}: field `tandem` cannot be combined with duet (both replace "
+                          "generation); keep one of them")
+    if ENTRY_POINTS[kind] != "grpo":
+        return kind, out
+    if kind == "grpo":
+        present = [m for m in METHOD_KINDS if out.get(m) is not None]
+        if present and not explicit:
+            kind = present[0]
+        else:
+            for method in METHOD_KINDS:
+                out.pop(method, None)
+            return kind, out
+    for method in METHOD_KINDS:
+        if method == kind:
+            continue
+        if out.get(method) is not None:
+            raise RecipeError(f"{where}: field `{method}` does not belong to a {kind} recipe; "
+                              f"set kind={method} to train {method}, or leave `{method}` out")
+        out.pop(method, None)
+    if kind in out and out[kind] is None:
+        raise RecipeError(f"{where}: field `{kind}` is null in a {kind} recipe; give its "
+                          f"settings as a mapping, or set kind=grpo for plain GRPO")
+    out.setdefault(kind, {})
+    return kind, out
 
 
 def merge_values(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,21 +170,33 @@ def merge_values(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str,
 
 
 def parse_overrides(items: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``["key=value", ...]`` (values parsed as YAML) or a mapping, as a dict."""
+    """``["key=value", ...]`` (values parsed as YAML) or a mapping, as a dict. A dotted key
+    names a setting inside a nested mapping: ``duet.budget_fraction=0.5`` is
+    ``{"duet": {"budget_fraction": 0.5}}``, merged with the other overrides deeply."""
     if not items:
         return {}
+    pairs: list[tuple[str, Any]] = []
     if isinstance(items, Mapping):
-        return dict(items)
-    out = {}
-    for item in items:
-        key, sep, raw = str(item).partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not key:
-            raise RecipeError(f"override {item!r} must look like key=value")
-        try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"override {item!r}: value is not valid YAML: {exc}") from exc
+        pairs = [(str(k), v) for k, v in items.items()]
+    else:
+        for item in items:
+            key, sep, raw = str(item).partition("=")
+            key = key.strip().lstrip("-").replace("-", "_")
+            if not sep or not key:
+                raise RecipeError(f"override {item!r} must look like key=value")
+            try:
+                pairs.append((key, yaml.safe_load(raw) if raw.strip() else ""))
+            except yaml.YAMLError as exc:
+                raise RecipeError(f"override {item!r}: value is not valid YAML: {exc}") from exc
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        parts = key.split(".")
+        if any(not p for p in parts):
+            raise RecipeError(f"override key {key!r} has an empty part; write a.b=value to set "
+                              "setting b of mapping a")
+        for part in reversed(parts[1:]):
+            value = {part: value}
+        out = merge_values(out, {parts[0]: value})
     return out
 
 
@@ -177,10 +252,14 @@ def _accepts(annotation: Any, value: Any) -> tuple[bool, Any]:
         return True, value
     if origin in (dict, Mapping) or annotation is dict:
         return isinstance(value, dict), value
+    if dataclasses.is_dataclass(annotation):  # a method's settings: its mapping or an instance
+        return isinstance(value, (Mapping, annotation)), value
     return True, value  # anything more exotic is left to the config's own checks
 
 
 def _type_name(annotation: Any) -> str:
+    if dataclasses.is_dataclass(annotation):
+        return f"a mapping of {annotation.__name__}"
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     return text or str(annotation).replace("typing.", "")
 

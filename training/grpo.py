@@ -8,9 +8,12 @@ other columns (gold ``answer``, ``budget``, step-instance references) reach the 
 functions. Rewards are built from the recipe's ``rewards`` list (``training.rewards.REWARDS``);
 their required columns are checked against the data before the model is loaded.
 
-The trainer is ``training.grpo_trainer.WeftGRPOTrainer`` (TRL's loop plus the degenerate-group
-filter and phase timings), or its DUET subclass ``training.duet.trainer.DuetGRPOTrainer`` when
-the recipe has a ``duet`` mapping (token-budget control). Rollouts run on the engine
+The config's class picks the trainer (``config.trainer_class()``, built with
+``config.trainer_kwargs(base_model)``): ``training.grpo_trainer.WeftGRPOTrainer`` (TRL's loop
+plus the degenerate-group filter and phase timings) for plain GRPO, its DUET subclass
+``training.duet.trainer.DuetGRPOTrainer`` for a ``training.duet.DuetGRPOConfig`` (token-budget
+control), ``training.tandem_trainer.TandemGRPOTrainer`` for a
+``training.tandem_config.TandemGRPOConfig`` (Tandem RL rollouts, senior-only loss). Rollouts run on the engine
 ``training.rollouts`` chose (vLLM on CUDA machines, transformers otherwise; logged); in vLLM
 server mode without ``vllm_server_base_url`` the main process starts the vLLM server on GPUs of
 its own before the trainer connects, and stops it when training ends or fails.
@@ -33,7 +36,6 @@ from training.run import (
     finish,
     make_recorder,
     prepare_run,
-    resolve_model,
     reuse_completed,
 )
 
@@ -73,8 +75,6 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from training.grpo_trainer import WeftGRPOTrainer
-
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     funcs, _weights = build_rewards(specs, num_generations=config.num_generations,
                                     tokenizer=tokenizer)
@@ -89,32 +89,18 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     if choice is not None:  # in the shell's log and, under Dagster, the run's
         log.info("rollout engine: %s (%s)", choice.engine, choice.reason)
         reporter.log(f"rollout engine: {choice.engine} ({choice.reason})")
-    trainer_cls, extra = WeftGRPOTrainer, {}
-    if config.duet is not None:  # DUET token-budget controller (training.duet.trainer)
-        from training.duet import DuetSettings
-        from training.duet.trainer import DuetGRPOTrainer
-
-        trainer_cls = DuetGRPOTrainer
-        extra = {"duet_settings": DuetSettings.from_mapping(config.duet)}
-    if config.tandem is not None:  # Tandem RL rollouts + senior-only loss (tandem_trainer)
-        from training.tandem import TandemSettings
-        from training.tandem_trainer import TandemGRPOTrainer
-
-        tandem = TandemSettings.from_mapping(config.tandem)
-        trainer_cls = TandemGRPOTrainer
-        extra = {"junior_model": resolve_model(tandem.junior) if tandem.junior else base_model,
-                 "senior_prob": tandem.senior_prob, "span_cap": tandem.span_cap}
     server = None
     if process_rank() == 0:  # TRL's server mode: weft's vLLM server on GPUs of its own
         server = start_rollout_server(config, base_model, local_processes())
         if server is not None:
             reporter.log(f"vLLM rollout server {server.base_url} on CUDA devices {server.devices}")
     try:
-        trainer = trainer_cls(model=base_model, reward_funcs=funcs, args=config,
-                              train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                              callbacks=[recorder, *(extra_callbacks or [])],
-                              drop_degenerate_groups=config.drop_degenerate_groups,
-                              correctness_reward=correctness, **extra)
+        trainer = config.trainer_class()(
+            model=base_model, reward_funcs=funcs, args=config,
+            train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+            callbacks=[recorder, *(extra_callbacks or [])],
+            drop_degenerate_groups=config.drop_degenerate_groups,
+            correctness_reward=correctness, **config.trainer_kwargs(base_model))
         trainer.train(resume_from_checkpoint=resume_from)
         return finish(trainer, recorder, config, "grpo", base_model, data, reporter)
     finally:

@@ -8,7 +8,9 @@ server can serve, under the checkpoint id as its model name, so evaluation rows 
 checkpoint. Re-running the same config resumes from the last ``checkpoint-N``; a run whose
 final folder exists is not trained again (set ``overwrite: true`` to start over).
 :func:`finish` writes the ``checkpoints`` row and reports the materialization through Pipes;
-:func:`command_line` is the shared ``main()`` of ``training.sft`` and ``training.grpo``.
+:func:`command_line` is the shared ``main()`` of ``training.sft`` and ``training.grpo``
+(``--print-config`` prints ``training.config.describe_config``: YAML, one field a line, the help
+of weft's and the method's fields as comments).
 
 Not guaranteed: resuming onto a changed dataset (the checkpoint id changes with the config, not
 with the data) or onto a different number of processes than the run was saved with; with
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from training.callbacks import RunRecorder
-from training.config import EMBEDDED, RecipeError, config_summary, load_config
+from training.config import EMBEDDED, RecipeError, config_summary, describe_config, load_config
 from training.data import DatasetError, LoadedData
 from training.pipes import Reporter, json_value, md, open_reporter, path_value
 from warehouse import Lineage, config_hash
@@ -221,7 +223,8 @@ def command_line(kind: str, run: Callable[[Any, Reporter], RunResult],
                                      description=f"Run a weft {kind.upper()} recipe.")
     parser.add_argument("--recipe", required=True, help="recipe name in training/recipes or a path")
     parser.add_argument("--print-config", action="store_true",
-                        help="check the recipe, print the resolved config as JSON and exit")
+                        help="check the recipe, print the resolved config as YAML (the help of "
+                             "weft's and the method's fields as comments) and exit")
     parser.add_argument("overrides", nargs="*", help="config overrides as key=value (YAML values)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -233,7 +236,7 @@ def command_line(kind: str, run: Callable[[Any, Reporter], RunResult],
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if args.print_config:
-            print(json.dumps(config_summary(config), indent=2, sort_keys=True, default=str))
+            print(describe_config(config), end="")
             return 0
         try:
             result = run(config, reporter)

@@ -115,15 +115,23 @@ class HandoffParams:
 
 @dataclass(frozen=True)
 class TandemSettings:
-    """A recipe's ``tandem:`` mapping: the handoff schedule and the junior.
+    """A recipe's ``tandem:`` mapping: the handoff schedule and the junior; the typed
+    ``tandem`` field of ``training.tandem_config.TandemGRPOConfig``. Every field's ``help`` is
+    what ``--print-config`` shows beside it.
 
     ``junior`` is a model folder, hub id or ``embedded``; empty (the default) means the senior's
     own starting checkpoint, frozen (§3.2 self-pairing).
     """
 
-    senior_prob: float = DEFAULT_SENIOR_PROB
-    span_cap: int = DEFAULT_SPAN_CAP
-    junior: str = ""
+    senior_prob: float = field(default=DEFAULT_SENIOR_PROB, metadata={"help": (
+        "Chance that the senior writes the next word at each handoff draw (§3.3: a fair "
+        "coin, 0.5).")})
+    span_cap: int | None = field(default=DEFAULT_SPAN_CAP, metadata={"help": (
+        "Most consecutive non-boundary tokens one author writes before a forced redraw "
+        "(App. A.1.2; the paper's value is illegible in our copy: 8); null: no cap.")})
+    junior: str = field(default="", metadata={"help": (
+        "The frozen junior: a model folder, hub id or 'embedded'; empty: the senior's own "
+        "starting checkpoint (§3.2 self-pairing).")})
 
     def __post_init__(self):
         HandoffParams(self.senior_prob, self.span_cap)   # same checks, same messages

@@ -1,8 +1,7 @@
 """Recipes and configs: every recipe loads; bad recipes fail naming the field, before any model."""
 
-import json
-
 import pytest
+import yaml
 
 from training import config as C
 from training.config import RecipeError, build_config, load_config
@@ -23,7 +22,7 @@ def test_every_recipe_builds(weft_home):
         assert config.recipe == name
         assert config.checkpoint_id.startswith(name + "-")
         assert config.output_dir == str(weft_home / "checkpoints" / config.checkpoint_id)
-        assert type(config) is C.CONFIG_CLASSES[recipe.kind]
+        assert type(config) is C.config_class(recipe.kind)
         if name.endswith(".cpu"):
             assert config.use_cpu and not config.bf16 and not config.gradient_checkpointing
             assert config.torch_threads == 1
@@ -124,12 +123,16 @@ def test_user_recipe_can_extend_a_builtin_one(tmp_path):
 
 
 def test_nested_override_changes_only_what_it_names():
-    base = load_config("duet_grpo.cpu")
+    from dataclasses import asdict
+
+    base = asdict(load_config("duet_grpo.cpu").duet)
     halved = load_config("duet_grpo.cpu", ["duet={budget_fraction: 0.5}"])
-    assert halved.duet == {**base.duet, "budget_fraction": 0.5}
-    assert halved.duet["full_rollouts"] == 2 and halved.duet["grace"] == 8  # the recipe's
-    # a mapping passed in Python merges the same way; null replaces the whole mapping
-    assert load_config("duet_grpo.cpu", {"duet": {"grace": 4}}).duet == {**base.duet, "grace": 4}
+    assert asdict(halved.duet) == {**base, "budget_fraction": 0.5}
+    assert halved.duet.full_rollouts == 2 and halved.duet.grace == 8  # the recipe's
+    # a dotted key names the one setting; a mapping passed in Python merges the same way
+    dotted = load_config("duet_grpo.cpu", ["duet.budget_fraction=0.5"])
+    assert asdict(dotted.duet) == asdict(halved.duet)
+    assert asdict(load_config("duet_grpo.cpu", {"duet": {"grace": 4}}).duet) == {**base, "grace": 4}
     assert C.merge_values({"d": {"a": 1, "b": {"c": 2}}, "l": [1]},
                           {"d": {"b": {"x": 3}}, "l": [2]}) == \
         {"d": {"a": 1, "b": {"c": 2, "x": 3}}, "l": [2]}
@@ -140,31 +143,7 @@ def test_extends_merges_nested_mappings(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text(f"extends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: {{eps_abort: 0.1}}\n")
     config = load_config(str(mine))
-    assert config.duet["eps_abort"] == 0.1 and config.duet["full_rollouts"] == 2
-
-
-@pytest.mark.parametrize("overrides, message", [
-    (["duet={n_min: 5}"], r"n_min=5 exceeds num_generations=4"),
-    (["duet={full_rollouts: 8}"], "1 x 8 = 8 rollouts per prompt on average, but num_gen"),
-    (["duet={budget_fraction: 2.5}"], r"2.5 x 2 = 5 rollouts per prompt"),
-    (["duet={grace: 150}"], r"grace=150 is not below max_completion_length=48"),
-])
-def test_duet_settings_that_cannot_take_effect_are_refused_with_the_numbers(overrides, message):
-    with pytest.raises(RecipeError, match=message):
-        load_config("duet_grpo.cpu", overrides)
-    # the same settings where they can take effect pass
-    load_config("duet_grpo.cpu", [*overrides, "num_generations=8", "per_device_train_batch_size=8",
-                                  "max_completion_length=256"])
-
-
-def test_duet_abort_threshold_past_the_cap_is_warned_with_the_numbers(caplog):
-    with caplog.at_level("WARNING", logger="training.config"):
-        load_config("duet_grpo.cpu", ["duet={grace: 20}"])  # 0.7 x 48 = 34, 34 + 20 = 54 > 48
-    assert "K2 + grace = 34 + 20 = 54 tokens, past max_completion_length=48" in caplog.text
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="training.config"):
-        load_config("duet_grpo.cpu", ["duet={grace: 20, abort: false}"])
-    assert "K2 + grace" not in caplog.text
+    assert config.duet.eps_abort == 0.1 and config.duet.full_rollouts == 2
 
 
 def test_parse_overrides():
@@ -172,6 +151,12 @@ def test_parse_overrides():
         "a": 1, "b": "x", "c": [1, 2], "d": {"k": "v"}, "e": "", "f_g": True}
     with pytest.raises(RecipeError, match="key=value"):
         C.parse_overrides(["novalue"])
+    # dotted keys nest, and several of them under one key merge
+    assert C.parse_overrides(["duet.grace=4", "duet.abort=false", "x=1"]) == {
+        "duet": {"grace": 4, "abort": False}, "x": 1}
+    assert C.parse_overrides({"a.b.c": 1}) == {"a": {"b": {"c": 1}}}
+    with pytest.raises(RecipeError, match="empty part"):
+        C.parse_overrides(["duet..grace=4"])
 
 
 def test_build_config_directly_derives_id():
@@ -188,7 +173,7 @@ def test_cli_print_config_and_bad_recipe_exit_before_model(monkeypatch, capsys):
 
     monkeypatch.setattr(run, "resolve_model", no_model)
     assert sft.main(["--recipe", "sxs_sft.cpu", "--print-config", "max_steps=3"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["max_steps"] == 3 and printed["recipe"] == "sxs_sft.cpu"
     assert sft.main(["--recipe", "sxs_sft.cpu", "learning_rat=1"]) == 2
     assert "unknown field `learning_rat`" in capsys.readouterr().err
@@ -373,3 +358,113 @@ def test_print_config_subprocess_refuses_an_infinite_learning_rate(tmp_path):
     assert "field `learning_rate` must be a finite number > 0, got inf" in done.stderr
     assert done.stdout == ""
     assert not (tmp_path / "home" / "checkpoints").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds: the config class a recipe builds (and so its trainer)
+
+# The class each method recipe must build, written out here; every other recipe is plain GRPO
+# or, for the *_sft recipes, SFT.
+METHOD_RECIPES = {"duet_grpo": "DuetGRPOConfig", "duet_grpo.cpu": "DuetGRPOConfig",
+                  "tandem_grpo": "TandemGRPOConfig", "tandem_grpo.cpu": "TandemGRPOConfig"}
+
+
+def test_each_recipe_loads_as_its_class():
+    from training.grpo_trainer import WeftGRPOTrainer
+
+    assert set(METHOD_RECIPES) <= set(C.list_recipes())
+    for name in C.list_recipes():
+        config = load_config(name, {} if name.endswith(".cpu") else {"bf16": False})
+        expected = METHOD_RECIPES.get(name, "WeftSFTConfig" if "_sft" in name else "WeftGRPOConfig")
+        assert type(config).__name__ == expected, name
+        if expected == "WeftGRPOConfig":
+            assert not hasattr(config, "duet") and not hasattr(config, "tandem"), name
+            assert config.trainer_class() is WeftGRPOTrainer
+
+
+def _user_recipe(tmp_path, text: str) -> str:
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_recipes_written_with_kind_grpo_and_a_method_mapping_still_load_as_the_method(tmp_path):
+    rlvr = C.RECIPES_DIR / "rlvr_grpo.cpu.yaml"
+    duet = load_config(_user_recipe(tmp_path, f"kind: grpo\nextends: {rlvr}\nloss_type: dapo\n"
+                                              "duet: {n_min: 1, full_rollouts: 2, grace: 8}\n"))
+    assert type(duet).__name__ == "DuetGRPOConfig"
+    assert (duet.duet.n_min, duet.duet.full_rollouts) == (1, 2)
+    tandem = load_config(_user_recipe(tmp_path, f"kind: grpo\nextends: {rlvr}\n"
+                                                "tandem: {senior_prob: 0.25}\n"))
+    assert type(tandem).__name__ == "TandemGRPOConfig" and tandem.tandem.senior_prob == 0.25
+    # kind: grpo with the method mapping nulled out is plain GRPO
+    plain = load_config(_user_recipe(
+        tmp_path, f"kind: grpo\nextends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: null\n"))
+    assert type(plain) is C.WeftGRPOConfig
+    # and a file may name the method outright
+    named = load_config(_user_recipe(tmp_path, f"kind: duet\nextends: {rlvr}\nloss_type: dapo\n"
+                                               "num_generations: 8\nper_device_train_batch_size: 8\n"
+                                               "max_completion_length: 256\n"))
+    assert type(named).__name__ == "DuetGRPOConfig" and named.duet == type(named.duet)()
+
+
+def test_kind_grpo_override_gives_plain_grpo_from_a_method_recipe():
+    for recipe, key in (("duet_grpo.cpu", "duet"), ("tandem_grpo.cpu", "tandem")):
+        method = load_config(recipe)
+        plain = load_config(recipe, ["kind=grpo"])
+        assert type(plain) is C.WeftGRPOConfig and not hasattr(plain, key)
+        # everything else is the recipe's (DUET's recipe sets dapo and 4 slots per prompt)
+        for name in ("loss_type", "num_generations", "max_completion_length", "learning_rate",
+                     "dataset", "beta"):
+            assert getattr(plain, name) == getattr(method, name), (recipe, name)
+        assert plain.checkpoint_id != method.checkpoint_id
+    assert load_config("duet_grpo.cpu", ["kind=grpo"]).loss_type == "dapo"
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    ("duet_grpo.cpu", {"tandem": {"senior_prob": 0.5}}),
+    ("tandem_grpo.cpu", ["duet={}"]),
+    ("duet_grpo.cpu", ["kind=grpo", "tandem={span_cap: 4}"]),
+    ("rlvr_grpo.cpu", ["duet={n_min: 1}", "tandem={span_cap: 4}"]),
+])
+def test_both_methods_are_refused_first(recipe, overrides):
+    with pytest.raises(RecipeError, match=rf"^recipe {recipe}: field `tandem` cannot be combined "
+                                          r"with duet \(both replace generation\); keep one"):
+        load_config(recipe, overrides)
+
+
+def test_both_methods_in_a_recipe_file_are_refused(tmp_path):
+    mine = _user_recipe(tmp_path, f"extends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\n"
+                                  "tandem: {span_cap: 4}\n")
+    with pytest.raises(RecipeError, match="recipe mine: field `tandem` cannot be combined"):
+        load_config(mine)
+
+
+@pytest.mark.parametrize("recipe, overrides, message", [
+    ("tandem_grpo.cpu", ["kind=duet"], (r"field `tandem` does not belong to a duet recipe; set "
+                                       r"kind=tandem")),
+    ("duet_grpo.cpu", ["kind=sft"], (r"override kind='sft' cannot be used on a duet recipe; "
+                                    r"choose one of \['grpo', 'duet', 'tandem'\]")),
+    ("sxs_sft.cpu", ["kind=grpo"], r"override kind='grpo' cannot be used on a sft recipe"),
+    ("duet_grpo.cpu", ["kind=ppo"], r"override kind='ppo' cannot be used"),
+    ("tandem_grpo.cpu", ["tandem=null"], r"field `tandem` is null in a tandem recipe"),
+])
+def test_kind_mismatches_are_refused_with_what_to_do(recipe, overrides, message):
+    with pytest.raises(RecipeError, match=message):
+        load_config(recipe, overrides)
+
+
+def test_kind_override_can_switch_a_plain_recipe_to_a_method():
+    config = load_config("rlvr_grpo.cpu", ["kind=tandem", "tandem.span_cap=4"])
+    assert type(config).__name__ == "TandemGRPOConfig"
+    assert (config.tandem.span_cap, config.tandem.senior_prob, config.tandem.junior) == (4, 0.5, "")
+
+
+def test_method_recipes_run_under_the_grpo_entry_point_only(capsys):
+    from training import grpo, sft
+
+    assert sft.main(["--recipe", "duet_grpo.cpu", "--print-config"]) == 2
+    assert "is a duet recipe; this entry point runs sft recipes" in capsys.readouterr().err
+    assert grpo.main(["--recipe", "tandem_grpo.cpu", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["tandem"] == {"senior_prob": 0.5, "span_cap": 8, "junior": ""}

@@ -146,10 +146,10 @@ def test_tandem_recipe_trains_end_to_end(weft_home, embedded_model_dir):
 
 
 def test_kl_junior_recipe_is_solo_grpo_with_kl_to_the_starting_checkpoint():
-    from training.config import RecipeError, load_config
+    from training.config import RecipeError, WeftGRPOConfig, load_config
 
     config = load_config("kl_junior_grpo.cpu")
-    assert config.tandem is None and config.beta > 0   # TRL's ref model = the starting weights
+    assert type(config) is WeftGRPOConfig and config.beta > 0  # ref model = the starting weights
     with pytest.raises(RecipeError, match="cannot be combined with duet"):
         load_config("tandem_grpo.cpu", {"duet": {}})
 
@@ -158,7 +158,8 @@ def test_kl_junior_recipe_is_solo_grpo_with_kl_to_the_starting_checkpoint():
     ({"tandem": {"span_cap": 0}}, "span_cap must be a whole number"),
     ({"tandem": {"spancap": 3}}, "unknown tandem settings"),
     ({"tandem": {"senior_prob": 2}}, "senior_prob must be a probability"),
-    ({"tandem": [0.5]}, "expects dict"),
+    ({"tandem": [0.5]}, "field `tandem` expects a mapping of TandemSettings"),
+    ({"tandem": {"span_cap": "eight"}}, "field `tandem`: field `span_cap` expects"),
     ({"min_p": 0.1}, "not supported by the tandem sampler"),
     ({"use_transformers_continuous_batching": True}, "dual decoder"),
 ])

@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -95,22 +95,46 @@ _MAX_BISECTION_STEPS = 200
 
 @dataclass(frozen=True)
 class DuetSettings:
-    """A GRPO recipe's ``duet`` mapping (defaults: paper App. A.3, except where noted)."""
+    """A GRPO recipe's ``duet`` mapping (defaults: paper App. A.3, except where noted); the
+    typed ``duet`` field of ``training.duet.DuetGRPOConfig``. Every field's ``help`` is what
+    ``--print-config`` shows beside it."""
 
-    budget_fraction: float = 1.0  # b
-    full_rollouts: int = 8  # full GRPO budget, rollouts per prompt (paper §4.1)
-    n_min: int = 2  # ours (the paper gives none; see module docstring)
-    eps_pre: float = EPS_PRE
-    eps_abort: float = EPS_ABORT
-    grace: int = GRACE
-    poll_every: int = POLL_EVERY
-    tail_tokens: int = TAIL_TOKENS
-    window: int = WINDOW
-    refit_every: int = REFIT_EVERY
-    s_floor: float = S_FLOOR
-    bisection_steps: int = BISECTION_STEPS
-    abort: bool = True  # False: allocator only (paper Table 2 ablation)
-    allocate: bool = True  # False: uniform b * full rollouts (abort only)
+    budget_fraction: float = field(default=1.0, metadata={"help": (
+        "b: the step's token budget as a fraction of full GRPO's, B = b x full_rollouts x "
+        "sum of L_hat over the step's prompts (§3.1); the paper sweeps 1, 0.5 and 0.25.")})
+    full_rollouts: int = field(default=8, metadata={"help": (
+        "Rollouts per prompt of the full GRPO budget the fraction refers to (paper §4.1: 8).")})
+    n_min: int = field(default=2, metadata={"help": (
+        "Fewest rollouts an allocated prompt gets (Eq. 4's floor; the paper gives no value: 2, "
+        "the least a group advantage needs). At most num_generations.")})
+    eps_pre: float = field(default=EPS_PRE, metadata={"help": (
+        "Lower clip of the stratification factor s_pre = clip(n_q / n_bar, eps_pre, 1) "
+        "(§3.3).")})
+    eps_abort: float = field(default=EPS_ABORT, metadata={"help": (
+        "Chance that a rollout the gate would abort is kept anyway, so the IS weight "
+        "1 / p_abort stays finite (§3.2, Eq. 5).")})
+    grace: int = field(default=GRACE, metadata={"help": (
+        "G, tokens: a rollout is trimmed G tokens past its answer marker, and aborted past "
+        "K2 + G tokens without one (§3.2). Below max_completion_length.")})
+    poll_every: int = field(default=POLL_EVERY, metadata={"help": (
+        "Tokens between checks for the answer marker once past K1 (App. A.3).")})
+    tail_tokens: int = field(default=TAIL_TOKENS, metadata={"help": (
+        "How many of the most recent tokens each poll searches for the marker (App. A.3).")})
+    window: int = field(default=WINDOW, metadata={"help": (
+        "W: kept rollouts in the sliding window K1 (p30) and K2 (p80) are fitted on (§3.2).")})
+    refit_every: int = field(default=REFIT_EVERY, metadata={"help": (
+        "N: steps between refits of K1 and K2 (App. A.3).")})
+    s_floor: float = field(default=S_FLOOR, metadata={"help": (
+        "Cold-start floor of the within-step reward sigma before the first epoch ends; then "
+        "p5 of the observed sigmas, frozen (App. A.3).")})
+    bisection_steps: int = field(default=BISECTION_STEPS, metadata={"help": (
+        "Bisection steps for the dual lambda before continuing only while the budget is "
+        "missed (paper: 10; see training.duet.core).")})
+    abort: bool = field(default=True, metadata={"help": (
+        "Marker-gated abort on; false: allocator only (paper Table 2 ablation).")})
+    allocate: bool = field(default=True, metadata={"help": (
+        "Neyman allocation on; false: a uniform b x full_rollouts rollouts per prompt (abort "
+        "only).")})
 
     def __post_init__(self) -> None:
         checks = [
@@ -132,7 +156,14 @@ class DuetSettings:
                 raise ValueError(f"duet.{name} must be {rule}, got {getattr(self, name)!r}")
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any] | None) -> DuetSettings:
+    def from_mapping(cls, values: Mapping[str, Any] | DuetSettings | None) -> DuetSettings:
+        """Settings from a recipe's mapping (None: the defaults; an instance: itself);
+        ValueError names unknown keys or a value out of range."""
+        if isinstance(values, DuetSettings):
+            return values
+        if values is not None and not isinstance(values, Mapping):
+            raise ValueError(f"duet settings must be a mapping such as {{budget_fraction: 0.5}}, "
+                             f"got {values!r}")
         values = dict(values or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)

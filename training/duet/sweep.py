@@ -8,8 +8,9 @@ in ``training.arms``):
 
 - :class:`SweepPlan` and :func:`plan_arms`: the arms of one sweep as recipe overrides. Every
   arm shares the recipe, seed, dataset, step count, length cap and the number of prompts per
-  step; GRPO gets ``full_rollouts`` rollouts per prompt (``duet: null``), DUET arm ``b`` gets
-  the recipe's ``duet`` mapping with ``budget_fraction = b`` and ``full_rollouts`` set, and
+  step; GRPO gets ``full_rollouts`` rollouts per prompt (``kind=grpo``: the recipe as plain
+  GRPO), DUET arm ``b`` gets the recipe's ``duet`` settings with ``budget_fraction = b`` and
+  ``full_rollouts`` set, and
   ``slots`` rollout slots per prompt (its cap ``n_max``). Equal prompts per generation batch
   and equal seeds give TRL's sampler the same prompt order in every arm.
 - :func:`duet_diagnostics`: the per-step ``duet/*`` values of a run's ``train_metrics`` rows.
@@ -28,13 +29,16 @@ shared machine varies with its load, so compare arms of one sweep only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.arms import finite_mean as _mean
 from training.arms import metrics_logs as _logs
 from training.arms import override_args
+
+if TYPE_CHECKING:
+    from training.duet.core import DuetSettings
 
 DEFAULT_BUDGETS = (1.0, 0.5, 0.25)
 SWEEP_TABLE = "duet_sweep"
@@ -90,7 +94,7 @@ class SweepPlan:
         for ok, name, rule in checks:
             if not ok:
                 raise ValueError(f"sweep {name} must be {rule}, got {getattr(self, name)!r}")
-        reserved = {"duet", "num_generations", "per_device_train_batch_size", "seed",
+        reserved = {"kind", "duet", "num_generations", "per_device_train_batch_size", "seed",
                     "max_steps", "checkpoint_id"} & set(self.overrides)
         if reserved:
             raise ValueError(f"sweep overrides may not set {sorted(reserved)}: the sweep sets "
@@ -116,12 +120,16 @@ class SweepArm:
         return override_args(self.overrides)
 
 
-def plan_arms(plan: SweepPlan, recipe_duet: Mapping[str, Any] | None) -> list[SweepArm]:
+def plan_arms(plan: SweepPlan,
+              recipe_duet: Mapping[str, Any] | DuetSettings | None) -> list[SweepArm]:
     """GRPO at full budget, then one DUET arm per budget fraction (see the module docstring).
-    ``recipe_duet`` is the recipe's ``duet`` mapping (its settings other than the budget are
-    kept; None: the defaults of ``training.duet.DuetSettings``)."""
+    ``recipe_duet`` is the recipe's DUET settings (a ``DuetGRPOConfig``'s ``duet`` or a
+    mapping; its settings other than the budget are kept; None: the defaults of
+    ``training.duet.DuetSettings``)."""
     from training.duet.core import DuetSettings
 
+    if isinstance(recipe_duet, DuetSettings):
+        recipe_duet = asdict(recipe_duet)
     common: dict[str, Any] = {**plan.overrides, "seed": plan.seed, "max_steps": plan.max_steps}
     if plan.dataset_limit is not None:
         common["dataset_limit"] = plan.dataset_limit
@@ -129,7 +137,7 @@ def plan_arms(plan: SweepPlan, recipe_duet: Mapping[str, Any] | None) -> list[Sw
         common["max_completion_length"] = plan.max_completion_length
     full = plan.full_rollouts
     arms = [SweepArm("grpo", "grpo", 1.0, {
-        **common, "duet": None, "num_generations": full,
+        **common, "kind": "grpo", "num_generations": full,
         "per_device_train_batch_size": plan.prompts_per_step * full})]
     slots = plan.duet_slots
     for b in plan.budgets:

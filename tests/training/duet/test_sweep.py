@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 
 from training.callbacks import metrics_row
-from training.config import load_config
+from training.config import WeftGRPOConfig, load_config
+from training.duet import DuetGRPOConfig
 from training.duet.sweep import (
     ArmOutcome,
     SweepArm,
@@ -27,7 +30,8 @@ def test_plan_arms_share_prompts_seed_and_steps_and_set_budgets():
     arms = plan_arms(plan, RECIPE_DUET)
     assert [a.label for a in arms] == ["grpo", "duet-b1", "duet-b0.5", "duet-b0.25"]
     grpo, *duet = arms
-    assert grpo.method == "grpo" and grpo.overrides["duet"] is None
+    assert grpo.method == "grpo" and grpo.overrides["kind"] == "grpo"
+    assert "duet" not in grpo.overrides
     assert grpo.overrides["num_generations"] == 4
     for arm in arms:
         o = arm.overrides
@@ -44,11 +48,17 @@ def test_plan_arms_share_prompts_seed_and_steps_and_set_budgets():
 
 def test_arm_overrides_resolve_through_the_recipe_loader():
     plan = SweepPlan(full_rollouts=2, slots=4, max_steps=1, budgets=(0.5,))
-    grpo, duet = plan_arms(plan, load_config("duet_grpo.cpu").duet)
+    recipe = load_config("duet_grpo.cpu")
+    grpo, duet = plan_arms(plan, recipe.duet)
+    assert "kind=grpo" in grpo.override_args()
     plain = load_config("duet_grpo.cpu", grpo.override_args())
-    assert plain.duet is None and plain.num_generations == 2
+    assert type(plain) is WeftGRPOConfig and not hasattr(plain, "duet")
+    assert plain.num_generations == 2
     budgeted = load_config("duet_grpo.cpu", duet.override_args())
-    assert budgeted.duet["budget_fraction"] == 0.5 and budgeted.num_generations == 4
+    assert type(budgeted) is DuetGRPOConfig and budgeted.num_generations == 4
+    # the budget and full_rollouts are the arm's; every other setting is the recipe's
+    assert asdict(budgeted.duet) == {**asdict(recipe.duet), "budget_fraction": 0.5,
+                                     "full_rollouts": 2}
     assert plain.checkpoint_id != budgeted.checkpoint_id
 
 
@@ -58,6 +68,7 @@ def test_arm_overrides_resolve_through_the_recipe_loader():
     ({"budgets": (0.0,)}, "budgets"),
     ({"full_rollouts": 1}, "full_rollouts"),
     ({"overrides": {"seed": 3}}, "may not set"),
+    ({"overrides": {"kind": "duet"}}, "may not set"),
     ({"dataset_limit": 1, "prompts_per_step": 2}, "dataset_limit"),
 ])
 def test_bad_sweep_plans_are_refused(kwargs, match):

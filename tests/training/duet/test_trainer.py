@@ -14,7 +14,6 @@ import pytest
 
 from training.config import RecipeError, build_config, load_config
 from training.data import grpo_examples, load_dataset
-from training.duet import DuetSettings
 
 
 def coin_reward(completions, **kwargs):
@@ -53,7 +52,7 @@ def _trainer(config, reward):
     tokenizer = AutoTokenizer.from_pretrained(config.model_name_or_path)
     return DuetGRPOTrainer(model=config.model_name_or_path, reward_funcs=[reward], args=config,
                            train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-                           duet_settings=DuetSettings.from_mapping(config.duet))
+                           **config.trainer_kwargs(config.model_name_or_path))
 
 
 class Recorder:
@@ -166,7 +165,7 @@ def test_all_aborted_batch_leaves_parameters_unchanged(weft_home, embedded_model
 
 def test_duet_recipe_loads_and_bad_settings_are_refused():
     config = load_config("duet_grpo.cpu")
-    assert config.duet["budget_fraction"] == 1.0 and config.loss_type == "dapo"
+    assert config.duet.budget_fraction == 1.0 and config.loss_type == "dapo"
     with pytest.raises(RecipeError, match="duet"):
         load_config("duet_grpo.cpu", {"duet": {"budget_fraction": 0}})
     with pytest.raises(RecipeError, match="unknown duet settings"):
