@@ -88,7 +88,7 @@ def sweep_plan(config: DuetSweepConfig) -> SweepPlan:
 def checked_arms(plan: SweepPlan) -> list[SweepArm]:
     """Every arm's resolved config is checked before the first run starts."""
     base = check_recipe("grpo", plan.recipe, [])
-    if base.duet is None:
+    if base.method != "duet":
         raise dg.Failure(description=f"recipe {plan.recipe!r} has no `duet` mapping: the sweep "
                                      "needs a DUET recipe (e.g. duet_grpo or duet_grpo.cpu)")
     try:

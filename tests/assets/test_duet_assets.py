@@ -26,13 +26,14 @@ class RecordingTrainer(TrainerLauncher):
     def launch(self, context, kind, recipe, overrides, extras=None):
         config = load_config(recipe, overrides, expect_kind=kind)
         ck = config.checkpoint_id
-        seconds = 2.0 if config.duet else 4.0
+        duet = config.method == "duet"
+        seconds = 2.0 if duet else 4.0
         rows = []
         for step in range(1, config.max_steps + 1):
             logs = {"loss": 0.0, "tokens_generated": 100}
-            if config.duet:
+            if duet:
                 logs.update({"duet/lambda": 0.1 * step, "duet/n_q_mean": 3.0,
-                             "duet/tokens_generated": 100 * config.duet["budget_fraction"],
+                             "duet/tokens_generated": 100 * config.duet.budget_fraction,
                              "duet/abort_rate": 0.5})
             rows.append(metrics_row(logs, checkpoint_id=ck, kind="grpo", step=step, epoch=None,
                                     step_seconds=seconds, steps=1))
