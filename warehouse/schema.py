@@ -1,8 +1,11 @@
 """Declared schemas of the warehouse tables and the lineage columns every row carries.
 
-A declared schema gives a table a typed (empty) view before any Parquet exists, so SQL over a
-fresh warehouse works. Writers may add columns beyond the declaration (views use
-``union_by_name``); they may not change the type of a declared column.
+Every table weft writes is declared here (``tests/warehouse/test_store.py`` checks it). A
+declared schema gives a table a typed (empty) view before any Parquet exists, so SQL over a
+fresh warehouse works, including the derived views in ``warehouse/views``. Every declared
+column is written, NULL where a row does not set it. Writers may add columns beyond the
+declaration (views use ``union_by_name``); they may not change the type of a declared column
+(``Warehouse.write`` refuses such rows, naming the column).
 """
 
 from __future__ import annotations
@@ -23,8 +26,62 @@ def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field(name, dtype) for name, dtype in fields] + LINEAGE_FIELDS)
 
 
+# TRL conversational messages ({"role", "content"} in that order, as the writers build them)
+MESSAGES = pa.list_(pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string())]))
+
+# MOSAIC synthesis records (DeepTool §2.1), one row per trajectory of the manager/actor run
+# (mosaic_trajectories) or of the actor-only baseline (mosaic_baseline_trajectories, no
+# manager_model), written by assets/mosaic.py from pipelines.mosaic.records.TrajectoryRecord
+_MOSAIC_TRAJECTORY = (
+    ("trajectory_id", pa.string()),
+    ("method", pa.string()),
+    ("problem_id", pa.string()),
+    ("source", pa.string()),
+    ("problem", pa.string()),
+    ("answer", pa.string()),
+    ("status", pa.string()),
+    ("failure_reason", pa.string()),
+    ("failure_detail", pa.string()),
+    ("valid", pa.bool_()),
+    ("final_answer", pa.string()),
+    ("correct", pa.bool_()),
+    ("grade_method", pa.string()),
+    ("grade_error", pa.string()),
+    ("num_turns", pa.int64()),
+    ("code_steps", pa.int64()),
+    ("perturbed_steps", pa.int64()),
+    ("perturbed_generation", pa.int64()),
+    ("perturbed_environment", pa.int64()),
+    ("error_steps", pa.int64()),
+    ("recovered", pa.bool_()),
+    ("early_answer", pa.bool_()),
+    ("correction_steps", pa.int64()),
+    ("deviation_corrections", pa.int64()),
+    ("seconds", pa.float64()),
+    ("rho", pa.float64()),
+    ("max_steps", pa.int64()),
+    ("seed", pa.int64()),
+    ("text", pa.string()),
+    ("steps_json", pa.string()),
+    ("manager_model", pa.string()),
+    ("actor_model", pa.string()),
+)
+
 TABLES: dict[str, pa.Schema] = {
     "problems": _schema(
+        ("problem_id", pa.string()),
+        ("source", pa.string()),
+        ("split", pa.string()),
+        ("problem", pa.string()),
+        ("answer", pa.string()),
+        ("solution", pa.string()),
+        ("answer_type", pa.string()),
+        ("meta", pa.string()),
+        ("dataset_version", pa.string()),
+    ),
+    # one partition per source, written by each `<source>_problems` asset (assets/ingest.py);
+    # `problems` is built from it with cross-source overlap flags
+    "source_problems": _schema(
         ("problem_id", pa.string()),
         ("source", pa.string()),
         ("split", pa.string()),
@@ -108,7 +165,7 @@ TABLES: dict[str, pa.Schema] = {
         ("failed", pa.int64()),  # samples left out because their generation failed
     ),
     # budget curves from eval.budget.budget_curve (per-problem means, bootstrap CIs over
-    # problems), written by eval_reports; view budget_curve (migration 003)
+    # problems), written by eval_reports; view budget_curve (warehouse/views)
     "budget_scores": _schema(
         ("model", pa.string()),
         ("benchmark", pa.string()),
@@ -128,7 +185,7 @@ TABLES: dict[str, pa.Schema] = {
         ("checkpoint_id", pa.string()),
     ),
     # thinking-cap sweep with DeepTool Eq. 12 cost-effectiveness against a no-thinking baseline
-    # (eval.budget.eff_curve), written by eval_reports; view eff_curve (migration 003)
+    # (eval.budget.eff_curve), written by eval_reports; view eff_curve (warehouse/views)
     "eff_scores": _schema(
         ("model", pa.string()),
         ("benchmark", pa.string()),
@@ -227,6 +284,43 @@ TABLES: dict[str, pa.Schema] = {
         ("answer", pa.string()),
         ("meta", pa.string()),
     ),
+    # SxS Algorithm 1 alignments, one row per trace (assets/sxs.py, pipelines.sxs.Alignment):
+    # raw judge levels (NULL: no valid answer), each call's status, the repaired monotone levels
+    "sxs_alignments": _schema(
+        ("trace_id", pa.string()),
+        ("problem_id", pa.string()),
+        ("source", pa.string()),
+        ("judge_model", pa.string()),
+        ("k_r", pa.int64()),
+        ("k_a", pa.int64()),
+        ("raw", pa.list_(pa.int64())),
+        ("status", pa.list_(pa.string())),
+        ("repaired", pa.list_(pa.int64())),
+        ("calls_made", pa.int64()),
+        ("calls_saved", pa.int64()),
+        ("calls_cancelled", pa.int64()),
+        ("calls_failed", pa.int64()),
+        ("calls_prefiltered", pa.int64()),
+        ("n_segments", pa.int64()),
+        ("n_visible_segments", pa.int64()),
+        ("collapsed", pa.bool_()),
+        ("mode", pa.string()),
+        ("prefilter", pa.bool_()),
+        ("rounds", pa.int64()),
+        ("elapsed_s", pa.float64()),
+        ("tagged", pa.string()),
+    ),
+    # SxS SFT rows, variants sxs | standard (assets/sxs.py); prompt and completion are the TRL
+    # conversational messages as JSON (style chat) or plain text (style text)
+    "sxs_sft_dataset": _schema(
+        ("trace_id", pa.string()),
+        ("problem_id", pa.string()),
+        ("source", pa.string()),
+        ("variant", pa.string()),
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("n_visible_segments", pa.int64()),
+    ),
     # expert tool-integrated trajectories (pipelines/tir.py); steps_json rebuilds the steps
     "tir_trajectories": _schema(
         ("trajectory_id", pa.string()),
@@ -238,6 +332,108 @@ TABLES: dict[str, pa.Schema] = {
         ("text", pa.string()),
         ("steps_json", pa.string()),
         ("meta", pa.string()),
+    ),
+    # MOSAIC TIR SFT rows (DeepTool §2.2), one partition per rendering (state_preserved |
+    # state_discarded), written by assets/mosaic.py from pipelines.tir.sft_rows: prompt and
+    # completion are TRL conversational messages
+    "tir_sft_dataset": _schema(
+        ("prompt", MESSAGES),
+        ("completion", MESSAGES),
+        ("rendering", pa.string()),
+        ("step_index", pa.int64()),
+        ("num_steps", pa.int64()),
+        ("trajectory_id", pa.string()),
+        ("problem_id", pa.string()),
+        ("source", pa.string()),
+        ("origin", pa.string()),
+    ),
+    # process-supervised GRPO instances, one per expert step (DeepTool §2.3), written by
+    # assets/mosaic.py from pipelines.mosaic.decomposition.StepInstance.to_row
+    "step_instances": _schema(
+        ("instance_id", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("problem_id", pa.string()),
+        ("source", pa.string()),
+        ("step_index", pa.int64()),
+        ("num_steps", pa.int64()),
+        ("is_last_step", pa.bool_()),
+        ("rendering", pa.string()),
+        ("prompt", MESSAGES),
+        ("reference_thought", pa.string()),
+        ("reference_action", pa.string()),
+        ("reference_kind", pa.string()),
+        ("reference_output", pa.string()),
+        ("answer", pa.string()),
+        ("history_json", pa.string()),
+        ("origin", pa.string()),
+    ),
+    "mosaic_trajectories": _schema(*_MOSAIC_TRAJECTORY),
+    "mosaic_baseline_trajectories": _schema(*_MOSAIC_TRAJECTORY),
+    # one row per MOSAIC or baseline run of a source (assets/mosaic.py, pipelines.mosaic
+    # summarize_records); failed_<reason> counts pipelines.mosaic.FAILURE_REASONS, a reason
+    # added there becomes an extra column
+    "mosaic_summary": _schema(
+        ("method", pa.string()),
+        ("source", pa.string()),
+        ("model", pa.string()),
+        ("rho", pa.float64()),
+        ("failures_json", pa.string()),
+        ("trajectories", pa.int64()),
+        ("complete", pa.int64()),
+        ("valid", pa.int64()),
+        ("correct", pa.int64()),
+        ("accuracy", pa.float64()),
+        ("avg_turns", pa.float64()),
+        ("avg_turns_complete", pa.float64()),
+        ("early_answers", pa.int64()),
+        ("correction_steps", pa.int64()),
+        ("deviation_corrections", pa.int64()),
+        ("code_steps", pa.int64()),
+        ("error_steps", pa.int64()),
+        ("perturbed_steps", pa.int64()),
+        ("perturbation_rate", pa.float64()),
+        ("perturbed_trajectories", pa.int64()),
+        ("recovered", pa.int64()),
+        ("recovery_rate", pa.float64()),
+        ("seconds_per_trajectory", pa.float64()),
+        ("failed_manager_invalid_json", pa.int64()),
+        ("failed_actor_invalid_format", pa.int64()),
+        ("failed_max_steps", pa.int64()),
+        ("failed_endpoint_error", pa.int64()),
+        ("failed_sandbox_error", pa.int64()),
+    ),
+    # DUET §4 sweep, one row per arm (assets/duet.py, training.duet.sweep.sweep_rows): training
+    # cost, evaluation with its CI, mean DUET diagnostics (NULL for the GRPO arm) and the
+    # GRPO arm's wall clock and rollout tokens over the arm's (speedup, token_ratio)
+    "duet_sweep": _schema(
+        ("arm", pa.string()),
+        ("method", pa.string()),
+        ("budget_fraction", pa.float64()),
+        ("checkpoint_id", pa.string()),
+        ("checkpoint_path", pa.string()),
+        ("steps", pa.int64()),
+        ("train_wall_s", pa.float64()),
+        ("seconds_per_step", pa.float64()),
+        ("rollout_tokens", pa.float64()),
+        ("tokens_per_step", pa.float64()),
+        ("reward_mean", pa.float64()),
+        ("benchmark", pa.string()),
+        ("eval_problems", pa.int64()),
+        ("accuracy", pa.float64()),
+        ("accuracy_ci_low", pa.float64()),
+        ("accuracy_ci_high", pa.float64()),
+        ("mean_lambda", pa.float64()),
+        ("mean_n_q_mean", pa.float64()),
+        ("mean_abort_rate", pa.float64()),
+        ("mean_marker_rate", pa.float64()),
+        ("mean_is_weight_mean", pa.float64()),
+        ("mean_token_budget", pa.float64()),
+        ("mean_overhead_s", pa.float64()),
+        ("speedup", pa.float64()),
+        ("token_ratio", pa.float64()),
+        ("sweep", pa.string()),
+        ("recipe", pa.string()),
+        ("seed", pa.int64()),
     ),
     # Tandem RL (assets/tandem.py) and Engagement Process (assets/engagement.py,
     # assets/ep_training.py) result tables
@@ -296,6 +492,65 @@ TABLES: dict[str, pa.Schema] = {
         ("p_ttest", pa.float64()),
         ("p_bootstrap", pa.float64()),
     ),
+    # Engagement Process episodes (§5.2), one row each, partition <environment>.<method>
+    # (assets/engagement.py). The digital assistant (§5.2.1) fills seed, task_id and the
+    # main/email columns; the kitchen (§5.2.2) fills case_id, family and the dish/tutor columns;
+    # the other environment's columns are NULL. switches and interruptions are counts the
+    # assistant reports as floats, hence DOUBLE for both.
+    "ep_episodes": _schema(
+        ("environment", pa.string()),
+        ("policy", pa.string()),
+        ("method", pa.string()),
+        ("setting", pa.string()),
+        ("seed", pa.int64()),
+        ("episode", pa.int64()),
+        ("task_id", pa.string()),
+        ("case_id", pa.string()),
+        ("family", pa.string()),
+        ("utility", pa.float64()),
+        # digital assistant
+        ("main", pa.float64()),
+        ("email", pa.float64()),
+        ("balanced", pa.float64()),
+        ("emails", pa.float64()),
+        ("scored", pa.float64()),
+        ("on_time", pa.float64()),
+        ("timeouts", pa.float64()),
+        ("latency_sum", pa.float64()),
+        ("main_complete", pa.float64()),
+        ("resumptions", pa.float64()),
+        # both
+        ("switches", pa.float64()),
+        ("interruptions", pa.float64()),
+        # kitchen
+        ("dish_success", pa.int64()),
+        ("dishes", pa.int64()),
+        ("critical_success", pa.int64()),
+        ("criticals", pa.int64()),
+        ("soft_quality", pa.float64()),
+        ("softs", pa.int64()),
+        ("tutor_done", pa.int64()),
+        ("tutors", pa.int64()),
+        ("ticks", pa.int64()),
+        ("checks", pa.int64()),
+        ("fired", pa.int64()),
+        ("visibility_delay", pa.int64()),
+        ("finish_delay", pa.int64()),
+    ),
+    # event timelines of the first episodes of an ep_episodes partition: one row per event,
+    # intervention or utility at a tick; payload is JSON (pipelines.engagement.core)
+    "ep_timelines": _schema(
+        ("method", pa.string()),
+        ("episode", pa.int64()),
+        ("seed", pa.int64()),
+        ("tick", pa.int64()),
+        ("kind", pa.string()),
+        ("name", pa.string()),
+        ("payload", pa.string()),
+        ("environment", pa.string()),
+        ("setting", pa.string()),
+        ("policy", pa.string()),
+    ),
     "ep_scores": _schema(
         ("environment", pa.string()),
         ("setting", pa.string()),
@@ -337,6 +592,12 @@ TABLES: dict[str, pa.Schema] = {
         ("train_data", pa.string()),
         ("heldout", pa.string()),
     ),
+    # the EP-aware arm's GRPO training rows (training.ep_budget.training_examples), one
+    # partition per data fingerprint: the budget each row got; prompt (messages, or text when
+    # the dataset's prompts are text) and the dataset's own columns follow the dataset
+    "ep_budget_train": _schema(
+        ("budget", pa.int64()),
+    ),
     "ep_budget_tests": _schema(
         ("budget", pa.int64()),
         ("statistic", pa.string()),
@@ -357,3 +618,7 @@ TABLES: dict[str, pa.Schema] = {
         ("table_id", pa.string()),
     ),
 }
+
+# Stored tables whose own view has another name: the view ``models`` (warehouse/views/models.sql)
+# adds the embedded model to the registrations, which keep the view ``registered_models``.
+BASE_VIEW_NAMES: dict[str, str] = {"models": "registered_models"}

@@ -5,11 +5,14 @@ temporary file in the same folder and moved into place with ``os.replace``, so a
 reader sees either the previous file or the new one, never a partial file, and writing a
 partition again replaces its rows instead of adding to them.
 
-The DuckDB catalog (``<root>/catalog.duckdb``) holds only views over the Parquet globs plus
-versioned migrations (``warehouse/migrations/NNN_*.sql``). Writers never open it: DuckDB allows
-one writing process per file. Whoever queries refreshes the views when it can take the write
-lock; otherwise it reads the catalog as it is (read-only), or, if that is locked too, builds
-the same views in memory.
+The DuckDB catalog (``<root>/catalog.duckdb``) holds only views plus the record of applied
+data migrations (``warehouse.catalog``). A refresh drops every view and, in one transaction,
+creates one view per stored or declared table over its Parquet files (typed and empty from
+``warehouse/schema.py`` while it has none), applies pending data migrations, then creates the
+derived views of ``warehouse/views/*.sql`` in dependency order. Writers never open it: DuckDB
+allows one writing process per file. Whoever queries refreshes the catalog when it can take the
+write lock; otherwise it reads the catalog as it is (read-only), or, if that is locked too,
+builds the same views in memory (without applying migrations).
 
 Temp files of killed writers (``.data.parquet.<pid>.<host tag>.<uuid>.tmp``) are removed by the
 next write to the same table: a temp file is stale when its writer process is gone (same host
@@ -72,14 +75,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.settings import weft_home
+from warehouse.catalog import (
+    MIGRATIONS_DIR,
+    VIEWS_DIR,
+    apply_migrations,
+    create_views,
+    drop_views,
+    load_migrations,
+    load_views,
+)
 from warehouse.limits import QueryLimits, enforce, limit_settings
-from warehouse.schema import LINEAGE_COLUMNS, TABLES
+from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
 
 log = logging.getLogger(__name__)
 
 DATA_FILE = "data.parquet"
 _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 TEMP_PREFIX = f".{DATA_FILE}."
 TEMP_SUFFIX = ".tmp"
 # A partition write takes seconds to minutes; a temp file this old belongs to no live write.
@@ -191,17 +202,45 @@ def _to_arrow(table: str, data: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Ta
         else:
             inferred = pa.array([row.get(name) for row in rows]).type
             fields.append(pa.field(name, pa.string() if pa.types.is_null(inferred) else inferred))
-    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    try:
+        return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise ValueError(_type_mismatch(table, declared, rows, err)) from err
+
+
+def _type_mismatch(table: str, declared: pa.Schema, rows: list[Mapping[str, Any]],
+                   err: Exception) -> str:
+    """Which declared column of ``table`` a row's value does not fit, and what to do."""
+    for name in declared.names:
+        field = declared.field(name)
+        for number, row in enumerate(rows, start=1):
+            value = row.get(name)
+            if value is None:
+                continue
+            try:
+                pa.array([value], type=field.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return (f"table {table!r}: row {number} has {name}={value!r:.80} "
+                        f"({type(value).__name__}), but warehouse/schema.py declares {name} as "
+                        f"{field.type}; write that type, or change the declaration together "
+                        "with every writer of the table")
+    return f"table {table!r}: rows do not fit the declared schema: {err}"
 
 
 class Warehouse:
     """Parquet files under ``root`` plus the DuckDB catalog that makes them queryable."""
 
-    def __init__(self, root: str | Path | None = None, *, limits: QueryLimits | None = None):
+    def __init__(self, root: str | Path | None = None, *, limits: QueryLimits | None = None,
+                 views_dir: str | Path | None = None, migrations_dir: str | Path | None = None):
+        """``views_dir`` and ``migrations_dir`` (default ``warehouse/views`` and
+        ``warehouse/migrations``) hold the derived views and data migrations the catalog is
+        built from (``warehouse.catalog``)."""
         # absolute, so the views' file paths and the allowed directory agree whatever the cwd
         self.root = Path(os.path.abspath(root)) if root else weft_home() / "warehouse"
         self.catalog_path = self.root / "catalog.duckdb"
         self.limits = limits  # None: QueryLimits.from_env() at each query
+        self.views_dir = Path(views_dir) if views_dir is not None else VIEWS_DIR
+        self.migrations_dir = Path(migrations_dir) if migrations_dir is not None else MIGRATIONS_DIR
 
     def query_limits(self, limits: QueryLimits | None = None) -> QueryLimits:
         """``limits``, else the warehouse's, else ``QueryLimits.from_env()``; resolved."""
@@ -349,6 +388,7 @@ class Warehouse:
     # ---- the catalog ----------------------------------------------------------------------
     def _view_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str | None:
         schema = TABLES.get(table)
+        view = BASE_VIEW_NAMES.get(table, table)
         files, quarantined = self._scan(table)
         for bad in quarantined:
             log.warning("partition left out of the %s view: %s", table, bad)
@@ -363,22 +403,45 @@ class Warehouse:
             present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             missing = [f for f in (schema or []) if f.name not in present]
             extra = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS {f.name}" for f in missing)
-            return f"CREATE OR REPLACE VIEW {table} AS SELECT *{extra} FROM {source}"
+            return f"CREATE OR REPLACE VIEW {view} AS SELECT *{extra} FROM {source}"
         if schema is None:
             return None
         cols = ", ".join(
             f"CAST(NULL AS {_duck_type(field.type)}) AS {field.name}" for field in schema
         )
-        return f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} WHERE false"
+        return f"CREATE OR REPLACE VIEW {view} AS SELECT {cols} WHERE false"
 
-    def _install_views(self, con: duckdb.DuckDBPyConnection) -> None:
+    def _install_tables(self, con: duckdb.DuckDBPyConnection, skip: set[str]) -> None:
         for table in sorted(set(TABLES) | set(self.tables())):
+            view = BASE_VIEW_NAMES.get(table, table)
+            if view in skip:
+                log.warning("table %s has no view in the catalog: the view file %s.sql defines "
+                            "a view of that name; read the table with Warehouse.read", table, view)
+                continue
             sql = self._view_sql(table, con)
             if sql:
                 con.execute(sql)
-        applied = _apply_migrations(con, self.root)
-        if applied:
-            log.info("warehouse migrations applied: %s", applied)
+
+    def _install_views(self, con: duckdb.DuckDBPyConnection, *, migrate: bool) -> None:
+        """Drop every view, then create the tables' views, apply pending data migrations
+        (``migrate``: on the catalog file only) and create the derived views, all in one
+        transaction: a failure leaves the catalog as it was."""
+        views = load_views(self.views_dir)
+        migrations = load_migrations(self.migrations_dir) if migrate else []
+        names = {v.name for v in views}
+        con.execute("BEGIN TRANSACTION")
+        try:
+            drop_views(con)
+            self._install_tables(con, names)
+            applied = apply_migrations(con, self.root, migrations) if migrate else []
+            if applied:  # stored data changed: the tables' views may have new columns
+                log.info("warehouse migrations applied: %s", applied)
+                self._install_tables(con, names)
+            create_views(con, views, self.root)
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
 
     @contextmanager
     def _catalog_lock(self) -> Iterator[bool]:
@@ -395,7 +458,9 @@ class Warehouse:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def refresh_catalog(self) -> bool:
-        """Create/refresh the views and apply migrations; False if another process holds it."""
+        """Re-create every view and apply pending data migrations (``warehouse.catalog``);
+        False if another process holds the catalog. Raises ``CatalogDefinitionError`` for a
+        view file or migration that cannot be used (the catalog is then left as it was)."""
         with self._catalog_lock() as locked:
             if not locked:
                 return False
@@ -406,7 +471,7 @@ class Warehouse:
                 # another process writes it, or this process has it open read-only for a query
                 return False
             try:
-                self._install_views(con)
+                self._install_views(con, migrate=True)
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
@@ -452,7 +517,7 @@ class Warehouse:
                         why if tries else "catalog not refreshed and a partition quarantined")
             con = duckdb.connect()
             try:
-                self._install_views(con)
+                self._install_views(con, migrate=False)
                 _confine(con, self.root, limits)
             except BaseException:
                 con.close()
@@ -642,25 +707,10 @@ def _duck_type(dtype: pa.DataType) -> str:
         return "TIMESTAMPTZ" if dtype.tz else "TIMESTAMP"
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
         return f"{_duck_type(dtype.value_type)}[]"
+    if pa.types.is_struct(dtype):
+        fields = ", ".join(f'"{f.name}" {_duck_type(f.type)}' for f in dtype)
+        return f"STRUCT({fields})"
     raise TypeError(f"no DuckDB type mapping for {dtype}")
-
-
-def _apply_migrations(con: duckdb.DuckDBPyConnection, root: Path) -> list[str]:
-    """Run migrations in order. Derived views are re-created every time (they may depend on
-    base views that were just rebuilt); the version table records what has been applied."""
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS weft_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
-        "applied_at TIMESTAMPTZ DEFAULT now())"
-    )
-    done = {row[0] for row in con.execute("SELECT version FROM weft_migrations").fetchall()}
-    applied = []
-    for path in sorted(MIGRATIONS_DIR.glob("[0-9][0-9][0-9]_*.sql")):
-        version = int(path.name[:3])
-        con.execute(path.read_text().replace("{warehouse}", str(root).replace("'", "''")))
-        if version not in done:
-            con.execute("INSERT INTO weft_migrations (version, name) VALUES (?, ?)", [version, path.stem])
-            applied.append(path.stem)
-    return applied
 
 
 def lineage_columns() -> list[str]:

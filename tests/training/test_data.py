@@ -112,8 +112,9 @@ def test_warehouse_spec_and_fallback(weft_home):
     loaded = D.load_dataset("warehouse:sxs_sft_dataset", fallback="builtin:sxs_sft", limit=5)
     assert loaded.fallback_from == "warehouse:sxs_sft_dataset" and loaded.spec == "builtin:sxs_sft"
     assert len(loaded.rows) == 5 and loaded.describe()["rows"] == 5
-    rows = [{"prompt": json.dumps([{"role": "user", "content": f"q{i}"}]),
-             "completion": json.dumps([{"role": "assistant", "content": f"a{i}"}]),
+    # message lists, as assets/mosaic.py writes them (warehouse/schema.py declares the type)
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}],
+             "completion": [{"role": "assistant", "content": f"a{i}"}],
              "rendering": "state_preserved" if i % 2 else "state_discarded"} for i in range(4)]
     Warehouse().write("tir_sft_dataset", rows, lineage=Lineage(partition="all"))
     got = D.load_dataset("warehouse:tir_sft_dataset?rendering=state_preserved")

@@ -1,0 +1,228 @@
+"""What the DuckDB catalog holds besides the tables' own views: derived views and data migrations.
+
+Views (``warehouse/views/<name>.sql``): one ``CREATE OR REPLACE VIEW <name> AS …`` per file,
+the file named after the view. They hold no data, so every catalog refresh drops every view and
+creates them again: first one view per stored or declared table (``Warehouse``), then the view
+files in dependency order (a view that selects from another view file's view comes after it;
+ties by name). Editing a file changes the view at the next refresh; deleting a file removes the
+view. ``{warehouse}`` in a file stands for the warehouse folder (quotes doubled, for use inside a
+SQL string). A view over tables that have no rows yet still answers, empty and typed, because
+every table a view reads is declared in ``warehouse/schema.py``.
+
+Migrations (``warehouse/migrations/NNN_<name>.sql``) are for changes to stored data: each runs
+once per warehouse, in version order, and is recorded in the catalog table ``weft_migrations``
+(version, name, applied_at) in the same transaction. Versions 1–8 are retired: they defined
+views before views had their own files, and warehouses built then have them recorded as
+applied; a new migration takes version 9 or above. Migrations run only on the catalog file,
+never on the in-memory copy built while the file is busy (the next refresh applies them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+VIEWS_DIR = Path(__file__).with_name("views")
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# The view migrations that preceded the views folder; their numbers are never reused.
+RETIRED_MIGRATIONS = {
+    1: "001_scores_views", 2: "002_eval_views", 3: "003_budget_views", 4: "004_duet",
+    5: "005_tandem", 6: "006_models", 7: "007_engagement", 8: "008_ep_budget",
+}
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_CREATE_RE = re.compile(r"^CREATE\s+OR\s+REPLACE\s+VIEW\s+(\"?)([A-Za-z0-9_]+)\1\s+AS\s+(.*)$",
+                        re.IGNORECASE | re.DOTALL)
+
+
+_PARSED: dict[tuple, tuple[ViewFile, ...]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+class CatalogDefinitionError(ValueError):
+    """A view file or migration that cannot be used; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class ViewFile:
+    """One derived view: its name, file, SQL and the relations its query reads."""
+
+    name: str
+    path: Path
+    sql: str
+    reads: frozenset[str]
+
+    def statement(self, root: Path) -> str:
+        """The ``CREATE OR REPLACE VIEW`` statement with ``{warehouse}`` set to ``root``."""
+        return self.sql.replace("{warehouse}", str(root).replace("'", "''"))
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    def statements(self, root: Path) -> str:
+        return self.path.read_text().replace("{warehouse}", str(root).replace("'", "''"))
+
+
+def load_views(folder: Path = VIEWS_DIR) -> list[ViewFile]:
+    """Every ``*.sql`` file of ``folder`` as a view, in an order where each view comes after
+    the views it reads. Raises ``CatalogDefinitionError`` for a badly named file, a file that is
+    not exactly one ``CREATE OR REPLACE VIEW`` of its own name, SQL that does not parse, or
+    views that read each other in a cycle."""
+    paths = sorted(folder.glob("*.sql"))
+    # parsed once per version of the folder's files (every query refreshes the catalog)
+    key = (str(folder.resolve()), tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size)
+                                        for p in paths))
+    with _CACHE_LOCK:
+        cached = _PARSED.get(key)
+    if cached is not None:
+        return list(cached)
+    con = duckdb.connect()
+    try:
+        views = {v.name: v for v in (_read_view(path, con) for path in paths)}
+    finally:
+        con.close()
+    ordered = _dependency_order(views)
+    with _CACHE_LOCK:
+        if len(_PARSED) > 16:
+            _PARSED.clear()
+        _PARSED[key] = tuple(ordered)
+    return ordered
+
+
+def _read_view(path: Path, con: duckdb.DuckDBPyConnection) -> ViewFile:
+    name = path.stem
+    if not _NAME_RE.match(name):
+        raise CatalogDefinitionError(
+            f"view file {path}: name views with lower-case letters, digits and underscores "
+            "(the file is <view name>.sql)")
+    sql = path.read_text()
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as err:
+        raise CatalogDefinitionError(f"view file {path} does not parse: {err}") from None
+    match = _CREATE_RE.match(statements[0].query.strip()) if len(statements) == 1 else None
+    if match is None or match.group(2).lower() != name:
+        raise CatalogDefinitionError(
+            f"view file {path} must hold exactly one statement, CREATE OR REPLACE VIEW {name} AS "
+            f"SELECT …; found {len(statements)} statement(s)"
+            + ("" if len(statements) != 1 else f" starting {statements[0].query.strip()[:60]!r}"))
+    tree = json.loads(con.execute("SELECT json_serialize_sql($1)", [match.group(3)]).fetchone()[0])
+    if tree.get("error"):
+        raise CatalogDefinitionError(
+            f"view file {path}: the view's query does not parse: {tree.get('error_message')}")
+    return ViewFile(name, path, sql, frozenset(_relations(tree)))
+
+
+def _relations(node: Any) -> Iterable[str]:
+    """Names of every table, view or CTE a serialised query tree reads from."""
+    if isinstance(node, dict):
+        if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+            yield node["table_name"].lower()
+        for value in node.values():
+            yield from _relations(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _relations(value)
+
+
+def _dependency_order(views: dict[str, ViewFile]) -> list[ViewFile]:
+    ordered: list[ViewFile] = []
+    state: dict[str, str] = {}  # name -> "visiting" | "done"
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "visiting":
+            cycle = " -> ".join([*path[path.index(name):], name])
+            raise CatalogDefinitionError(
+                f"views read each other in a cycle: {cycle}; a view may read only views "
+                "that do not read it back (warehouse/views)")
+        state[name] = "visiting"
+        for dep in sorted(views[name].reads & views.keys() - {name}):
+            visit(dep, [*path, name])
+        state[name] = "done"
+        ordered.append(views[name])
+
+    for name in sorted(views):
+        visit(name, [])
+    return ordered
+
+
+def load_migrations(folder: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The data migrations of ``folder`` in version order. Raises ``CatalogDefinitionError``
+    for a ``.sql`` file not named ``NNN_<name>.sql``, a retired version (1–8) or a version used
+    twice."""
+    found: dict[int, Migration] = {}
+    for path in sorted(folder.glob("*.sql")):
+        match = _MIGRATION_RE.match(path.name)
+        if match is None:
+            raise CatalogDefinitionError(
+                f"migration {path}: name it NNN_<name>.sql (three digits, then lower-case "
+                "letters, digits and underscores)")
+        version = int(match.group(1))
+        if version in RETIRED_MIGRATIONS:
+            raise CatalogDefinitionError(
+                f"migration {path}: version {version} is retired (it once defined views, now in "
+                f"warehouse/views); number it {max(RETIRED_MIGRATIONS) + 1:03d} or above")
+        if version in found:
+            raise CatalogDefinitionError(
+                f"migrations {found[version].path.name} and {path.name} share version {version}")
+        found[version] = Migration(version, path.stem, path)
+    return [found[v] for v in sorted(found)]
+
+
+def drop_views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Drop every view of the connection's own database; returns their names."""
+    names = [row[0] for row in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal "
+        "AND database_name = current_database() AND schema_name = 'main'").fetchall()]
+    for name in names:
+        con.execute(f'DROP VIEW IF EXISTS "{name}"')
+    return names
+
+
+def create_views(con: duckdb.DuckDBPyConnection, views: Iterable[ViewFile], root: Path) -> None:
+    """Create ``views`` (in the order given) with ``{warehouse}`` set to ``root``."""
+    for view in views:
+        try:
+            con.execute(view.statement(root))
+        except duckdb.Error as err:
+            raise CatalogDefinitionError(
+                f"view file {view.path} could not be created: {err}. Each table it reads must "
+                "be declared in warehouse/schema.py or be another view file") from err
+
+
+def apply_migrations(con: duckdb.DuckDBPyConnection, root: Path,
+                     migrations: Iterable[Migration]) -> list[str]:
+    """Run each migration not yet recorded in ``weft_migrations`` and record it; returns the
+    names applied. The caller holds the transaction."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS weft_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
+        "applied_at TIMESTAMPTZ DEFAULT now())"
+    )
+    done = {row[0] for row in con.execute("SELECT version FROM weft_migrations").fetchall()}
+    applied = []
+    for migration in migrations:
+        if migration.version in done:
+            continue
+        try:
+            con.execute(migration.statements(root))
+        except duckdb.Error as err:
+            raise CatalogDefinitionError(
+                f"migration {migration.path} failed: {err}; fix it and query again (it is "
+                "applied at the next catalog refresh)") from err
+        con.execute("INSERT INTO weft_migrations (version, name) VALUES (?, ?)",
+                    [migration.version, migration.name])
+        applied.append(migration.name)
+    return applied
