@@ -21,8 +21,8 @@ ended step is told apart from an ended answer (vLLM 0.32's ``ChatCompletionReque
 three fields). The team shares one token cap (``max_tokens`` of the run): each request asks
 for what is left.
 
-The result of one sample is an ordinary ``eval_samples`` row (mode ``handoff``) plus
-``partner``, ``handoff_starts``, ``handoff_schedule``, ``segments``, ``handoffs``,
+The result of one sample is an ordinary ``eval_samples`` row (mode ``handoff``, run by
+``eval.modes.handoff.HandoffMode``) plus ``partner``, ``handoff_starts``, ``handoff_schedule``, ``segments``, ``handoffs``,
 ``segment_authors`` (one letter per step: ``S`` senior, ``J`` junior), ``senior_tokens``,
 ``junior_tokens`` and ``senior_share`` (senior tokens / all completion tokens).
 
@@ -181,14 +181,3 @@ async def handoff_generate(team: HandoffTeam, messages: list[dict[str, Any]], pa
         "junior_tokens": tokens[JUNIOR],
         "senior_share": tokens[SENIOR] / total if total else None,
     }
-
-
-async def handoff_sample(client: Any, messages: list[dict[str, Any]], params: Any, mode: Any, *,
-                         tag: str, sample_index: int) -> dict[str, Any]:
-    """``eval.runner``'s entry point for mode ``handoff``: the settings come from ``mode``
-    (``eval.modes.ModeConfig``), the partner's label is recorded in ``partner``."""
-    out = await handoff_generate(client, messages, params, schedule=mode.handoff_schedule,
-                                 starts=mode.handoff_starts, p=mode.handoff_p, tag=tag,
-                                 sample_index=sample_index)
-    out["partner"] = mode.handoff_partner or getattr(client.junior, "model", None)
-    return out

@@ -19,38 +19,31 @@ import logging
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from eval import metrics
 from eval.benchmarks import Benchmark
-from eval.modes import (
-    Job,
-    ModeConfig,
-    budget_generation_limit,
-    budget_limit_warning,
-    budget_tokens_used,
-    capped_chat,
-    max_tokens_for,
-    messages_for,
-    output_fields,
-    plan_jobs,
-    prompt_token_bound,
-    wants_tokenizer,
-)
+from eval.modes import Job, Mode, Run, SingleMode, stored_config
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class EvalConfig:
+    """Sampling and size of one evaluation, and its generation mode (``eval.modes``).
+
+    Greedy decoding ignores nucleus sampling: with ``temperature == 0`` the stored ``top_p``
+    is 1.0 whatever was given, so the request, the cache key and the stored config say what
+    was really done."""
+
     k: int = 1
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 512  # per answer (per turn in tool mode); budgeted mode uses budget_limit
     seed: int = 0
     limit: int | None = None
-    mode: ModeConfig = field(default_factory=ModeConfig)
+    mode: Mode = field(default_factory=SingleMode)
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -62,6 +55,11 @@ class EvalConfig:
             )
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not isinstance(self.mode, Mode):
+            raise TypeError(f"EvalConfig.mode must be a generation mode (eval.modes.ModeConfig("
+                            f"mode=...) or a Mode class), got {type(self.mode).__name__}")
+        if self.temperature == 0:
+            object.__setattr__(self, "top_p", 1.0)
 
 
 @dataclass
@@ -83,14 +81,6 @@ def select_problems(problems: Iterable[Mapping[str, Any]], limit: int | None) ->
 
 def build_messages(bench: Benchmark, problem: Mapping[str, Any] | str) -> list[dict[str, str]]:
     return [{"role": "user", "content": bench.render(problem)}]
-
-
-def _load_tokenizer(path: str | None) -> Any:
-    from transformers import AutoTokenizer
-
-    from pipelines.models import convert
-
-    return AutoTokenizer.from_pretrained(path or str(convert()))
 
 
 def served_context_window(client: Any) -> int | None:
@@ -115,95 +105,38 @@ def served_context_window(client: Any) -> int | None:
     return None
 
 
-async def budgeted_limit(client: Any, bench: Benchmark, jobs: list[Job], mode: ModeConfig) -> int:
-    """The one decoding limit of a budgeted run (``eval.modes.budget_generation_limit``),
-    bounded by the model's context minus the run's largest prompt; logs a warning when it is
-    below the largest budget."""
-    import asyncio
-
-    context = await asyncio.to_thread(served_context_window, client)
-    prompt = max(prompt_token_bound(messages_for(bench, job, mode)) for job in jobs)
-    limit = budget_generation_limit(mode, context, prompt if context is not None else 0)
-    warning = budget_limit_warning(mode, limit)
-    if warning:
-        log.warning(warning)
-    return limit
-
-
 async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: EvalConfig,
                    *, model_label: str, sandbox: Any | None = None) -> list[dict[str, Any]]:
-    """One row per job (problem x sample x budget x cap) with the raw output; not graded yet.
-
-    Budgeted rows carry ``generation_limit`` (the same for every budget) and ``tokens_used``
-    (completion tokens without the stopping EOS, ``eval.modes.budget_tokens_used``)."""
+    """One row per job of the mode (problem x sample, x budget or cap where the mode varies
+    them) with the raw output and the graded text; not graded yet. Every mode goes through
+    the same steps (``eval.modes.base``): plan, prepare, then per job messages, limit,
+    generate, graded text and the mode's own columns."""
     from pipelines.llm import SamplingParams
 
     mode = cfg.mode
-    jobs = plan_jobs(problems, cfg.k, mode)
-    limit = await budgeted_limit(client, bench, jobs, mode) if mode.mode == "budgeted" else None
-    tokenizer = _load_tokenizer(mode.tokenizer_path) if wants_tokenizer(mode) else None
-    if mode.mode == "tool" and sandbox is None:
-        raise ValueError("tool mode needs a sandbox (pipelines.sandbox.SandboxPool)")
+    jobs = mode.plan(problems, cfg.k)
+    run = Run(client=client, bench=bench, sandbox=sandbox, tag=f"eval/{bench.name}/{mode.name}",
+              context_window=lambda: served_context_window(client))
+    await mode.prepare(run, jobs)
 
     async def one(job: Job) -> dict[str, Any]:
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_tokens=max_tokens_for(job, mode, cfg.max_tokens, limit),
+                                max_tokens=mode.max_tokens(run, job, cfg.max_tokens),
                                 seed=cfg.seed + job.index, n=1)
-        messages = messages_for(bench, job, mode)
+        messages = mode.messages(bench, job)
         row = {
             "model": model_label, "benchmark": bench.name, "problem_id": job.problem["problem_id"],
             "sample_index": job.index, "prompt": "" if bench.private_text else messages[-1]["content"],
-            "gold": job.problem["answer"], "seed": cfg.seed + job.index, "mode": mode.mode,
+            "gold": job.problem["answer"], "seed": cfg.seed + job.index, "mode": mode.name,
             "budget": job.budget, "thinking_cap": job.cap,
         }
-        # distinct cache entries for distinct budgets/caps of the same sample
-        variant = job.index + 1000 * (job.budget or 0) + 7 * (job.cap or 0)
-        tag = f"eval/{bench.name}/{mode.mode}"
-        if mode.mode == "tool":
-            import asyncio
-
-            session = await asyncio.to_thread(sandbox.session)
-            try:
-                out = await solve_tool(client, session, job, params, mode, tag, variant)
-            finally:
-                await asyncio.to_thread(session.close)
-            row.update(out, context_policy=mode.context_policy)
-            return row
-        if mode.mode == "handoff":  # senior and partner alternate at reasoning steps
-            from eval.handoff import handoff_sample
-
-            row.update(await handoff_sample(client, messages, params, mode, tag=tag,
-                                            sample_index=variant))
-            row.update(output_fields(mode.mode, row["output"], tokenizer))
-            return row
-        if job.cap is None:
-            result = (await client.chat(messages, params, tag=tag, sample_index=variant))[0]
-        else:  # the cap limits the thinking, not the answer (eval.modes.capped_chat)
-            result = await capped_chat(client, messages, params, job.cap, tag=tag,
-                                       sample_index=variant)
-        row.update({
-            "output": result.text or "",
-            "prompt_tokens": int(result.prompt_tokens or 0),
-            "completion_tokens": int(result.completion_tokens or 0),
-            "latency_s": float(result.latency_s or 0.0),
-            "finish_reason": result.finish_reason,
-            "gen_error": result.error,
-        })
-        row.update(output_fields(mode.mode, row["output"], tokenizer))
-        if job.budget is not None:
-            row["generation_limit"] = params.max_tokens
-            row["tokens_used"] = budget_tokens_used(row["completion_tokens"], row["finish_reason"],
-                                                    mode.usage_counts_eos)
+        row.update(await mode.generate(run, job, messages, params))
+        if row.get("graded_text") is None:
+            row["graded_text"] = mode.graded_text(row["output"])
+        row.update(mode.sample_fields(run, job, row))
         return row
 
-    return await client.map(one, jobs, desc=f"generate {bench.name} ({mode.mode})")
-
-
-async def solve_tool(client, session, job, params, mode, tag, variant) -> dict[str, Any]:
-    from eval.modes import solve_with_tools
-
-    return await solve_with_tools(client, session, job.problem["problem"], params=params, mode=mode,
-                                  tag=tag, sample_index=variant, cap=job.cap)
+    return await client.map(one, jobs, desc=f"generate {bench.name} ({mode.name})")
 
 
 def code_problem(problem: Mapping[str, Any]) -> dict[str, Any]:
@@ -372,19 +305,17 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
         samples=rows, scores=scores, generation_s=t1 - t0, grading_s=t2 - t1,
         completion_tokens=sum(int(r.get("completion_tokens") or 0) for r in rows),
         errors=sum(1 for r in rows if r.get("gen_error")),
-        extra={"config": asdict(cfg), **_budget_extra(rows, cfg.mode)},
+        extra={"config": config_dict(cfg), **cfg.mode.run_extra(rows)},
     )
 
 
-def _budget_extra(rows: list[dict[str, Any]], mode: ModeConfig) -> dict[str, Any]:
-    """The budgeted run's one generation limit and its warning, for the asset's metadata."""
-    limits = {r["generation_limit"] for r in rows if r.get("generation_limit") is not None}
-    if not limits:
-        return {}
-    limit = max(limits)
-    return {"budget_generation_limit": limit,
-            "budget_limit_warning": budget_limit_warning(mode, limit)}
+def config_dict(cfg: EvalConfig) -> dict[str, Any]:
+    """The evaluation's config as stored: the sampling fields and the mode's settings
+    (``eval.modes.stored_config``: the same keys for every built-in mode)."""
+    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "mode"}
+    out["mode"] = stored_config(cfg.mode)
+    return out
 
 
 def config_json(cfg: EvalConfig) -> str:
-    return json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    return json.dumps(config_dict(cfg), sort_keys=True)

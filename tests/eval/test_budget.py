@@ -414,14 +414,14 @@ class _RecordingClient:
 
 
 def test_tool_mode_caps_each_turns_thinking():
-    from eval.modes import solve_with_tools
+    from eval.modes import Run
     from pipelines.llm import SamplingParams
 
     client = _RecordingClient()
-    out = asyncio.run(solve_with_tools(client, None, "What is 6 times 7?",
-                                       params=SamplingParams(max_tokens=300),
-                                       mode=ModeConfig(mode="tool", thinking_caps=(16,)),
-                                       tag="t", sample_index=0, cap=16))
+    mode = ModeConfig(mode="tool", thinking_caps=(16,))
+    run = mode.capped_run(Run(client, tag="t"), 16)  # what the sweep does for a cap-16 job
+    out = asyncio.run(mode.solve(run, None, "What is 6 times 7?", SamplingParams(max_tokens=300),
+                                 sample_index=0))
     (_, p1, e1), (m2, p2, e2) = client.calls
     assert (p1.max_tokens, e1) == (16, None)
     assert p2.max_tokens == 300 - 16 and e2["continue_final_message"] is True

@@ -3,13 +3,25 @@ endpoint (exact expectations) — and reproducibility against the real local ser
 
 import asyncio
 import json
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
-from eval.benchmarks import get
-from eval.modes import ModeConfig
+from eval.benchmarks import Benchmark, get
+from eval.modes import (
+    BudgetedMode,
+    Job,
+    Mode,
+    ModeConfig,
+    Run,
+    SingleMode,
+    ThinkingCaps,
+    ToolMode,
+    register_mode,
+)
 from eval.runner import EvalConfig, evaluate
-from pipelines.llm import LLMClient
+from pipelines.llm import LLMClient, SamplingParams
 from pipelines.llm.testing import FakeLLMServer
 
 PROBLEMS = [
@@ -189,15 +201,22 @@ def test_single_mode_measures_latency_of_reason_then_answer(tmp_path, embedded_m
     assert (rows["p2"]["airw"], rows["p2"]["abo"]) == (0, 1)
 
 
-def test_output_fields_hand_computed_with_whitespace_tokens():
+def test_latency_columns_hand_computed_with_whitespace_tokens():
     from eval.latency import WhitespaceTokenizer
-    from eval.modes import output_fields
+    from eval.modes import BudgetedMode, Job, Run, SingleMode
 
-    out = output_fields("single", "<think>r1 r2 r3</think>The answer is 5", WhitespaceTokenizer())
+    run = Run(client=None, state={"tokenizer": WhitespaceTokenizer()})
+    job = Job(PROBLEMS[0], 0)
+    text = "<think>r1 r2 r3</think>The answer is 5"
+    # think tokens 1-3, speak tokens 4-7: AIRW 3, ABO 4, ARI the mean of 4..7
+    out = SingleMode(tokenizer_path="tok").sample_fields(run, job, {"output": text})
     assert (out["airw"], out["abo"], out["ari"]) == (3, 4, (4 + 5 + 6 + 7) / 4)
-    assert out["graded_text"] == "<think>r1 r2 r3</think>The answer is 5"
-    assert "ari" not in output_fields("single", "x", None)  # no tokenizer, no latency
-    assert "ari" not in output_fields("budgeted", "x", WhitespaceTokenizer())
+    assert (out["reasoning_tokens"], out["response_tokens"]) == (3, 4)
+    assert SingleMode().graded_text(text) == text  # boxed format: the whole text is read
+    assert SingleMode().sample_fields(Run(client=None), job, {"output": text}) == {}  # no tokenizer
+    assert "ari" not in BudgetedMode().sample_fields(
+        Run(client=None, state={"tokenizer": WhitespaceTokenizer(), "generation_limit": 9}), job,
+        {"output": text, "completion_tokens": 4, "finish_reason": "stop"})
 
 
 def test_budgeted_prompts_use_the_papers_urgency_words_by_default():
@@ -210,7 +229,7 @@ def test_budgeted_prompts_use_the_papers_urgency_words_by_default():
     numeric = messages_for(bench, job, ModeConfig(mode="budgeted", budget_prompt="numeric"))
     assert "1000 tokens" in numeric[-1]["content"]
     with pytest.raises(ValueError, match="budget_prompt must be one of"):
-        ModeConfig(budget_prompt="shout")
+        ModeConfig(mode="budgeted", budget_prompt="shout")
 
 
 class _ScriptedClient:
@@ -218,12 +237,13 @@ class _ScriptedClient:
 
     def __init__(self, replies):
         self.replies = list(replies)
+        self.requests = []
 
     async def chat(self, messages, params, **kwargs):
-        from types import SimpleNamespace
+        from pipelines.llm import ChatResult
 
-        return [SimpleNamespace(text=self.replies.pop(0), prompt_tokens=1, completion_tokens=1,
-                                latency_s=0.0, finish_reason="stop", error=None)]
+        self.requests.append((messages, params, kwargs.get("extra_body")))
+        return [ChatResult(self.replies.pop(0), "stop", 1, 1, 0.0, False)]
 
 
 @pytest.mark.parametrize("reply, correct", [
@@ -232,14 +252,14 @@ class _ScriptedClient:
     ("The answer is \\boxed{42}", False),  # off-schema: no answer block, as in the reward
 ])
 def test_tool_mode_grades_the_answer_block_like_the_tir_reward(reply, correct):
-    from eval.modes import solve_with_tools
+    from eval.modes import Run
     from eval.runner import grade
     from pipelines.llm import SamplingParams
     from training.rewards import get_outcome_reward
 
-    out = asyncio.run(solve_with_tools(_ScriptedClient([reply]), None, "q",
-                                       params=SamplingParams(max_tokens=64),
-                                       mode=ModeConfig(mode="tool"), tag="t", sample_index=0))
+    out = asyncio.run(ModeConfig(mode="tool").solve(Run(_ScriptedClient([reply]), tag="t"), None,
+                                                    "q", SamplingParams(max_tokens=64),
+                                                    sample_index=0))
     row = {"problem_id": "p", "gold": "42", "gen_error": None, **out}
     grade([row], get("math500"))
     assert row["correct"] is correct
@@ -269,3 +289,260 @@ def test_same_seed_reproduces_rows_and_scores_on_the_real_server(tmp_path, local
     assert [(s["metric"], s["k"], s["value"]) for s in first.scores] == [
         (s["metric"], s["k"], s["value"]) for s in second.scores]
     assert len({r["output"] for r in first.samples}) > 1  # sampling really varied across samples
+
+
+# ------------------------------------------------------------------ one class per mode, by hand
+# Each mode's plan, messages, limit, graded text and own columns against values written out
+# here (a toy benchmark whose prompt is "Q: <problem>").
+
+TOY_BENCH = Benchmark("toy", "toy", "math", "Q: {problem}")
+ASK_P1 = {"role": "user", "content": "Q: What is 6 times 7?"}
+
+
+def _ids(jobs):
+    return [(j.problem["problem_id"], j.index, j.budget, j.cap) for j in jobs]
+
+
+def test_single_mode_class():
+    mode = ModeConfig()
+    assert isinstance(mode, SingleMode) and mode.mode == "single"
+    assert _ids(mode.plan(PROBLEMS, 2)) == [("p1", 0, None, None), ("p1", 1, None, None),
+                                            ("p2", 0, None, None), ("p2", 1, None, None)]
+    assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0)) == [ASK_P1]
+    assert mode.max_tokens(Run(None), Job(PROBLEMS[0], 0), 300) == 300
+    text = "<think>maybe \\boxed{1}</think>so \\boxed{4}"
+    assert mode.graded_text(text) == text  # boxed: the grader reads the whole text
+    assert mode.sample_fields(Run(None), Job(PROBLEMS[0], 0), {"output": text}) == {}
+
+
+def test_interleaved_mode_class():
+    from eval.latency import WhitespaceTokenizer
+    from pipelines.formats import SXS_SYSTEM_PROMPT
+
+    mode = ModeConfig(mode="interleaved")
+    assert _ids(mode.plan(PROBLEMS, 1)) == [("p1", 0, None, None), ("p2", 0, None, None)]
+    assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0)) == [
+        {"role": "system", "content": SXS_SYSTEM_PROMPT}, ASK_P1]
+    text = "<think>a b</think><speak>c</speak><think>d</think><speak>e f</speak>"
+    assert mode.graded_text(text) == "c\n\ne f"  # the speak projection
+    assert mode.graded_text("<think>only \\boxed{4}</think>") == ""
+    # think 1-2, speak 3, think 4, speak 5-6: ARI (3+5+6)/3, ABO (3+5)/2, AIRW (2+1)/2
+    out = mode.sample_fields(Run(None, state={"tokenizer": WhitespaceTokenizer()}),
+                             Job(PROBLEMS[0], 0), {"output": text})
+    assert (out["ari"], out["abo"], out["airw"], out["airw_between"]) == (14 / 3, 4, 1.5, 1)
+    assert (out["reasoning_tokens"], out["response_tokens"]) == (3, 3)
+
+
+def test_budgeted_mode_class():
+    mode = ModeConfig(mode="budgeted", budgets=[400, 100])
+    assert mode.budgets == (400, 100)
+    assert _ids(mode.plan(PROBLEMS[:1], 2)) == [("p1", 0, 400, None), ("p1", 1, 400, None),
+                                                ("p1", 0, 100, None), ("p1", 1, 100, None)]
+    urgent = "Q: What is 6 times 7?\n\nNow time is urgent, please give me an answer immediately."
+    relaxed = ("Q: What is 6 times 7?\n\nNow there is a lot of time for you to think, please "
+               "think carefully and give me an answer.")
+    job100, job400 = Job(PROBLEMS[0], 0, budget=100), Job(PROBLEMS[0], 0, budget=400)
+    assert mode.messages(TOY_BENCH, job100) == [{"role": "user", "content": urgent}]
+    assert mode.messages(TOY_BENCH, job400) == [{"role": "user", "content": relaxed}]
+    # one limit for every budget: 4 x 400 = 1600, capped by a 1000-token context minus the
+    # longest prompt (its UTF-8 bytes + 128 template tokens)
+    run = Run(None, bench=TOY_BENCH, context_window=lambda: 1000)
+    asyncio.run(mode.prepare(run, mode.plan(PROBLEMS[:1], 1)))
+    limit = 1000 - (len(relaxed.encode()) + 128)
+    assert mode.max_tokens(run, job100, 5) == mode.max_tokens(run, job400, 5) == limit
+    fields = mode.sample_fields(run, job100, {"completion_tokens": 10, "finish_reason": "stop"})
+    assert fields == {"generation_limit": limit, "tokens_used": 9}  # the EOS is not counted
+    assert mode.run_extra([]) == {}
+    extra = mode.run_extra([{"generation_limit": 300}, {"generation_limit": None}])
+    assert extra["budget_generation_limit"] == 300
+    assert "below the largest budget 400" in extra["budget_limit_warning"]
+
+
+def test_tool_mode_class():
+    mode = ModeConfig(mode="tool", context_policy="state_discarded", max_turns=2)
+    assert isinstance(mode, ToolMode) and (mode.context_policy, mode.max_turns) == (
+        "state_discarded", 2)
+    assert _ids(mode.plan(PROBLEMS[:1], 1)) == [("p1", 0, None, None)]
+    assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0)) == [ASK_P1]  # the row's prompt
+    assert mode.graded_text("<answer>1</answer> then <answer>7</answer>") == "\\boxed{7}"
+    assert mode.graded_text("<answer>\\boxed{3}</answer>") == "\\boxed{3}"
+    assert mode.graded_text("\\boxed{3} without a block") == ""
+    assert mode.sample_fields(Run(None), Job(PROBLEMS[0], 0), {}) == {
+        "context_policy": "state_discarded"}
+    with pytest.raises(ValueError, match="tool mode needs a sandbox"):
+        asyncio.run(mode.prepare(Run(None), []))
+    # two code turns and no answer: the turn limit ends the sample; the session keeps x
+    from pipelines.sandbox import SandboxPool
+
+    replies = ["<think>a</think><code>x = 1", "<think>b</think><code>x += 1\nprint(x)"]
+    with SandboxPool(workers=1) as pool:
+        session = pool.session()
+        try:
+            out = asyncio.run(mode.solve(Run(_ScriptedClient(replies)), session, "q",
+                                         SamplingParams(max_tokens=64), sample_index=0))
+        finally:
+            session.close()
+    assert out["turns"] == 2 and out["graded_text"] == "" and out["tool_errors"] == 0
+    assert out["output"].count("</code>") == 2  # the stopped blocks were closed
+    assert out["output"].endswith("<interpreter>\n2\n</interpreter>")
+
+
+def test_thinking_caps_class():
+    from eval.modes import NO_THINKING
+
+    mode = ModeConfig(mode="single", thinking_caps=[0, 64])
+    assert isinstance(mode, ThinkingCaps) and mode.inner == SingleMode() and mode.mode == "single"
+    assert mode.thinking_caps == (0, 64)
+    assert _ids(mode.plan(PROBLEMS, 1)) == [("p1", 0, None, 0), ("p2", 0, None, 0),
+                                            ("p1", 0, None, 64), ("p2", 0, None, 64)]
+    assert Job(PROBLEMS[0], 1, cap=64).variant == 1 + 7 * 64  # its own cache entry
+    assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0, cap=0)) == [ASK_P1]
+    # cap 0: the answer continues an empty, closed thinking block
+    client = _ScriptedClient(["\\boxed{42}"])
+    out = asyncio.run(mode.generate(Run(client), Job(PROBLEMS[0], 0, cap=0), [ASK_P1],
+                                    SamplingParams(max_tokens=64)))
+    assert out["output"] == "<think>\n\n</think>\n\\boxed{42}" == NO_THINKING + "\\boxed{42}"
+    ((messages, params, body),) = client.requests  # one request: the continuation
+    assert messages == [ASK_P1, {"role": "assistant", "content": "<think>\n\n</think>\n"}]
+    assert body["continue_final_message"] is True and params.max_tokens == 64
+    assert ModeConfig(mode="tool", thinking_caps=(16,)).max_turns == 6  # the inner mode's
+    with pytest.raises(ValueError, match="thinking caps apply to the modes"):
+        ModeConfig(mode="handoff", thinking_caps=(16,))
+
+
+def test_handoff_mode_class(tmp_path):
+    from eval.handoff import HandoffTeam
+
+    mode = ModeConfig(mode="handoff", handoff_partner="jr", handoff_starts="junior")
+    assert _ids(mode.plan(PROBLEMS[:1], 2)) == [("p1", 0, None, None), ("p1", 1, None, None)]
+    assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0)) == [ASK_P1]
+    assert mode.graded_text("a\n\n\\boxed{2}") == "a\n\n\\boxed{2}"
+    team = HandoffTeam(_ScriptedClient(["So \\boxed{42}"]), _ScriptedClient(["J step\n\n"]))
+    run = Run(team, tag="t")
+    asyncio.run(mode.prepare(run, []))
+    out = asyncio.run(mode.generate(run, Job(PROBLEMS[0], 0), [ASK_P1],
+                                    SamplingParams(max_tokens=64, seed=0)))
+    assert out["output"] == "J step\n\nSo \\boxed{42}" and out["segment_authors"] == "JS"
+    assert out["partner"] == "jr" and out["handoff_starts"] == "junior"
+    with pytest.raises(TypeError, match="HandoffTeam"):
+        asyncio.run(mode.prepare(Run(_ScriptedClient([])), []))
+
+
+def test_a_setting_of_another_mode_is_refused_with_the_mode_that_takes_it():
+    with pytest.raises(ValueError, match="budgets is a setting of mode 'budgeted', not of mode "
+                                         "'single'"):
+        ModeConfig(budgets=(100,))
+    with pytest.raises(ValueError, match="handoff_p is a setting of mode 'handoff', not of "
+                                         "mode 'budgeted'"):
+        ModeConfig(mode="budgeted", handoff_p=0.2)
+    with pytest.raises(ValueError, match="context_policy is a setting of mode 'tool'"):
+        ModeConfig(mode="interleaved", context_policy="state_discarded")
+    with pytest.raises(TypeError, match="unknown mode setting 'temperature'"):
+        ModeConfig(mode="single", temperature=0.5)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        ModeConfig(mode="beam")
+    # what the eval_samples asset passes: every field, those of other modes at their defaults,
+    # and the model's folder as tokenizer_path (ignored by modes without latency metrics)
+    flat = {"budgets": (1000, 2000, 4000, 8000), "budget_limit": None, "thinking_caps": (),
+            "context_policy": "state_preserved", "max_turns": 6, "tokenizer_path": "/m",
+            "budget_prompt": "urgency"}
+    assert ModeConfig(mode="tool", **flat) == ToolMode()
+    assert ModeConfig(mode="budgeted", **flat) == BudgetedMode()
+    assert ModeConfig(mode="single", **flat) == SingleMode(tokenizer_path="/m")
+
+
+STORED_DEFAULTS = {"budgets": [1000, 2000, 4000, 8000], "budget_limit": None,
+                   "usage_counts_eos": True, "thinking_caps": [],
+                   "context_policy": "state_preserved", "max_turns": 6, "tokenizer_path": None,
+                   "budget_prompt": "urgency", "handoff_partner": "", "handoff_starts": "senior",
+                   "handoff_schedule": "alternate", "handoff_p": 0.5}
+
+
+@pytest.mark.parametrize("mode, stored", [
+    (ModeConfig(), {"mode": "single"}),
+    (ModeConfig(mode="budgeted", budgets=(100, 400), budget_limit=900),
+     {"mode": "budgeted", "budgets": [100, 400], "budget_limit": 900}),
+    (ModeConfig(mode="tool", thinking_caps=(0, 64), max_turns=3),
+     {"mode": "tool", "thinking_caps": [0, 64], "max_turns": 3}),
+    (ModeConfig(mode="interleaved", tokenizer_path="/tok"),
+     {"mode": "interleaved", "tokenizer_path": "/tok"}),
+    (ModeConfig(mode="handoff", handoff_partner="jr", handoff_p=0.25),
+     {"mode": "handoff", "handoff_partner": "jr", "handoff_p": 0.25}),
+])
+def test_config_json_keeps_the_keys_stored_configs_have(mode, stored):
+    from eval.runner import config_json
+
+    cfg = EvalConfig(max_tokens=256, mode=mode)
+    expected = {"k": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "seed": 0,
+                "limit": None, "mode": {**STORED_DEFAULTS, **stored}}
+    assert json.loads(config_json(cfg)) == expected
+
+
+def test_greedy_decoding_uses_top_p_one(tmp_path):
+    assert EvalConfig(temperature=0.0, top_p=0.95).top_p == 1.0
+    assert EvalConfig(temperature=0, top_p=0.5).top_p == 1.0
+    assert EvalConfig(k=2, temperature=0.6, top_p=0.95).top_p == 0.95
+    with FakeLLMServer(models=("scripted",), responder=lambda b, i: "\\boxed{1}") as server:
+        _run(server, "gsm8k", EvalConfig(temperature=0.0, top_p=0.95), tmp_path=tmp_path)
+        greedy = [r["top_p"] for r in server.requests]
+    with FakeLLMServer(models=("scripted",), responder=lambda b, i: "\\boxed{1}") as server:
+        _run(server, "gsm8k", EvalConfig(temperature=0.7, top_p=0.9), tmp_path=tmp_path)
+        sampled = [r["top_p"] for r in server.requests]
+    assert greedy == [1.0, 1.0] and sampled == [0.9, 0.9]
+
+
+# ------------------------------------------------------------------ a new mode is one class
+
+
+@register_mode
+@dataclass(frozen=True)
+class ShoutMode(Mode):
+    """A toy mode: the prompt in capitals with a suffix, two samples per problem whatever k
+    is, the text after the last "ANSWER:" graded, the suffix and the run's size recorded."""
+
+    name: ClassVar[str] = "shout"
+    suffix: str = "!"
+
+    def plan(self, problems, k):
+        return [Job(p, i) for p in problems for i in range(2)]
+
+    def messages(self, bench, job):
+        return [{"role": "user", "content": bench.render(job.problem).upper() + self.suffix}]
+
+    def graded_text(self, output):
+        return "\\boxed{" + output.rpartition("ANSWER:")[2].strip() + "}"
+
+    def sample_fields(self, run, job, row):
+        return {"suffix": self.suffix}
+
+    def run_extra(self, rows):
+        return {"shouted": len(rows)}
+
+
+def test_a_new_mode_registered_as_one_class_runs_end_to_end(tmp_path):
+    from eval.runner import config_json
+
+    asks = []
+
+    def responder(body, index):
+        ask = body["messages"][-1]["content"]
+        asks.append(ask)
+        # p1: the box is right and so is the shouted answer; p2: the box is right but the
+        # text after ANSWER: (what this mode grades) is wrong
+        return "\\boxed{41} ANSWER: 42" if "6 TIMES 7" in ask else "\\boxed{15} ANSWER: 16"
+
+    cfg = EvalConfig(mode=ModeConfig(mode="shout", suffix="?"))
+    with FakeLLMServer(models=("scripted",), responder=responder) as server:
+        result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
+    # capitals plus the configured suffix (the problems end with "?" of their own)
+    assert sorted(a.rpartition("\n\n")[2] for a in asks) == [
+        "WHAT IS 10 PLUS 5??", "WHAT IS 10 PLUS 5??", "WHAT IS 6 TIMES 7??", "WHAT IS 6 TIMES 7??"]
+    rows = sorted(result.samples, key=lambda r: (r["problem_id"], r["sample_index"]))
+    assert [(r["problem_id"], r["sample_index"], r["correct"]) for r in rows] == [
+        ("p1", 0, True), ("p1", 1, True), ("p2", 0, False), ("p2", 1, False)]
+    assert all(r["mode"] == "shout" and r["suffix"] == "?" for r in rows)
+    assert result.extra["shouted"] == 4
+    avg = next(s for s in result.scores if s["metric"] == "avg@k")
+    assert (avg["value"], avg["k"]) == (0.5, 2)
+    stored = json.loads(config_json(cfg))["mode"]
+    assert stored == {**STORED_DEFAULTS, "mode": "shout", "suffix": "?"}
