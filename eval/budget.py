@@ -31,9 +31,9 @@ Warehouse rows: :func:`budget_score_rows` turns ``eval_samples`` rows of budgete
 ``budget_scores`` rows (one per model, benchmark and budget; the ``budget_curve`` view, migration
 003), computed by :func:`budget_curve` so the view and this module agree exactly, CIs included.
 The tokens counted against a budget are the row's ``tokens_used`` (completion tokens without
-the end-of-sequence token, ``eval.modes.budget_tokens_used``); rows written before that column
+the end-of-sequence token, ``eval.modes.budgeted.budget_tokens_used``); rows written before that column
 existed fall back to ``completion_tokens``. Every budget of a run is decoded with the same
-generation limit (``eval.modes``), so Acc@B is accuracy regardless of length, as in the paper.
+generation limit (``eval.modes.budgeted``), so Acc@B is accuracy regardless of length, as in the paper.
 
 Cost-effectiveness of thinking caps (DeepTool §3.5, Eq. 12): :func:`eff_curve` compares each
 cap's run with a no-thinking baseline run ON THE SAME PROBLEMS (those both have):
