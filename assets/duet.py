@@ -11,7 +11,7 @@ the path ``eval_samples`` uses (``eval.recorded.evaluate_recorded``: served on a
 server, generated and graded by ``eval.runner.evaluate``, and recorded as ``llm_calls``,
 ``eval_samples``, ``eval_scores`` and a `runs` row under ``<benchmark>@<checkpoint>``) like
 any evaluation. The per-step diagnostics are also a SQL view, ``duet_steps``
-(``warehouse/migrations/004_duet.sql``).
+(``warehouse/views/duet_steps.sql``).
 
 Not guaranteed: checkpoints are not registered as models (the models sensor would evaluate
 each on the whole suite); speedups are only comparable within one sweep (one machine, one load).

@@ -13,7 +13,7 @@
   ``arrival_rate`` (None: the Table 17 values).
 - ``ep_scores`` (group ``report``): the Table 3 / 18 and 20 / 22 cells (mean and bootstrap 95%
   interval per metric) for every (environment, setting, policy, method) in ``ep_episodes``, in
-  table ``ep_scores`` and view ``ep_leaderboard`` (``warehouse/migrations/007_engagement.sql``),
+  table ``ep_scores`` and view ``ep_leaderboard`` (``warehouse/views/ep_leaderboard.sql``),
   with plots of utility and timeout / critical-failure rate per method and a timeline picture
   of one episode in the metadata.
 

@@ -13,7 +13,7 @@ its rows recorded as ordinary ``llm_calls`` / ``eval_samples`` / ``eval_scores``
 ``ep_heldout@<model>``. Results: table ``ep_budget_scores`` (one row per arm and budget: BS@B,
 Acc@B, Tok@B with bootstrap CIs), table ``ep_budget_tests`` (EP-aware vs each other arm on the
 smallest budget: paired one-sided t-test and bootstrap on per-problem BS and tokens), and the
-view ``ep_budget_table`` (Table 5's columns, ``warehouse/migrations/008_ep_budget.sql``); the
+view ``ep_budget_table`` (Table 5's columns, ``warehouse/views/ep_budget_table.sql``); the
 metadata shows the table as markdown and a plot of BS@B and Tok@B against the budget.
 
 Not guaranteed: that a few CPU GRPO steps on a 135M model show the paper's effect; the CIs and

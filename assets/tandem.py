@@ -14,7 +14,7 @@
 - ``tandem_legibility`` (group ``evaluate``): §4.5 junior cross-entropy and distribution
   overlap on the senior's solo outputs, §4.4 marginal drift of the senior from the junior
   (tables ``tandem_legibility``, ``tandem_drift``, ``tandem_summary``; views in
-  ``warehouse/migrations/005_tandem.sql``), with the drift survival curve and legibility per
+  ``warehouse/views/tandem_*_latest.sql``), with the drift survival curve and legibility per
   model as plots in the metadata (every model evaluated against the same junior on the
   benchmark, so a TRL and a GRPO senior share one plot).
 - ``tandem_comparison`` (group ``report``): §5.3 paired one-sided tests of model A against

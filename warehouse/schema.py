@@ -233,7 +233,7 @@ TABLES: dict[str, pa.Schema] = {
         ("rows_written", pa.int64()),
         ("config_json", pa.string()),
         ("git_sha", pa.string()),
-        ("error", pa.string()),  # why the run failed (status 'failed'); NULL on success
+        ("error", pa.string()),  # why the run stopped (status 'failed' or 'canceled'); NULL on success
     ),
     # one row per logged training step; partition = checkpoint id (training/callbacks.py)
     "train_metrics": _schema(
@@ -538,7 +538,7 @@ TABLES: dict[str, pa.Schema] = {
         ("finish_delay", pa.int64()),
     ),
     # event timelines of the first episodes of an ep_episodes partition: one row per event,
-    # intervention or utility at a tick; payload is JSON (pipelines.engagement.core)
+    # intervention or utility at a tick; payload is JSON (eval.engagement.core)
     "ep_timelines": _schema(
         ("method", pa.string()),
         ("episode", pa.int64()),

@@ -1,5 +1,5 @@
 """The DUET budget sweep's plain functions (training/duet/sweep.py) and the duet_steps view
-(warehouse/migrations/004_duet.sql) over real train_metrics rows in a real DuckDB catalog."""
+(warehouse/views/duet_steps.sql) over real train_metrics rows in a real DuckDB catalog."""
 
 from __future__ import annotations
 
