@@ -52,7 +52,7 @@ class ClaimError(ValueError):
 class Claim:
     """One measurable statement of a paper.
 
-    ``where`` is the table, figure or section (``"Table 2"``, ``"§4.4"``); ``statement`` the
+    ``section`` is the table, figure or section (``"Table 2"``, ``"§4.4"``); ``statement`` the
     direction the paper states, in words; ``metric`` the per-problem score compared;
     ``higher_is_better`` the metric's direction; ``kind`` ``better`` or ``no_worse``; ``margin``
     the non-inferiority margin δ in the metric's units (``no_worse`` only); ``reference`` and
@@ -61,7 +61,7 @@ class Claim:
     """
 
     paper: str
-    where: str
+    section: str
     statement: str
     metric: str
     reference: str
@@ -142,7 +142,7 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
     ref_mean, ref_lo, ref_hi = bootstrap_ci(ref, n_boot=n_boot, seed=seed)
     treat_mean, treat_lo, treat_hi = bootstrap_ci(treat, n_boot=n_boot, seed=seed)
     return {
-        "paper": claim.paper, "where": claim.where, "claim": claim.statement,
+        "paper": claim.paper, "section": claim.section, "claim": claim.statement,
         "metric": claim.metric, "kind": claim.kind, "higher_is_better": claim.higher_is_better,
         "margin": claim.margin, "reference": claim.reference, "treatment": claim.treatment,
         "reference_value": ref_mean, "reference_ci_low": ref_lo, "reference_ci_high": ref_hi,
@@ -152,3 +152,79 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
         "verdict": verdict(claim, paired.ci_low, paired.ci_high),
         "paper_value": claim.paper_value,
     }
+
+
+# ---- the Results table, read back from the warehouse ------------------------------------------
+
+CLAIMS_TABLE = "claims"
+# the newest run of each experiment's claims (an experiment re-run replaces its partition; the
+# window also guards against several runs' rows landing in one read)
+LATEST_CLAIMS_SQL = """
+SELECT * EXCLUDE (rank_) FROM (
+  SELECT *, dense_rank() OVER (PARTITION BY experiment ORDER BY created_at DESC, run_id DESC)
+         AS rank_
+  FROM claims)
+WHERE rank_ = 1
+ORDER BY paper, experiment, section, claim, metric
+"""
+
+
+def _value(row: Mapping[str, Any], prefix: str, digits: int) -> str:
+    value, low, high = (row.get(f"{prefix}_value") if prefix else row.get("diff"),
+                        row.get(f"{prefix}_ci_low" if prefix else "diff_ci_low"),
+                        row.get(f"{prefix}_ci_high" if prefix else "diff_ci_high"))
+    if value is None:
+        return "—"
+    fmt = f"{{:.{digits}f}}" if prefix else f"{{:+.{digits}f}}"
+    return f"{fmt.format(value)} [{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
+    """Markdown: one line per claim row — paper and where, the claim, what the paper reports,
+    weft's reference and treatment values and their difference with 95% CIs, n, the verdict."""
+    header = ("| paper | where | claim | metric | paper reports | weft: reference | "
+              "weft: treatment | treatment − reference | n | verdict |")
+    lines = [header, "|" + "---|" * 10]
+    for row in rows:
+        cells = [row.get("paper"), row.get("section"), row.get("claim"), row.get("metric"),
+                 row.get("paper_value") or "—",
+                 f"{row.get('reference')}: {_value(row, 'reference', digits)}",
+                 f"{row.get('treatment')}: {_value(row, 'treatment', digits)}",
+                 _value(row, "", digits), row.get("n"), f"**{row.get('verdict')}**"]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def latest_claims(wh: Any) -> list[dict[str, Any]]:
+    """The newest run's rows of every experiment in ``wh``'s ``claims`` table ([] if none)."""
+    if CLAIMS_TABLE not in wh.tables():
+        return []
+    return wh.sql(LATEST_CLAIMS_SQL).to_pylist()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.claims``: print the Results table from the warehouse."""
+    import argparse
+    import sys
+
+    from warehouse import Warehouse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m eval.claims",
+        description="Print every paper claim's latest verdict from the warehouse's claims table "
+                    "as a Markdown table (the README's Results section).")
+    parser.add_argument("--warehouse", help="warehouse folder (default: WEFT_HOME/warehouse)")
+    parser.add_argument("--digits", type=int, default=3, help="decimals shown (default 3)")
+    args = parser.parse_args(argv)
+    rows = latest_claims(Warehouse(args.warehouse))
+    if not rows:
+        print("no claims recorded yet in this warehouse: materialize an asset of the `results` "
+              "group (the Dagster UI, or `weft materialize`), then run this again",
+              file=sys.stderr)
+        return 1
+    print(results_table(rows, digits=args.digits))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

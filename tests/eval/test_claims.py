@@ -16,12 +16,12 @@ from eval.claims import (
 
 
 def better(higher=True):
-    return Claim(paper="P", where="Table 1", statement="method beats baseline", metric="acc",
+    return Claim(paper="P", section="Table 1", statement="method beats baseline", metric="acc",
                  reference="base", treatment="method", higher_is_better=higher)
 
 
 def no_worse(margin=0.05, higher=True):
-    return Claim(paper="P", where="§4", statement="method keeps accuracy", metric="acc",
+    return Claim(paper="P", section="§4", statement="method keeps accuracy", metric="acc",
                  reference="base", treatment="method", kind="no_worse", margin=margin,
                  higher_is_better=higher)
 
@@ -70,16 +70,16 @@ def test_no_worse_on_a_lower_is_better_metric():
 
 def test_claims_that_cannot_be_judged_are_refused():
     with pytest.raises(ClaimError, match="needs a margin"):
-        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a",
+        Claim(paper="P", section="§4", statement="s", metric="acc", reference="a",
               treatment="b", kind="no_worse")
     with pytest.raises(ClaimError, match="no_worse claims only"):
-        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a",
+        Claim(paper="P", section="§4", statement="s", metric="acc", reference="a",
               treatment="b", margin=0.1)
     with pytest.raises(ClaimError, match="kind must be one of"):
-        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a",
+        Claim(paper="P", section="§4", statement="s", metric="acc", reference="a",
               treatment="b", kind="faster")
     with pytest.raises(ClaimError, match="two different arms"):
-        Claim(paper="P", where="§4", statement="s", metric="acc", reference="a", treatment="a")
+        Claim(paper="P", section="§4", statement="s", metric="acc", reference="a", treatment="a")
     with pytest.raises(ClaimError, match="not an interval"):
         verdict(better(), 0.2, 0.1)
     with pytest.raises(ClaimError, match="not an interval"):
@@ -134,3 +134,51 @@ def test_judge_no_worse_p_value_is_against_a_drop_of_the_margin():
     assert row["verdict"] == NOT_REPRODUCED
     # H0 "worse by 0.05 or more" is clearly rejected (the drop is 0.02): p at its floor
     assert row["p_value"] == pytest.approx(1 / 201)
+
+
+# ---- the Results table from a real warehouse -------------------------------------------------
+
+def _row(experiment, claim, verdict_, diff, run_id):
+    return {"experiment": experiment, "scale": "cpu", "paper": "DUET", "section": "Table 2",
+            "claim": claim, "metric": "accuracy", "kind": "better", "higher_is_better": True,
+            "margin": None, "reference": "grpo", "treatment": "duet",
+            "reference_value": 0.5, "reference_ci_low": 0.4, "reference_ci_high": 0.6,
+            "treatment_value": 0.5 + diff, "treatment_ci_low": 0.45 + diff,
+            "treatment_ci_high": 0.55 + diff, "diff": diff, "diff_ci_low": diff - 0.05,
+            "diff_ci_high": diff + 0.05, "p_value": 0.01, "n": 48, "verdict": verdict_,
+            "paper_value": "+2.1 points", "config_json": "{}"}
+
+
+def test_latest_claims_and_the_results_table_from_the_warehouse(weft_home, capsys):
+    import time
+
+    from eval.claims import latest_claims, main, results_table
+    from warehouse import Lineage, Warehouse
+
+    wh = Warehouse()
+    assert latest_claims(wh) == []
+    assert main([]) == 1
+    assert "no claims recorded yet" in capsys.readouterr().err
+
+    wh.write("claims", [_row("duet_claim", "old run", INCONCLUSIVE, 0.01, "r1")],
+             lineage=Lineage(run_id="r1", asset="duet_claim", partition="duet_claim"))
+    time.sleep(0.01)
+    # a re-run of the same experiment replaces it; another experiment keeps its own rows
+    wh.write("claims", [_row("duet_claim", "new | run", REPRODUCED, 0.12, "r2")],
+             lineage=Lineage(run_id="r2", asset="duet_claim", partition="duet_claim"))
+    wh.write("claims", [_row("tandem_claim", "tandem", NOT_REPRODUCED, -0.2, "r3")],
+             lineage=Lineage(run_id="r3", asset="tandem_claim", partition="tandem_claim"))
+    rows = latest_claims(wh)
+    assert [(r["experiment"], r["claim"], r["verdict"]) for r in rows] == [
+        ("duet_claim", "new | run", REPRODUCED), ("tandem_claim", "tandem", NOT_REPRODUCED)]
+
+    table = results_table(rows)
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[0].count("|") == 11
+    assert "new \\| run" in lines[2]                      # a pipe in a cell is escaped
+    assert "duet: 0.620 [0.570, 0.670]" in lines[2]
+    assert "+0.120 [+0.070, +0.170]" in lines[2]
+    assert "**reproduced**" in lines[2] and "**not reproduced**" in lines[3]
+
+    assert main([]) == 0
+    assert capsys.readouterr().out.strip() == table
