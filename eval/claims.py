@@ -154,6 +154,144 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
     }
 
 
+# ---- the claim as a picture small enough for the UI's inline Markdown -------------------------
+
+INLINE_MARKDOWN_LIMIT = 999  # the Dagster UI renders Markdown metadata inline below 1,000 chars
+_VERDICT_COLOURS = {REPRODUCED: "#1a7f37", NOT_REPRODUCED: "#cf222e", INCONCLUSIVE: "#9a6700"}
+
+
+def _num(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def claim_svg(row: Mapping[str, Any], width: int = 420) -> str:
+    """A readable SVG of one ``claims`` row: each arm's mean as a dot on its 95% CI bar, on one
+    shared axis, with the verdict and the difference's CI as the title. It is written for the
+    UI's inline Markdown (a base64 data URI under :data:`INLINE_MARKDOWN_LIMIT` characters,
+    :func:`inline_svg`), so it is drawn with the fewest elements that still read: two bars,
+    two dots, their labels and the axis end values."""
+    arms = [(str(row["reference"]), row["reference_value"], row["reference_ci_low"],
+             row["reference_ci_high"]),
+            (str(row["treatment"]), row["treatment_value"], row["treatment_ci_low"],
+             row["treatment_ci_high"])]
+    values = [v for _, m, lo, hi in arms for v in (m, lo, hi) if v is not None]
+    if not values:
+        raise ClaimError(f"claim {row.get('claim')!r}: no arm values to draw")
+    lo_axis, hi_axis = min(values), max(values)
+    if hi_axis - lo_axis < 1e-12:
+        lo_axis, hi_axis = lo_axis - 0.5, hi_axis + 0.5
+    left, right = 110, width - 12
+
+    def x(v: float) -> int:
+        return round(left + (v - lo_axis) / (hi_axis - lo_axis) * (right - left))
+
+    colour = _VERDICT_COLOURS.get(str(row.get("verdict")), "#333")
+    diff = (f"Δ {row['diff']:+.3g} [{row['diff_ci_low']:+.3g}, {row['diff_ci_high']:+.3g}]"
+            if row.get("diff") is not None else "")
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="96" '
+             'font-family="sans-serif" font-size="12">'),
+             f'<text x="4" y="14" fill="{colour}" font-weight="bold">{row.get("verdict")}</text>',
+             f'<text x="{left}" y="14">{_escape(str(row.get("metric")))} {diff}</text>']
+    for i, (name, mean, low, high) in enumerate(arms):
+        y = 38 + 24 * i
+        label = _escape(name[:14]) + ("" if mean is None else f" {_num(mean)}")
+        parts.append(f'<text x="4" y="{y + 4}">{label}</text>')
+        if mean is None:
+            continue
+        parts.append(f'<path d="M{x(low)} {y}H{x(high)}" stroke="#555" stroke-width="3"/>'
+                     f'<circle cx="{x(mean)}" cy="{y}" r="5"/>')
+    parts.append(f'<text x="{left}" y="90">{_num(lo_axis)}</text>'
+                 f'<text x="{right}" y="90" text-anchor="end">{_num(hi_axis)}</text></svg>')
+    return "".join(parts)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def inline_svg(svg: str, alt: str = "claim") -> str | None:
+    """``svg`` as Markdown image (base64 data URI), or None when it would be too long for the
+    UI to render inline (then show the full-size PNG behind a link instead)."""
+    import base64
+
+    md = f"![{alt}](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
+    return md if len(md) <= INLINE_MARKDOWN_LIMIT else None
+
+
+# ---- per-problem and per-step scores, read from the warehouse ----------------------------------
+
+def problem_scores(wh: Any, model: str, benchmark: str, *, mode: str | None = None,
+                   budget: int | None = None, column: str = "correct") -> dict[str, float]:
+    """Mean of ``column`` per problem over the samples of the newest evaluation run of
+    ``model`` on ``benchmark`` (optionally one ``mode`` and one ``budget``) in ``eval_samples``.
+    Samples with no value (a failed generation, an ungraded answer) count as 0 for ``correct``
+    (a failure is not a right answer) and are left out for any other column. Raises
+    ClaimError when there is no such run."""
+    if column not in ("correct", "completion_tokens", "tokens_used", "ari", "abo", "airw",
+                      "tool_errors", "turns"):
+        raise ClaimError(f"problem_scores: unsupported column {column!r}")
+    where = ["model = $model", "benchmark = $benchmark"]
+    params: dict[str, Any] = {"model": model, "benchmark": benchmark}
+    if mode is not None:
+        where.append("mode = $mode")
+        params["mode"] = mode
+    if budget is not None:
+        where.append("budget = $budget")
+        params["budget"] = int(budget)
+    cond = " AND ".join(where)
+    value = (f"coalesce(CAST({column} AS DOUBLE), 0.0)" if column == "correct"
+             else f"CAST({column} AS DOUBLE)")
+    query = f"""
+        WITH newest AS (SELECT run_id FROM eval_samples WHERE {cond}
+                        ORDER BY created_at DESC LIMIT 1)
+        SELECT problem_id, avg({value}) AS score FROM eval_samples
+        WHERE {cond} AND run_id = (SELECT run_id FROM newest)
+        GROUP BY problem_id"""
+    if "eval_samples" not in wh.tables():
+        raise ClaimError("the warehouse has no eval_samples table yet: evaluate the arms first")
+    rows = wh.sql(query, params).to_pylist()
+    scores = {r["problem_id"]: float(r["score"]) for r in rows if r["score"] is not None}
+    if not scores:
+        raise ClaimError(f"no {column} samples of model {model!r} on {benchmark!r}"
+                         + (f" in mode {mode!r}" if mode else "")
+                         + (f" at budget {budget}" if budget is not None else "")
+                         + ": evaluate that arm first")
+    return scores
+
+
+def step_values(wh: Any, checkpoint_id: str, column: str) -> dict[int, float]:
+    """``column`` of ``train_metrics`` per training step of ``checkpoint_id`` (the steps are the
+    pairing unit when two arms ran the same number of steps on the same prompts)."""
+    allowed = ("tokens_generated", "seconds_per_step", "generation_s", "reward_mean",
+               "completion_length")
+    if column not in allowed:
+        raise ClaimError(f"step_values: column must be one of {allowed}, got {column!r}")
+    if "train_metrics" not in wh.tables():
+        raise ClaimError("the warehouse has no train_metrics table yet: train the arms first")
+    rows = wh.sql(f"SELECT step, CAST({column} AS DOUBLE) AS v FROM train_metrics "
+                  "WHERE checkpoint_id = $ck AND step IS NOT NULL", {"ck": checkpoint_id}
+                  ).to_pylist()
+    values = {int(r["step"]): float(r["v"]) for r in rows if r["v"] is not None}
+    if not values:
+        raise ClaimError(f"no {column} in train_metrics for checkpoint {checkpoint_id!r}")
+    return values
+
+
+def newest_samples(wh: Any, model: str, benchmark: str) -> list[dict[str, Any]]:
+    """Every ``eval_samples`` row of the newest evaluation run of ``model`` on ``benchmark``."""
+    if "eval_samples" not in wh.tables():
+        raise ClaimError("the warehouse has no eval_samples table yet: evaluate the arms first")
+    rows = wh.sql("""
+        SELECT * FROM eval_samples WHERE model = $model AND benchmark = $benchmark
+          AND run_id = (SELECT run_id FROM eval_samples WHERE model = $model
+                        AND benchmark = $benchmark ORDER BY created_at DESC LIMIT 1)""",
+                  {"model": model, "benchmark": benchmark}).to_pylist()
+    if not rows:
+        raise ClaimError(f"no samples of model {model!r} on {benchmark!r}: evaluate that arm "
+                         "first")
+    return rows
+
+
 # ---- the Results table, read back from the warehouse ------------------------------------------
 
 CLAIMS_TABLE = "claims"

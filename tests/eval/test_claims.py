@@ -182,3 +182,25 @@ def test_latest_claims_and_the_results_table_from_the_warehouse(weft_home, capsy
 
     assert main([]) == 0
     assert capsys.readouterr().out.strip() == table
+
+
+def test_claim_svg_is_inline_sized_and_places_each_arm_on_one_axis():
+    import re
+    import xml.etree.ElementTree as ET
+
+    from eval.claims import INLINE_MARKDOWN_LIMIT, claim_svg, inline_svg
+
+    row = {"claim": "c", "metric": "generated tokens per step", "verdict": NOT_REPRODUCED,
+           "reference": "GRPO full budget with a long name", "reference_value": 0.2,
+           "reference_ci_low": 0.0, "reference_ci_high": 0.4, "treatment": "DUET b=0.5",
+           "treatment_value": 0.8, "treatment_ci_low": 0.6, "treatment_ci_high": 1.0,
+           "diff": 0.6, "diff_ci_low": 0.3, "diff_ci_high": 0.9}
+    svg = claim_svg(row)
+    ET.fromstring(svg)  # well-formed
+    md = inline_svg(svg)
+    assert md is not None and len(md) <= INLINE_MARKDOWN_LIMIT
+    # the axis runs from the lowest CI end (0.0) to the highest (1.0) over x = 110 .. 408
+    xs = [int(x) for x in re.findall(r'cx="(\d+)"', svg)]
+    assert xs == [round(110 + 0.2 * 298), round(110 + 0.8 * 298)]
+    assert re.findall(r'd="M(\d+) \d+H(\d+)"', svg)[1] == (str(round(110 + 0.6 * 298)), "408")
+    assert inline_svg("<svg>" + "x" * 2000 + "</svg>") is None  # too long: not inline

@@ -1,0 +1,11 @@
+"""The `results` asset group: one asset per paper claim, each with its own job
+(``<claim>_job``, configured by ``scale: cpu | paper``); see :mod:`assets.results.core`."""
+
+from assets.results import engagement, training_claims
+from assets.results.core import SCALES, Experiment, claim_job
+
+EXPERIMENTS: list[Experiment] = [*engagement.EXPERIMENTS, *training_claims.EXPERIMENTS]
+RESULT_ASSETS = [*engagement.ASSETS, *training_claims.ASSETS]
+RESULT_JOBS = [claim_job(e) for e in EXPERIMENTS]
+
+__all__ = ["EXPERIMENTS", "RESULT_ASSETS", "RESULT_JOBS", "SCALES", "Experiment", "claim_job"]

@@ -1,0 +1,160 @@
+"""What every asset of the `results` group shares: the scale switch, the job per claim, and
+writing a claim's rows and UI page.
+
+A result asset tests one paper claim. Its job materializes the experiment upstream (the arms:
+trained and evaluated through the existing assets and Pipes launches) and then the result asset,
+which reads the arms' per-problem (or per-step, per-seed) scores from the warehouse, judges each
+part of the claim with :func:`eval.claims.judge` (the verdict rule is written down there) and
+writes one ``claims`` row per part, partition = the experiment name, so a re-run replaces the
+experiment's previous rows.
+
+Scale: every experiment has two run configurations, ``cpu`` (the embedded model, sizes that fit
+an idle 2-core machine) and ``paper`` (the paper's model, data, steps and rollouts, for GPU
+workers through the existing launchers). The job's only required choice is ``scale``; any op's
+config can still be overridden under ``ops`` (merged over the scale's). ``python -m
+assets.results --print-config NAME`` prints both as YAML.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from assets.common import md_table, now, run_record
+from eval.claims import CLAIMS_TABLE, claim_svg, combine, inline_svg
+from warehouse import Warehouse
+
+SCALES = ("cpu", "paper")
+CLAIM_COLUMNS = ["section", "metric", "reference_value", "treatment_value", "diff",
+                 "diff_ci_low", "diff_ci_high", "n", "verdict"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One claim's experiment: its result asset's name, the upstream assets its job runs, the
+    run config of each scale (Dagster ``ops`` config keyed by op name) and, per scale, what
+    limits a CPU run (said beside its verdict)."""
+
+    name: str
+    paper: str
+    description: str
+    upstream: Sequence[str] = ()
+    scales: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    limits: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        missing = [s for s in SCALES if s not in self.scales]
+        if missing:
+            raise ValueError(f"experiment {self.name!r} has no run config for scale(s) {missing}")
+
+    def run_config(self, scale: str, ops: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The Dagster run config of ``scale`` with ``ops`` merged over it (deeply)."""
+        if scale not in SCALES:
+            raise ValueError(f"experiment {self.name!r}: scale must be one of {SCALES}, got "
+                             f"{scale!r}")
+        merged = copy.deepcopy(dict(self.scales[scale]))
+        _merge(merged, dict(ops or {}))
+        # the result asset itself records which scale it judged
+        merged.setdefault(self.name, {}).setdefault("config", {})["scale"] = scale
+        return {"ops": merged}
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+class ResultConfig(dg.Config):
+    """The result asset's own config: the scale it was run at (set by the job)."""
+
+    scale: str = "cpu"
+
+
+def claim_job(experiment: Experiment) -> dg.UnresolvedAssetJobDefinition:
+    """``<name>_job``: the experiment's upstream assets then its result asset, configured by
+    ``scale`` (cpu | paper) and optional per-op overrides under ``ops``."""
+
+    def config_fn(cfg: Mapping[str, Any]) -> dict[str, Any]:
+        return experiment.run_config(cfg["scale"], cfg.get("ops"))
+
+    mapping = dg.ConfigMapping(
+        config_fn=config_fn,
+        config_schema={
+            "scale": dg.Field(dg.Enum("Scale", [dg.EnumValue(s) for s in SCALES]),
+                              default_value="cpu",
+                              description="cpu: the embedded model at CPU size; paper: the "
+                                          "paper's model, data and steps (GPU workers)"),
+            "ops": dg.Field(dg.Permissive(), is_required=False,
+                            description="per-op config merged over the scale's"),
+        })
+    return dg.define_asset_job(
+        f"{experiment.name}_job", selection=[*experiment.upstream, experiment.name],
+        config=mapping, description=experiment.description,
+        tags={"weft/experiment": experiment.name})
+
+
+def claims_metadata(rows: Sequence[Mapping[str, Any]],
+                    plot_path: Any = None) -> dict[str, Any]:
+    """The result page: the overall verdict, a short table per part, and one inline plot per
+    part (each small enough for the UI to render on the page itself)."""
+    meta: dict[str, Any] = {"verdict": combine(r["verdict"] for r in rows),
+                            "claims": md_table(list(rows), CLAIM_COLUMNS)}
+    many_sections = len({r["section"] for r in rows}) > 1
+    for row in rows:
+        key = _slug(f"{row['section']} {row['metric']}" if many_sections else str(row["metric"]))
+        svg = inline_svg(claim_svg(row), alt=key)
+        if svg is not None:
+            meta[f"plot_{key}"] = dg.MetadataValue.md(svg)
+        meta[f"verdict_{key}"] = str(row["verdict"])
+    if plot_path is not None:
+        meta["plot_path"] = dg.MetadataValue.path(str(plot_path))
+    return meta
+
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
+
+
+def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: Experiment,
+                  scale: str, compute: Callable[[], list[dict[str, Any]]],
+                  config: Mapping[str, Any] | None = None) -> dg.MaterializeResult:
+    """Run ``compute`` (returns ``eval.claims.judge`` rows) inside the asset's `runs` record,
+    stamp each row with the experiment, scale and config, write them to ``claims`` (partition
+    = the experiment) and return the page's metadata. A ``compute`` that raises records a
+    failed run and fails the asset with its message (nothing already in ``claims`` is lost)."""
+    import json
+
+    from eval.claims import ClaimError
+
+    started = now()
+    settings = {"scale": scale, **dict(config or {})}
+    with run_record(context, wh, settings, partition=experiment.name,
+                    started_at=started) as rec:
+        try:
+            rows = compute()
+        except (ClaimError, ValueError) as exc:
+            raise dg.Failure(description=f"{experiment.name}: {exc}") from exc
+        if not rows:
+            raise dg.Failure(description=f"{experiment.name}: no claim rows were computed")
+        stamped = [dict(r, experiment=experiment.name, scale=scale,
+                        config_json=json.dumps(settings, sort_keys=True, default=str))
+                   for r in rows]
+        rec.write(CLAIMS_TABLE, stamped, partition=experiment.name)
+    meta = claims_metadata(stamped)
+    meta["scale"] = scale
+    if scale == "cpu" and experiment.limits.get("cpu"):
+        meta["what_limits_it"] = experiment.limits["cpu"]
+    for row in stamped:
+        context.log.info(f"{experiment.paper} {row['section']} {row['metric']}: {row['verdict']} "
+                         f"(Δ {row['diff']:+.4g}, CI [{row['diff_ci_low']:+.4g}, "
+                         f"{row['diff_ci_high']:+.4g}], n={row['n']})")
+    return dg.MaterializeResult(metadata=meta)

@@ -1,0 +1,156 @@
+"""The `results` group: jobs configured by scale, claims rows written and replaced per
+experiment, the UI page's inline plots, and the claim computations of the training experiments
+on warehouse rows whose differences are known by construction."""
+
+import json
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from assets.results import EXPERIMENTS, RESULT_ASSETS, RESULT_JOBS
+from assets.results.__main__ import main as results_main
+from assets.results.core import Experiment
+from assets.results.training_claims import DUET_ACCURACY_MARGIN, duet_claims, table5_claims
+from eval.claims import INLINE_MARKDOWN_LIMIT, VERDICTS, latest_claims
+from warehouse import Lineage, Warehouse
+
+TINY = {"training_seeds": 1, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}
+
+
+def test_every_experiment_has_an_asset_a_job_and_both_scales():
+    names = {e.name for e in EXPERIMENTS}
+    assert names == {a.key.to_user_string() for a in RESULT_ASSETS}
+    assert {f"{n}_job" for n in names} == {j.name for j in RESULT_JOBS}
+    for e in EXPERIMENTS:
+        for scale in ("cpu", "paper"):
+            ops = e.run_config(scale)["ops"]
+            assert ops[e.name]["config"]["scale"] == scale
+            assert set(e.upstream) <= set(ops)  # every upstream asset is configured per scale
+
+
+def test_run_config_merges_overrides_and_refuses_an_unknown_scale():
+    e = Experiment(name="x_claim", paper="P", description="d", upstream=("up",),
+                   scales={"cpu": {"up": {"config": {"a": 1, "b": {"c": 2}}}},
+                           "paper": {"up": {"config": {"a": 100}}}})
+    merged = e.run_config("cpu", {"up": {"config": {"b": {"d": 3}}}})
+    assert merged["ops"]["up"]["config"] == {"a": 1, "b": {"c": 2, "d": 3}}
+    assert e.scales["cpu"]["up"]["config"]["b"] == {"c": 2}  # the preset is not mutated
+    with pytest.raises(ValueError, match="scale must be one of"):
+        e.run_config("gpu")
+    with pytest.raises(ValueError, match="no run config for scale"):
+        Experiment(name="y", paper="P", description="d", scales={"cpu": {}})
+
+
+def test_print_config_shows_both_scales(capsys):
+    assert results_main(["--print-config", "duet_budget_claim"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu:" in out and "paper:" in out and "max_steps: 232" in out
+    assert results_main(["--print-config", "nope"]) == 2
+    assert "duet_budget_claim" in capsys.readouterr().err
+
+
+def _run_job(name: str, config: dict) -> dg.ExecuteInProcessResult:
+    from assets.definitions import defs
+
+    job = defs.resolve_job_def(name)
+    return job.execute_in_process(run_config=config, instance=dg.DagsterInstance.ephemeral(),
+                                  resources=None)
+
+
+def test_toy_claim_job_writes_claims_and_a_rerun_replaces_them(weft_home):
+    result = _run_job("ep_deliberation_claim_job", {
+        "scale": "cpu", "ops": {"ep_deliberation_claim": {"config": TINY}}})
+    assert result.success
+    rows = Warehouse().sql("SELECT * FROM claims").to_pylist()
+    assert {r["section"] for r in rows} == {"Table 1 (single task)", "Table 1 (sequential task)"}
+    assert all(r["experiment"] == "ep_deliberation_claim" and r["scale"] == "cpu" for r in rows)
+    assert all(r["verdict"] in VERDICTS for r in rows)
+    assert json.loads(rows[0]["config_json"])["training_seeds"] == 1
+    meta = result.asset_materializations_for_node("ep_deliberation_claim")[0].metadata
+    plots = [k for k in meta if k.startswith("plot_")]
+    assert len(plots) == len(rows)
+    for key in plots:  # short enough for the UI to render on the asset page itself
+        md = meta[key].value
+        assert md.startswith("![") and len(md) <= INLINE_MARKDOWN_LIMIT
+    again = _run_job("ep_deliberation_claim_job", {
+        "scale": "paper", "ops": {"ep_deliberation_claim": {"config": TINY}}})
+    assert again.success
+    rows = Warehouse().sql("SELECT * FROM claims").to_pylist()
+    assert len(rows) == 4 and {r["scale"] for r in rows} == {"paper"}
+
+
+def _write_samples(wh, model, bench, scores, run_id, budget=None, tokens=None, partition=None):
+    rows = [{"model": model, "benchmark": bench, "problem_id": pid, "sample_index": i,
+             "correct": bool(c), "budget": budget,
+             "tokens_used": None if tokens is None else tokens[pid]}
+            for pid, cs in scores.items() for i, c in enumerate(cs)]
+    wh.write("eval_samples", rows, lineage=Lineage(run_id=run_id, asset="eval_samples",
+                                                   partition=partition or f"{bench}@{model}"))
+
+
+def test_duet_claims_from_sweep_rows(weft_home):
+    wh = Warehouse()
+    rng = np.random.default_rng(0)
+    pids = [f"p{i}" for i in range(30)]
+    grpo = {p: [int(x) for x in rng.integers(0, 2, 2)] for p in pids}
+    duet = {p: [int(x) for x in rng.integers(0, 2, 2)] for p in pids}
+    # an older evaluation of the GRPO checkpoint (another partition) that must not be read
+    _write_samples(wh, "ck-grpo", "gsm8k", {p: [1, 1] for p in pids}, "r0", partition="old")
+    _write_samples(wh, "ck-grpo", "gsm8k", grpo, "r1")
+    _write_samples(wh, "ck-duet", "gsm8k", duet, "r2")
+    steps = range(1, 9)
+    metrics = [{"checkpoint_id": "ck-grpo", "step": s, "tokens_generated": 1000.0 + s,
+                "seconds_per_step": 10.0, "logs_json": "{}"} for s in steps]
+    metrics += [{"checkpoint_id": "ck-duet", "step": s, "tokens_generated": 5000.0,
+                 "seconds_per_step": 6.0 + 0.1 * s,
+                 "logs_json": json.dumps({"duet/tokens_generated": 400.0 + s})} for s in steps]
+    wh.write("train_metrics", metrics, partition="m")
+    wh.write("duet_sweep", [
+        {"arm": "grpo", "method": "grpo", "budget_fraction": 1.0, "checkpoint_id": "ck-grpo",
+         "benchmark": "gsm8k", "sweep": "s1"},
+        {"arm": "duet-b0.5", "method": "duet", "budget_fraction": 0.5,
+         "checkpoint_id": "ck-duet", "benchmark": "gsm8k", "sweep": "s1"}], partition="s1")
+    acc, tok, wall = duet_claims(wh, 0.5)
+    expected = np.mean([np.mean(duet[p]) - np.mean(grpo[p]) for p in pids])
+    assert acc["diff"] == pytest.approx(expected) and acc["n"] == 30
+    assert acc["kind"] == "no_worse" and acc["margin"] == DUET_ACCURACY_MARGIN
+    # DUET's own token count (logs), not the column, is compared: 400+s vs 1000+s
+    assert tok["diff"] == pytest.approx(-600.0) and tok["verdict"] == "reproduced"
+    assert wall["diff"] == pytest.approx(np.mean([6.0 + 0.1 * s - 10.0 for s in steps]))
+    assert wall["verdict"] == "reproduced"
+    with pytest.raises(ValueError, match="no GRPO arm or no DUET arm at budget 0.25"):
+        duet_claims(wh, 0.25)
+
+
+def test_table5_claims_score_budgeted_success(weft_home):
+    from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK
+
+    wh = Warehouse()
+    pids = [f"q{i}" for i in range(12)]
+    # EP: right and short on every problem; RLVR: right but over the 100-token budget on half
+    _write_samples(wh, "ck-ep", HELDOUT_BENCHMARK, {p: [1] for p in pids}, "e1", budget=100,
+                   tokens={p: 50 for p in pids})
+    _write_samples(wh, "ck-rl", HELDOUT_BENCHMARK, {p: [1] for p in pids}, "e2", budget=100,
+                   tokens={p: (50 if i % 2 else 300) for i, p in enumerate(pids)})
+    wh.write("ep_budget_scores", [
+        {"arm": ARM_EP, "model": "ck-ep", "budget": 100, "table_id": "t1"},
+        {"arm": "rlvr", "model": "ck-rl", "budget": 100, "table_id": "t1"}], partition="t1")
+    (row,) = table5_claims(wh)
+    assert row["reference"] == "rlvr" and row["treatment"] == ARM_EP
+    assert row["diff"] == pytest.approx(0.5) and row["reference_value"] == pytest.approx(0.5)
+    assert row["metric"] == "BS@100"
+
+
+def test_claims_read_back_newest_run_per_experiment(weft_home):
+    from eval.claims import Claim, judge
+
+    wh = Warehouse()
+    claim = Claim(paper="P", section="S", statement="t beats r", metric="m", reference="r",
+                  treatment="t")
+    for run, shift in (("old", 0.0), ("new", 1.0)):
+        row = dict(judge(claim, [0.0, 0.5, 1.0], [shift, 0.5 + shift, 1.0 + shift], n_boot=200),
+                   experiment="x", scale="cpu", config_json="{}")
+        wh.write("claims", [row], lineage=Lineage(run_id=run, asset="x", partition=f"x-{run}"))
+    (latest,) = latest_claims(wh)
+    assert latest["diff"] == pytest.approx(1.0)
