@@ -44,6 +44,10 @@ from pipelines.settings import data_dir, weft_home
 
 DEMO_BENCHMARKS = ("gsm8k", "math500")
 DEMO_SFT_RECIPE = "demo_sft"
+CHECKPOINT_BENCHMARK = "gsm8k"  # where the trained checkpoints are evaluated like the base model
+LEADERBOARD_SQL = ("SELECT benchmark, model, metric, k, round(value, 3) AS value, "
+                   "round(ci_low, 3) AS ci_low, round(ci_high, 3) AS ci_high, n_problems "
+                   "FROM latest_scores WHERE benchmark = 'gsm8k' ORDER BY value DESC, model")
 DEMO_GRPO_RECIPE = "demo_grpo"
 HELDOUT_SEED = 1
 HELDOUT_PROBLEMS = 48
@@ -323,7 +327,45 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
         "scores": {"base": check.base, "sft": check.sft, "trained": check.trained},
     }, indent=2, sort_keys=True))
     print(f"[demo] per-problem scores and both comparisons: {out}")
+    record_heldout_claims(check, {"base": resolve_model("embedded"), "sft": sft_path,
+                                  "trained": trained_path}, trained_id)
     return True
+
+
+HELDOUT_EXPERIMENT = "demo_heldout"
+
+
+def heldout_claims(check: LearningCheck) -> list[dict[str, Any]]:
+    """The held-out comparison as ``claims`` rows (``eval.claims.judge``): the trained model
+    beats the base model, and GRPO adds to its SFT start, on per-problem avg@k."""
+    from eval.claims import Claim, judge
+
+    section = f"held-out one-digit arithmetic, avg@{check.k} at T={check.temperature:g}"
+    metric = f"avg@{check.k}"
+    common = {"paper": "weft demo", "section": section, "metric": metric}
+    return [
+        judge(Claim(**common, statement="SFT then GRPO beats the base model",
+                    reference="base", treatment="sft+grpo"), check.base, check.trained),
+        judge(Claim(**common, statement="GRPO improves on its SFT start",
+                    reference="sft", treatment="sft+grpo"), check.sft, check.trained),
+    ]
+
+
+def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_id: str) -> None:
+    """Write :func:`heldout_claims` to the warehouse's ``claims`` table (partition
+    ``demo_heldout``), so ``python -m eval.claims`` and the UI show the demo's result."""
+    from warehouse import Lineage, Warehouse
+
+    rows = [dict(r, experiment=HELDOUT_EXPERIMENT, scale="cpu",
+                 config_json=json.dumps({"models": models, "k": check.k,
+                                         "temperature": check.temperature,
+                                         "trained_checkpoint": trained_id}, sort_keys=True))
+            for r in heldout_claims(check)]
+    Warehouse().write("claims", rows, lineage=Lineage(
+        run_id=f"demo-{trained_id}", asset=HELDOUT_EXPERIMENT, partition=HELDOUT_EXPERIMENT))
+    for r in rows:
+        print(f"[demo] claims row: {r['claim']}: {r['verdict']} (diff {r['diff']:+.3f}, 95% CI "
+              f"{r['diff_ci_low']:+.3f} to {r['diff_ci_high']:+.3f})")
 
 
 def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
@@ -420,6 +462,31 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     if train and not train_and_measure(instance, heldout, heldout_k, stages=stages,
                                        threads=threads):
         return 1
+    if train and CHECKPOINT_BENCHMARK in sources:
+        # the trained models join the leaderboard: the same evaluation as the base model's
+        mark = time.perf_counter()
+        for asset in ("sft_checkpoint", "grpo_checkpoint"):
+            _, checkpoint_id = checkpoint_of(instance, asset)
+            print(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
+                  f"{limit} problems x k={k} ...", flush=True)
+            run_config = {**quiet, "ops": {"eval_samples": {"config": {
+                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}}}
+            result = dg.materialize(
+                [*all_assets, *checks], selection=["eval_samples", "eval_scores"],
+                partition_key=dg.MultiPartitionKey({"benchmark": CHECKPOINT_BENCHMARK,
+                                                    "model": checkpoint_id}),
+                resources=resources, run_config=run_config, instance=instance,
+                tags={"weft/demo": "eval"})
+            if not result.success:
+                return 1
+        result = dg.materialize([*all_assets, *checks], selection=["eval_reports"],
+                                resources=resources, instance=instance,
+                                tags={"weft/demo": "report"}, run_config=quiet)
+        if not result.success:
+            return 1
+        stages["checkpoint_eval"] = time.perf_counter() - mark
+        print("\n[demo] leaderboard (python -m warehouse sql \"" + LEADERBOARD_SQL + "\"):\n")
+        print(format_table(Warehouse().sql(LEADERBOARD_SQL)))
     print("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items()))
     print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
     print(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")

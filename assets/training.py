@@ -244,18 +244,27 @@ def data_lineage(family: CheckpointFamily, config: Any) -> dict[str, Any]:
     return meta
 
 
-def evaluation_links(checkpoint_id: str) -> dict[str, Any]:
-    """Links to the evaluation partitions the models sensor creates for a registered
-    checkpoint (one per suite benchmark), shown on the checkpoint's asset page."""
+def evaluation_links(checkpoint_id: str, instance: dg.DagsterInstance | None = None
+                     ) -> dict[str, Any]:
+    """Links to the evaluation partitions of a registered checkpoint (one per suite benchmark),
+    shown on the checkpoint's asset page. With ``instance``, the checkpoint's ``models``
+    partition is added there first, so every link opens a partition that exists: "missing"
+    until ``models_sensor``, ``nightly_eval`` or a hand-started run evaluates it (without the
+    partition, Dagster would fall back to another model's page)."""
     from urllib.parse import quote
 
+    from assets.evaluation import model_partitions
     from assets.schedules import eval_suite
 
+    if instance is not None and not instance.has_dynamic_partition(model_partitions.name,
+                                                                   checkpoint_id):
+        instance.add_dynamic_partitions(model_partitions.name, [checkpoint_id])
     keys = [f"{bench}|{checkpoint_id}" for bench in eval_suite()]
     links = [f"[{key}](/assets/eval_samples?view=partitions&partition={quote(key, safe='')})"
              for key in keys]
     return {"evaluation_partitions": dg.MetadataValue.md(
-                "Evaluated by `models_sensor` (or `nightly_eval`) as: " + ", ".join(links)),
+                "Evaluation partitions (missing until `models_sensor`, `nightly_eval` or a run "
+                "started by hand evaluates them): " + ", ".join(links)),
             "evaluation_asset": dg.MetadataValue.asset(dg.AssetKey("eval_samples"))}
 
 
@@ -303,7 +312,7 @@ def _run(context: dg.AssetExecutionContext, kind: str, recipe: str, overrides: l
                                  served_model=checkpoint_id, checkpoint_id=checkpoint_id),
                        warehouse.get(), run_id=context.run_id)
         metadata["registered_model"] = checkpoint_id
-        metadata.update(evaluation_links(checkpoint_id))
+        metadata.update(evaluation_links(checkpoint_id, context.instance))
     return dg.MaterializeResult(metadata=metadata)
 
 

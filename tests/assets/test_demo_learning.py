@@ -153,3 +153,20 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
     assert any(0.0 < r["reward_mean"] < 1.0 for r in rows)  # right and wrong answers in a step
     meta = json.loads((Path(grpo.path) / "weft-checkpoint.json").read_text())
     assert meta["recipe"] == DEMO_GRPO_RECIPE
+
+
+def test_heldout_comparison_lands_in_the_claims_table(weft_home):
+    from assets.demo import HELDOUT_EXPERIMENT, heldout_claims, record_heldout_claims
+    from eval.claims import latest_claims
+    from warehouse import Warehouse
+
+    base, sft, trained = [0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10
+    vs_base, vs_sft = heldout_claims(_check(base, sft, trained))
+    assert vs_base["diff"] == pytest.approx(0.625) and vs_base["verdict"] == "reproduced"
+    assert vs_sft["diff"] == pytest.approx(0.25) and vs_sft["reference"] == "sft"
+    assert vs_base["metric"] == "avg@4" and vs_base["n"] == 20
+    record_heldout_claims(_check(base, sft, trained), {"base": "b", "sft": "s", "trained": "t"},
+                          "ck1")
+    rows = latest_claims(Warehouse())
+    assert [r["experiment"] for r in rows] == [HELDOUT_EXPERIMENT] * 2
+    assert [r["treatment_value"] for r in rows] == pytest.approx([0.625, 0.625])

@@ -130,6 +130,8 @@ def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
     assert grpo_mat.metadata["upstream_data"].value == ["problems"]
     links = grpo_mat.metadata["evaluation_partitions"].value
     assert f"gsm8k|{grpo_id}" in links and "/assets/eval_samples?view=partitions" in links
+    # every link opens a partition that exists (not another model's page)
+    assert {sft_id, grpo_id} <= set(instance.get_dynamic_partitions("models"))
     # progress lines streamed from the script into the run's log
     messages = [e.message for e in instance.all_logs(result.run_id)]
     assert any(f"{grpo_id} step 2/2" in m for m in messages)
