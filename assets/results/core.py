@@ -24,13 +24,11 @@ from typing import Any
 
 import dagster as dg
 
-from assets.common import md_table, now, run_record
+from assets.common import now, run_record
 from eval.claims import CLAIMS_TABLE, claim_svg, combine, inline_svg
 from warehouse import Warehouse
 
 SCALES = ("cpu", "paper")
-CLAIM_COLUMNS = ["section", "metric", "reference_value", "treatment_value", "diff",
-                 "diff_ci_low", "diff_ci_high", "n", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -100,12 +98,37 @@ def claim_job(experiment: Experiment) -> dg.UnresolvedAssetJobDefinition:
         tags={"weft/experiment": experiment.name})
 
 
+def _ci(value: Any, low: Any, high: Any, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    fmt = "{:+.3g}" if signed else "{:.3g}"
+    return f"{fmt.format(value)} [{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def claims_table(rows: Sequence[Mapping[str, Any]]) -> dg.TableMetadataValue:
+    """The parts of a claim as a Dagster table (the UI renders tables on the asset page at any
+    length, unlike Markdown): where, metric, both arms and the difference with 95% CIs, n and
+    the verdict."""
+    columns = ["section", "metric", "reference", "treatment", "difference", "n", "verdict"]
+    records = [dg.TableRecord({
+        "section": str(r["section"]), "metric": str(r["metric"]),
+        "reference": f"{r['reference']}: " + _ci(r["reference_value"], r["reference_ci_low"],
+                                                 r["reference_ci_high"]),
+        "treatment": f"{r['treatment']}: " + _ci(r["treatment_value"], r["treatment_ci_low"],
+                                                 r["treatment_ci_high"]),
+        "difference": _ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"], signed=True),
+        "n": int(r["n"]), "verdict": str(r["verdict"])}) for r in rows]
+    schema = dg.TableSchema(columns=[dg.TableColumn(c, "int" if c == "n" else "string")
+                                     for c in columns])
+    return dg.MetadataValue.table(records=records, schema=schema)
+
+
 def claims_metadata(rows: Sequence[Mapping[str, Any]],
                     plot_path: Any = None) -> dict[str, Any]:
     """The result page: the overall verdict, a short table per part, and one inline plot per
     part (each small enough for the UI to render on the page itself)."""
     meta: dict[str, Any] = {"verdict": combine(r["verdict"] for r in rows),
-                            "claims": md_table(list(rows), CLAIM_COLUMNS)}
+                            "claims": claims_table(rows)}
     many_sections = len({r["section"] for r in rows}) > 1
     for row in rows:
         key = _slug(f"{row['section']} {row['metric']}" if many_sections else str(row["metric"]))

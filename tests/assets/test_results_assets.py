@@ -68,6 +68,9 @@ def test_toy_claim_job_writes_claims_and_a_rerun_replaces_them(weft_home):
     assert all(r["verdict"] in VERDICTS for r in rows)
     assert json.loads(rows[0]["config_json"])["training_seeds"] == 1
     meta = result.asset_materializations_for_node("ep_deliberation_claim")[0].metadata
+    table = meta["claims"]  # a table: the UI renders it on the page at any length
+    assert isinstance(table, dg.TableMetadataValue) and len(table.records) == len(rows)
+    assert {r.data["verdict"] for r in table.records} == {r["verdict"] for r in rows}
     plots = [k for k in meta if k.startswith("plot_")]
     assert len(plots) == len(rows)
     for key in plots:  # short enough for the UI to render on the asset page itself
