@@ -5,10 +5,14 @@ tick per generated token, 0.05 time units per token, so 20 ticks per time unit) 
 arrive as a Poisson process (rate 0.2 per time unit) with an urgency (high / medium / low,
 probabilities 0.4 / 0.4 / 0.2) and a deadline (slack uniform in 5-15 / 15-25 / 25-35 units).
 The assistant is one worker doing one timed activity at a time: ``generate`` (a persistent,
-interruptible action over the current main-task unit), ``check_inbox``, ``open``, ``triage``
-(the triage model's turn, 0.2 units), ``handle`` (1.0), ``remind`` (0.1), ``resume`` (return to
-the main task, 0.1) and ``wait``; ``interrupt`` stops generation at once. Generation resumes
-where it stopped (the partial output is kept, as in the paper's replay).
+interruptible action over the current main-task unit), ``check_inbox``, ``open``, ``handle``
+(1.0), ``remind`` (0.1), ``resume`` (return to the main task, 0.1) and ``wait``; ``interrupt``
+stops generation at once and ``ignore`` drops an email at once. Generation resumes where it
+stopped (the partial output is kept, as in the paper's replay). Triage (the triage model's turn,
+0.2 units) is the deliberation latency of the decision it produces (:mod:`.core`): the agent
+sends ``handle``, ``remind`` or ``ignore`` with ``latency`` = 0.2 units right after opening the
+email, and it is triggered 0.2 units later; the worker does nothing else meanwhile (the only
+admissible set while a decision is pending is the empty one).
 
 Interfaces (App. D "Compared decision interfaces"); they share the environment, email stream,
 main-task outputs, triage policy and scoring, and differ only in when emails reach the agent:
@@ -49,7 +53,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.engagement.core import Event, Intervention, TickEnvironment, run_episode
+from eval.engagement.core import (
+    ActionSpec,
+    AdmissibleSets,
+    Event,
+    Intervention,
+    TickEnvironment,
+    run_episode,
+)
 from eval.engagement.deliberation import sub_seed
 from eval.engagement.texts import EMAILS, MAIN_TASKS, URGENCIES, TaskSpec, scripted_units
 from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
@@ -60,8 +71,8 @@ SINGLE, MILESTONES = "single", "milestones"
 TICKS_PER_UNIT = 20  # 0.05 time units per generated token (Table 17)
 
 HANDLE, REMIND, IGNORE = "handle", "remind", "ignore"
-ACTIVITIES = ("generate", "check_inbox", "open", "triage", "handle", "remind", "resume", "wait")
-EMAIL_WORK = frozenset({"check_inbox", "open", "triage", "handle", "remind"})
+ACTIVITIES = ("generate", "check_inbox", "open", "handle", "remind", "resume", "wait")
+EMAIL_WORK = frozenset({"check_inbox", "open", "handle", "remind", IGNORE})
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,7 @@ class Email:
 class AssistantEnv(TickEnvironment):
     """The email-and-main-task world; ``method`` only decides whether emails are pushed."""
 
-    action_names = frozenset({*ACTIVITIES, "interrupt"})
+    action_names = frozenset({*ACTIVITIES, "interrupt", IGNORE})
 
     def __init__(self, cfg: AssistantConfig, outputs: Sequence[MainOutput], method: str,
                  stream: Sequence[tuple[int, str, int]] | None = None) -> None:
@@ -214,6 +225,42 @@ class AssistantEnv(TickEnvironment):
         self.switches = self.interruptions = self.resumptions = 0
         self.stopped_mid_unit = False
 
+    # -- the interface
+    def admissible(self) -> AdmissibleSets:
+        """What the assistant may do now (one worker): nothing while a decision is pending or
+        an activity other than generation runs; while generating, ``interrupt`` alone or with
+        the next activity; when idle, one activity. Email actions name emails the agent has
+        been shown (pushed, or listed by an inbox check); ``remind`` only once per email."""
+        if self.pending_decisions():
+            return AdmissibleSets((), rule="the assistant is deciding (triage); wait for it")
+        if self.activity is not None and self.activity["name"] != "generate":
+            return AdmissibleSets((), rule=f"the assistant is busy with "
+                                           f"{self.activity['name']!r} until it is done")
+        generating = self.activity is not None
+        needs = "interrupt" if generating else None
+        rule = "the assistant is busy generating: interrupt it first" if generating else ""
+        shown = [e for e in self.emails if e.seen is not None and e.seen <= self.now]
+
+        def spec(name: str, choices=({},), extra: bool = False) -> ActionSpec:
+            return ActionSpec(name, tuple(choices), extra, rule, needs)
+
+        specs = []
+        if self.focus == "main" and self.unit < len(self.units) and not generating:
+            specs.append(spec("generate", extra=True))
+        if self.focus != "main":
+            specs.append(spec("resume"))
+        specs.append(spec("check_inbox"))
+        if shown:
+            ids = [{"email": e.eid} for e in shown]
+            specs += [spec("open", ids), spec(HANDLE, ids), spec(IGNORE, ids)]
+            remindable = [{"email": e.eid, "after_units": 5.0} for e in shown if e.reminders < 1]
+            if remindable:
+                specs.append(spec(REMIND, remindable, extra=True))
+        specs.append(spec("wait", extra=True))
+        if generating:
+            specs.insert(0, ActionSpec("interrupt"))
+        return AdmissibleSets(tuple(specs), max_size=2 if generating else 1)
+
     # -- helpers
     def _email(self, args: dict[str, Any]) -> Email:
         eid = args.get("email")
@@ -261,10 +308,10 @@ class AssistantEnv(TickEnvironment):
                     raise ValueError("resume only returns from email work to the main task")
                 self.focus, self.switches, penalty = "main", self.switches + 1, cfg.switch_penalty
             units = {"check_inbox": cfg.check_units, "open": cfg.open_units,
-                     "triage": cfg.triage_units, "handle": cfg.handle_units,
-                     "remind": cfg.remind_units, "resume": cfg.resume_units}[name]
+                     "handle": cfg.handle_units, "remind": cfg.remind_units,
+                     "resume": cfg.resume_units}[name]
             duration = cfg.ticks(units)
-            if name in ("open", "triage", "handle", "remind"):
+            if name in ("open", "handle", "remind"):
                 email = self._email(args)
                 if name == "open" and email.opened is None:
                     email.opened = self.now
@@ -288,10 +335,23 @@ class AssistantEnv(TickEnvironment):
         self.interruptions += 1
         return -self.cfg.interrupt_penalty
 
+    def _ignore(self, item: Intervention) -> float:
+        email = self._email(dict(item.args))
+        email.ignored = True
+        if self.focus == "main":
+            self.focus, self.switches = "email", self.switches + 1
+            return -self.cfg.switch_penalty
+        return 0.0
+
     def _transition(self, interventions: Sequence[Intervention]) -> float:
         cfg, u = self.cfg, 0.0
         for item in interventions:
-            u += self._interrupt() if item.name == "interrupt" else -self._begin(item)
+            if item.name == "interrupt":
+                u += self._interrupt()
+            elif item.name == IGNORE:
+                u += self._ignore(item)
+            else:
+                u -= self._begin(item)
         act = self.activity
         if act is not None:
             act["left"] -= 1
@@ -321,8 +381,6 @@ class AssistantEnv(TickEnvironment):
                     on_time = email.handled <= email.deadline and not email.timed_out
                     u += cfg.on_time_reward if on_time else cfg.late_reward
                     payload["email"] = email.eid
-                elif act["name"] == "triage" and act["args"].get("decision") == IGNORE:
-                    self.emails[act["args"]["email"]].ignored = True
                 if act["name"] == "check_inbox":
                     payload["emails"] = self.visible()
                 self._deliver("done", payload)
@@ -389,7 +447,11 @@ def scripted_triage(email: dict[str, Any], context: dict[str, Any]) -> Decision:
 
 
 class AssistantAgent:
-    """The agent side of the three interfaces; all share the triage policy and its costs."""
+    """The agent side of the three interfaces; all share the triage policy and its costs.
+
+    After opening an email it sends the triage decision (``handle``, ``remind`` or ``ignore``)
+    with the triage turn as its deliberation latency, and waits: for the activity's ``done``
+    event, or, for ``ignore``, until the decision lands."""
 
     def __init__(self, cfg: AssistantConfig, method: str, triage: Triage = scripted_triage) -> None:
         if method not in METHODS:
@@ -401,6 +463,7 @@ class AssistantAgent:
         self.views: dict[int, dict[str, Any]] = {}
         self.plan: list[Intervention] = []
         self.busy = self.generating = self.main_done = self.check_due = False
+        self.free_at: int | None = None  # an `ignore` decision lands then
         self.focus = "main"
         self.progress_units = 0
         self.decisions: list[dict[str, Any]] = []
@@ -428,6 +491,8 @@ class AssistantAgent:
                     self.check_due = self.method != EP
                 for view in ev.payload.get("emails", []):
                     self._queue(dict(view))
+        if self.free_at is not None and tick >= self.free_at:
+            self.busy, self.free_at = False, None
         out: list[Intervention] = []
         if self.generating and wake:
             out.append(Intervention("interrupt"))
@@ -438,6 +503,8 @@ class AssistantAgent:
                 out.append(nxt)
                 self.busy = True
                 self.generating = nxt.name == "generate"
+                if nxt.name == IGNORE:
+                    self.free_at = tick + nxt.latency
         return out
 
     def _next(self, tick: int) -> Intervention | None:
@@ -460,12 +527,11 @@ class AssistantAgent:
                 decision = Decision(HANDLE)
             self.decisions.append({"tick": tick, "email": eid, "action": decision.action})
             self.focus = "email"
-            self.plan = [Intervention("triage", {"email": eid, "decision": decision.action})]
-            if decision.action == HANDLE:
-                self.plan.append(Intervention("handle", {"email": eid}))
-            elif decision.action == REMIND:
-                self.plan.append(Intervention("remind", {"email": eid,
-                                                         "after_units": decision.after_units}))
+            args: dict[str, Any] = {"email": eid}
+            if decision.action == REMIND:
+                args["after_units"] = decision.after_units
+            triage = self.cfg.ticks(self.cfg.triage_units)  # the triage model's turn
+            self.plan = [Intervention(decision.action, args, latency=triage)]
             return Intervention("open", {"email": eid})
         if not self.main_done:
             if self.focus == "email":

@@ -2,11 +2,17 @@
 
 Each task has a deadline, a reward for success, a penalty for failure or timeout, and a
 difficulty ``d in [0, 1]``. Before answering, the agent picks one of five deliberation modes;
-mode ``m`` has a quality ``q_m`` and a duration ``D_m``. In **EP** timing the deliberation is a
-persistent timed action of ``D_m`` ticks (1 tick = 1 second) during which the clock runs and the
-deadline approaches; in **Step** timing it is instantaneous (the task clock does not move; the
-answer still arrives as an event at the next interface tick, like a synchronized loop). Both
-settings are otherwise identical (App. C: same qualities, durations counted only under EP).
+mode ``m`` has a quality ``q_m`` and a duration ``D_m``. In **EP** timing the deliberation takes
+``D_m`` ticks (1 tick = 1 second) during which the clock runs and the deadline approaches; in
+**Step** timing it is instantaneous (the task clock does not move; the answer still arrives as an
+event at the next interface tick, like a synchronized loop). Both settings are otherwise
+identical (App. C: same qualities, durations counted only under EP).
+
+Deliberation time is the interface's deliberation latency (:mod:`.core`), not a mechanism of
+this environment: :meth:`DeliberationEnv.decision_latency` charges ``D_m - 1`` ticks for
+``deliberate(mode=m)`` under EP (0 under Step), and the answer is given at the end of the tick
+in which it is triggered, after that tick's second has passed, so it lands at ``t + D_m`` for a
+decision at ``t``. A timeout cancels the pending deliberation.
 
 - Single-task (Table 6): one task per episode whose deadline is a slack drawn from
   ``slack_choices``; the agent observes (slack, difficulty bin).
@@ -52,6 +58,8 @@ from typing import Any
 import numpy as np
 
 from eval.engagement.core import (
+    ActionSpec,
+    AdmissibleSets,
     Event,
     Intervention,
     TickEnvironment,
@@ -142,10 +150,11 @@ def difficulty_bin(cfg: DeliberationConfig, difficulty: float) -> int:
 class DeliberationEnv(TickEnvironment):
     """The deliberation task chain as an EP environment; ``timing`` is "ep" or "step".
 
-    Intervention: ``deliberate(mode=m)`` (0-based) for the task currently open. Events:
-    ``task`` (index, slack, difficulty, bin), ``answer`` (index, mode, success), ``timeout``
-    (index). A deliberation is a timed action; in EP timing it runs for ``D_m`` ticks with empty
-    intervention sets, and the answer event arrives at the tick it completes.
+    Intervention: ``deliberate(mode=m)`` (0-based), admissible while a task is open and no
+    deliberation is pending. Events: ``task`` (index, slack, difficulty, bin), ``answer``
+    (index, mode, success), ``timeout`` (index). In EP timing a deliberation is a decision with
+    latency ``D_m - 1`` (see the module docstring): the agent sends empty intervention sets
+    while it runs, and the answer event arrives at tick ``t + D_m``.
     """
 
     action_names = frozenset({DELIBERATE})
@@ -196,34 +205,46 @@ class DeliberationEnv(TickEnvironment):
         self.emit(kind, {"index": self.current, **payload}, at=at)
         self.current += 1
 
+    def _open(self) -> bool:
+        return self.current < self.cfg.tasks_per_episode and not self.pending_decisions()
+
+    def admissible(self) -> AdmissibleSets:
+        """``deliberate`` with one of the modes while a task is open and no deliberation is
+        pending; otherwise only the empty set."""
+        rule = (f"deliberate needs mode in 0..{self.cfg.n_modes - 1}, and is admissible only "
+                "while a task is open and no deliberation is running")
+        if not self._open():
+            return AdmissibleSets((), rule=rule)
+        modes = tuple({"mode": m} for m in range(self.cfg.n_modes))
+        return AdmissibleSets((ActionSpec(DELIBERATE, modes, rule=rule),))
+
+    def decision_latency(self, intervention: Intervention) -> int:
+        """EP: ``D_m - 1`` ticks of deliberation before the answering tick; Step: none."""
+        if self.timing == STEP:
+            return 0
+        return self.cfg.mode_durations[int(intervention.args["mode"])] - 1
+
+    def _decided(self, intervention: Intervention) -> None:
+        k, mode = self.current, int(intervention.args["mode"])
+        self.decisions.append((self.deadlines[k] - self.clock,
+                               difficulty_bin(self.cfg, self.difficulties[k]), mode, k))
+
     def _transition(self, interventions: Sequence[Intervention]) -> float:
         cfg = self.cfg
         self._utility = 0.0
-        for item in interventions:
-            mode = item.args.get("mode")
-            if not (isinstance(mode, (int, np.integer)) and 0 <= mode < cfg.n_modes):
-                raise ValueError(f"deliberate needs mode in 0..{cfg.n_modes - 1}, got {mode!r}")
-            if self.current >= cfg.tasks_per_episode or DELIBERATE in self.actions:
-                raise ValueError("deliberate is admissible only while a task is open and no "
-                                 "deliberation is running")
-            duration = cfg.mode_durations[mode] if self.timing == EP else 0
-            self.actions.start(DELIBERATE, duration, mode=int(mode), task=self.current)
-            k = self.current
-            self.decisions.append((self.deadlines[k] - self.clock,
-                                   difficulty_bin(cfg, self.difficulties[k]), int(mode), k))
         if self.current >= cfg.tasks_per_episode:
             return 0.0
         if self.timing == EP:
             self.clock += 1
             self._utility -= cfg.time_cost
-        for done in self.actions.advance():
-            mode = done.args["mode"]
+        for item in interventions:  # the answers given at the end of this tick
+            mode = int(item.args["mode"])
             ok = bool(self.rng.random() < success_probability(
                 cfg, mode, self.difficulties[self.current]))
             self._resolve("success" if ok else "failure", None, mode=mode, success=ok)
             self._open_next(None)
         if self.current < cfg.tasks_per_episode and self.clock >= self.deadlines[self.current]:
-            self.actions.interrupt(DELIBERATE)
+            self.cancel_decision(DELIBERATE)
             self._resolve(TIMEOUT, None)
             self._open_next(None)
         return self._utility
