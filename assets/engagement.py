@@ -1,9 +1,18 @@
 """Engagement Process assets (the paper's §5.2, App. D-E): LLM-workflow comparisons.
 
-- ``ep_episodes`` (group ``evaluate``), partitioned by ``<environment>.<method>``: every episode
-  of one interface in the digital-assistant (§5.2.1) or embodied-scheduling (§5.2.2)
+- ``ep_episodes`` (group ``evaluate``), Dagster partitions ``<environment>.<method>``: every
+  episode of one interface in the digital-assistant (§5.2.1) or embodied-scheduling (§5.2.2)
   environment, one row each in ``ep_episodes``, and the event timelines of the first
-  ``timeline_episodes`` episodes in ``ep_timelines`` (tick, kind, name, payload). With
+  ``timeline_episodes`` episodes in ``ep_timelines`` (tick, kind, name, payload). Rows are
+  stored per experiment: warehouse partition ``<environment>.<method>@<experiment>`` and column
+  ``experiment``, where the experiment id (:func:`experiment_id`, e.g.
+  ``milestones-scripted-20x5-seed42-1a2b3c4d``) names the setting, the policy, the episode
+  counts and the seed and ends with a hash of every setting that defines the episodes (the
+  model for ``policy: llm``). Materializing a partition replaces only the rows of the same
+  experiment; other settings, seeds or episode counts keep theirs. Rows written before
+  experiments were stored (partition ``<environment>.<method>``, no ``experiment`` column) stay
+  readable as experiment ``legacy-<config hash>`` (:func:`experiment_of`); one experiment per
+  configuration they were run with. With
   ``policy: scripted`` (default; fast, no model) the scripted policies decide; with
   ``policy: llm`` the ``llm`` resource (the embedded model unless configured) writes the main-task
   outputs and makes every triage / controller decision, cached, its calls in ``llm_calls``.
@@ -12,10 +21,12 @@
   assistant takes ``main_tasks`` (the first N built-in tasks), ``horizon_units`` and
   ``arrival_rate`` (None: the Table 17 values).
 - ``ep_scores`` (group ``report``): the Table 3 / 18 and 20 / 22 cells (mean and bootstrap 95%
-  interval per metric) for every (environment, setting, policy, method) in ``ep_episodes``, in
-  table ``ep_scores`` and view ``ep_leaderboard`` (``warehouse/views/ep_leaderboard.sql``),
-  with plots of utility and timeout / critical-failure rate per method and a timeline picture
-  of one episode in the metadata.
+  interval per metric) for every (environment, experiment, setting, policy, method) in
+  ``ep_episodes``, in table ``ep_scores`` (column ``experiment``) and view ``ep_leaderboard``
+  (``warehouse/views/ep_leaderboard.sql``), with plots of utility and timeout /
+  critical-failure rate per method and experiment and a timeline picture of one episode in the
+  metadata. Methods are compared only within one experiment: rows of different experiments
+  are never pooled into one cell, and the metadata leaderboard ranks within an experiment.
 
 Not guaranteed: the paper's numbers (our configurations, see ``eval.engagement``).
 """
@@ -29,6 +40,7 @@ import dagster as dg
 
 from assets.common import lineage, md_table, now, run_record
 from assets.resources import LLMResource, WarehouseResource
+from warehouse import config_hash
 from warehouse.runs import record_run
 
 EP_PARTITIONS = ["assistant.agentloop", "assistant.poll", "assistant.ep", "kitchen.agentloop",
@@ -79,6 +91,46 @@ def assistant_overrides(config: EpEpisodesConfig, environment: str) -> dict[str,
     return out
 
 
+LEGACY = "legacy"
+DEFAULT_SETTING = {"assistant": "milestones", "kitchen": "one"}  # as eval.engagement.llm_runs
+
+
+def experiment_settings(config: EpEpisodesConfig, environment: str, policy: str) -> dict[str, Any]:
+    """Every setting that defines the episodes of ``environment`` under ``config`` (the
+    other environment's knobs and ``timeline_episodes`` are left out: they change nothing in
+    the episode rows). ``policy`` is ``scripted`` or the model id."""
+    shared = {"environment": environment, "policy": policy, "setting": config.setting,
+              "seed": config.seed}
+    if environment == "kitchen":
+        return shared | {"cases_per_cell": config.cases_per_cell}
+    out = shared | {"n_seeds": config.n_seeds, "episodes_per_seed": config.episodes_per_seed,
+                    "main_tasks": config.main_tasks, "horizon_units": config.horizon_units,
+                    "arrival_rate": config.arrival_rate}
+    if policy != "scripted":
+        out["main_tokens"] = config.main_tokens
+    return out
+
+
+def experiment_id(config: EpEpisodesConfig, environment: str, policy: str,
+                  setting: str) -> str:
+    """Readable id of one experiment: ``<setting>-<scripted|llm>-<size>-seed<seed>-<hash8>``
+    (size ``<seeds>x<episodes>`` for the assistant, ``c<cases per cell>`` for the kitchen);
+    the hash covers :func:`experiment_settings`, so equal ids mean equal episodes."""
+    size = (f"c{config.cases_per_cell}" if environment == "kitchen"
+            else f"{config.n_seeds}x{config.episodes_per_seed}")
+    kind = "scripted" if policy == "scripted" else "llm"
+    digest = config_hash(experiment_settings(config, environment, policy))[:8]
+    return f"{setting}-{kind}-{size}-seed{config.seed}-{digest}"
+
+
+def experiment_of(row: dict[str, Any]) -> str:
+    """A stored row's experiment; rows from before experiments were stored get
+    ``legacy-<config hash>`` (all methods of one old configuration share it)."""
+    if row.get("experiment"):
+        return str(row["experiment"])
+    return f"{LEGACY}-{str(row.get('config_hash') or 'unknown')[:8]}"
+
+
 def _image_md(path: Path) -> str:
     return f"![{path.stem}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
 
@@ -88,7 +140,8 @@ def _image_md(path: Path) -> str:
     partitions_def=ep_partitions,
     kinds={"python"},
     description="Engagement Process episodes of one environment x interface (§5.2): one row per "
-                "episode, plus event timelines of the first episodes.",
+                "episode, plus event timelines of the first episodes; stored per experiment "
+                "(settings, policy, episode counts, seed), so other experiments keep their rows.",
 )
 def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
                 llm: LLMResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -100,9 +153,16 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
     started = now()
     sizes = assistant_overrides(config, environment)
     wh = warehouse.get()
-    with run_record(context, wh, config.model_dump(), started_at=started) as rec:
-        client = (rec.track(llm.client(max_tokens=max(config.main_tokens, 64)))
-                  if config.policy == "llm" else None)
+    client = (llm.client(max_tokens=max(config.main_tokens, 64))
+              if config.policy == "llm" else None)
+    policy = "scripted" if client is None else str(client.model)
+    setting = config.setting or DEFAULT_SETTING[environment]
+    experiment = experiment_id(config, environment, policy, setting)
+    partition = f"{context.partition_key}@{experiment}"
+    with run_record(context, wh, config.model_dump(), partition=partition,
+                    started_at=started) as rec:
+        if client is not None:
+            rec.track(client)
         try:
             comp = run_comparison(environment, [method], setting=config.setting or None,
                                   client=client, n_seeds=config.n_seeds,
@@ -112,13 +172,16 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
                                   **sizes)
         except ValueError as exc:
             raise dg.Failure(description=str(exc)) from exc
-        rec.write("ep_episodes", comp.episodes)  # after the run's llm_calls
-        timeline = [dict(row, environment=environment, setting=comp.setting, policy=comp.policy)
+        rows = [dict(row, experiment=experiment) for row in comp.episodes]
+        rec.write("ep_episodes", rows)  # after the run's llm_calls
+        timeline = [dict(row, environment=environment, setting=comp.setting, policy=comp.policy,
+                         experiment=experiment)
                     for episode in comp.timelines[method][: config.timeline_episodes]
                     for row in episode]
         rec.write("ep_timelines", timeline, counted=False)
     cells = {s["metric"]: s for s in comp.scores}
     return dg.MaterializeResult(metadata={
+        "experiment": experiment, "warehouse_partition": partition,
         "episodes": len(comp.episodes), "setting": comp.setting, "policy": comp.policy,
         "llm_calls": comp.llm["calls"], "llm_unusable_replies": comp.llm["failures"],
         "timeline_rows": len(timeline),
@@ -129,21 +192,35 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
 
 
 def score_rows(episodes: list[dict[str, Any]], seed: int = 42) -> list[dict[str, Any]]:
-    """Recompute the CIs from stored episode rows, per (environment, setting, policy, method)."""
+    """Recompute the CIs from stored episode rows, per (environment, experiment, setting,
+    policy, method); rows of different experiments (:func:`experiment_of`) are never pooled.
+
+    Raises ValueError when one experiment's methods hold different episode counts (a partial
+    or mixed write: re-materialize that experiment's partitions)."""
     from eval.engagement.assistant import AssistantResult
     from eval.engagement.kitchen import KitchenResult
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in episodes:
-        key = (row["environment"], row["setting"], row["policy"], row["method"])
+        key = (row["environment"], experiment_of(row), row["setting"], row["policy"],
+               row["method"])
         groups.setdefault(key, []).append(row)
+    sizes: dict[tuple, dict[str, int]] = {}
+    for (env, experiment, _, _, method), rows in groups.items():
+        sizes.setdefault((env, experiment), {})[method] = len(rows)
+    for (env, experiment), counts in sorted(sizes.items()):
+        if len(set(counts.values())) > 1:
+            raise ValueError(f"{env} experiment {experiment}: methods hold different episode "
+                             f"counts {counts}; re-materialize its ep_episodes partitions with "
+                             "the same config")
     out = []
-    for (env, setting, policy, method), rows in sorted(groups.items()):
+    for (env, experiment, setting, policy, method), rows in sorted(groups.items()):
         result = (AssistantResult if env == "assistant" else KitchenResult)(method, rows)
         for metric, ci in result.summary(seed=seed).items():
-            out.append({"environment": env, "setting": setting, "policy": policy,
-                        "method": method, "metric": metric, "value": ci.value, "low": ci.low,
-                        "high": ci.high, "episodes": len(rows)})
+            out.append({"environment": env, "experiment": experiment, "setting": setting,
+                        "policy": policy, "method": method, "metric": metric,
+                        "value": ci.value, "low": ci.low, "high": ci.high,
+                        "episodes": len(rows)})
     return out
 
 
@@ -151,8 +228,9 @@ def score_rows(episodes: list[dict[str, Any]], seed: int = 42) -> list[dict[str,
     group_name="report",
     deps=[ep_episodes],
     kinds={"duckdb"},
-    description="Engagement Process scores with bootstrap CIs per environment x method (Tables "
-                "3, 18, 20, 22 layout), plots of utility and timeout rate, one episode timeline.",
+    description="Engagement Process scores with bootstrap CIs per environment x experiment x "
+                "method (Tables 3, 18, 20, 22 layout), plots of utility and timeout rate, one "
+                "episode timeline.",
 )
 def ep_scores(context: dg.AssetExecutionContext,
               warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -164,17 +242,25 @@ def ep_scores(context: dg.AssetExecutionContext,
         raise dg.Failure("no ep_episodes rows yet: materialize ep_episodes partitions first")
     started = now()
     episodes = wh.read("ep_episodes").to_pylist()
-    scores = score_rows(episodes)
+    try:
+        scores = score_rows(episodes)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from exc
     lin = lineage(context, {})
     wh.write("ep_scores", scores, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(scores))
     folder = weft_home() / "reports" / "ep_scores"
-    meta: dict[str, Any] = {"rows": len(scores), "episodes": len(episodes)}
-    meta["plot"] = dg.MetadataValue.md(_image_md(plot_scores(scores, folder / "scores.png")))
+    experiments = sorted({(s["environment"], s["experiment"]) for s in scores})
+    meta: dict[str, Any] = {"rows": len(scores), "episodes": len(episodes),
+                            "experiments": len(experiments)}
+    # one bar group per experiment (the plot groups by its "setting" field)
+    by_experiment = [dict(s, setting=s["experiment"]) for s in scores]
+    meta["plot"] = dg.MetadataValue.md(_image_md(plot_scores(by_experiment,
+                                                             folder / "scores.png")))
     meta["leaderboard"] = md_table(
         sorted((s for s in scores if s["metric"] == "utility"),
-               key=lambda s: (s["environment"], s["setting"], -s["value"])),
-        ["environment", "setting", "policy", "method", "value", "low", "high", "episodes"])
+               key=lambda s: (s["environment"], s["experiment"], -s["value"])),
+        ["environment", "experiment", "policy", "method", "value", "low", "high", "episodes"])
     if "ep_timelines" in wh.tables():
         rows = wh.read("ep_timelines").to_pylist()
         ep_rows = [r for r in rows if r["method"] == "ep"] or rows
