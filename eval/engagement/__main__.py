@@ -15,13 +15,24 @@ Examples::
 ``--train`` / ``--eval`` override the episode counts of the configuration; ``--seed`` its seed.
 ``llm`` without ``--scripted`` uses ``--base-url``/``--model`` (or ``WEFT_LLM_BASE_URL`` /
 ``WEFT_LLM_MODEL``), else starts (or reuses) the local server of the embedded model.
+
+Stopping: Ctrl-C (SIGINT), SIGTERM or SIGHUP at any point of ``llm`` (while the server starts,
+during the run) stops the vLLM server this command started (its whole process group; a reused
+server is left running), prints that it was stopped and exits with status 130. Further signals
+while the server is being stopped are ignored so that the stop completes. Not guaranteed:
+SIGKILL cannot be caught, so a server started by a killed command keeps running (``python -m
+pipelines.serving stop`` stops it).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 from eval.engagement import deliberation as D
 from eval.engagement import patrol as P
@@ -106,38 +117,87 @@ def _llm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     bad = [m for m in args.method or () if m not in methods_for(args.env)]
     if bad:
         parser.error(f"--method for {args.env} is one of {methods_for(args.env)}, not {bad}")
-    client, server = None, None
-    if not args.scripted:
-        from pipelines.llm import LLMClient
-
-        if args.base_url or args.model:
-            if not (args.base_url and args.model):
-                parser.error("--base-url and --model go together")
-            client = LLMClient(args.base_url, args.model)
-        else:
-            import os
-
-            from pipelines.llm import ENV_MODEL
-
-            if os.environ.get(ENV_MODEL):
-                client = LLMClient.from_env()
-            else:
-                from pipelines.serving import LocalModelServer
-
-                server = LocalModelServer().start()
-                client = LLMClient(server.base_url, str(server.served_name))
+    server = None
     try:
-        comp = run_comparison(args.env, args.method, setting=args.setting, client=client,
-                              n_seeds=args.seeds, episodes_per_seed=args.episodes,
-                              cases_per_cell=args.cases, main_tokens=args.main_tokens,
-                              log=False, seed=args.seed)
-    finally:
-        if server is not None:
-            server.stop()
+        with _signals_interrupt():
+            try:
+                client, server = _client(parser, args)
+                comp = run_comparison(args.env, args.method, setting=args.setting,
+                                      client=client, n_seeds=args.seeds,
+                                      episodes_per_seed=args.episodes,
+                                      cases_per_cell=args.cases, main_tokens=args.main_tokens,
+                                      log=False, seed=args.seed)
+            finally:
+                if server is not None:
+                    _stop_server(server)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'SIGINT'}): the run stopped, and the model server this "
+              "command started (if any) was stopped", file=sys.stderr)
+        return 130
     title = (f"{args.env}, {comp.setting}, policy {comp.policy} "
              f"(LLM calls {comp.llm['calls']}, unusable replies {comp.llm['failures']})")
     print(format_table(score_table(comp), title))
     return 0
+
+
+def _client(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, Any]:
+    """(client, the local server this command started or reused, or None). A start that is
+    interrupted or fails stops what it spawned before the exception propagates."""
+    if args.scripted:
+        return None, None
+    from pipelines.llm import LLMClient
+
+    if args.base_url or args.model:
+        if not (args.base_url and args.model):
+            parser.error("--base-url and --model go together")
+        return LLMClient(args.base_url, args.model), None
+    import os
+
+    from pipelines.llm import ENV_MODEL
+
+    if os.environ.get(ENV_MODEL):
+        return LLMClient.from_env(), None
+    from pipelines import serving
+
+    server = serving.LocalModelServer()
+    try:
+        server.start()
+    except BaseException:
+        _stop_server(server)
+        raise
+    return LLMClient(server.base_url, str(server.served_name)), server
+
+
+def _stop_server(server: Any) -> None:
+    """Stop ``server`` if this process spawned it, with SIGINT/SIGTERM/SIGHUP ignored meanwhile
+    (a second Ctrl-C must not leave it half-stopped)."""
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
+    try:
+        process = getattr(server, "process", None)
+        if process is not None and process.poll() is None:
+            server.owned = True  # spawned here, even if interrupted before it was marked
+        server.stop()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C does, so cleanup code runs."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
