@@ -14,45 +14,54 @@ Guarantees:
   (byte-level BPE ``Ġ``, SentencePiece ``▁``) starts its word tokens; the boundary set is
   exactly the vocabulary ids whose surface form begins with that marker. A tokenizer with
   neither marker is refused with a message saying to pass the ids explicitly.
-- **Handoff schedule** (§3.3, A.1.2). Whether a token begins a new word is known only once it
-  has been sampled, so, as in A.1.2 (a per-request state of "active model, tokens since the
-  last handoff, last-seen response length" updated from the emitted response), the schedule
-  is driven by the tokens already emitted: the active model of the first response token is
-  drawn by the coin; after each emitted token the active model is redrawn (senior with
-  probability ``senior_prob``) if that token is word-initial, or if ``span_cap`` consecutive
-  non-boundary tokens have been emitted since the last draw (the backstop of A.1.2); otherwise
-  it keeps writing. Every draw resets the span counter. So an author change between
-  positions ``t`` and ``t+1`` only ever happens where token ``t`` is word-initial or closes a
-  capped span.
+- **Handoff schedule** (§3.3, A.1.2): the author of every word-initial token is drawn for that
+  token (senior with probability ``senior_prob``); a token that does not begin a word is
+  written by the author of the token before it. So a word is never split between authors: an
+  author change falls only on a word-initial token (or where the span cap forces a draw).
+  Which token comes next decides whether a word begins, so each step goes: the current author
+  samples a candidate; if it is not word-initial it is emitted; if it is, the coin of that
+  position picks the word's author, and an author other than the current one writes the token
+  from its own distribution restricted to word-initial tokens (the same temperature/top-k/top-p
+  applied to that restriction), i.e. the incoming model starts the new word. The first token's
+  author is the coin's. The span cap (A.1.2 backstop): after ``span_cap`` consecutive
+  non-boundary tokens since the last draw, the next token's author is drawn by its coin and
+  samples from its full distribution. Every draw resets the span counter.
+- **Step schedule** (``unit="step"``, §4.3 / App. B.3): the boundary ids are step-ending tokens
+  (:func:`step_boundary_ids`, tokens holding a blank line); the author that writes a step also
+  writes its closing token, and the draw (or, with ``alternate``, the switch) applies to the
+  token after it: "each producing one reasoning step before yielding control".
 - **Seeded draws, exactly reproducible.** Rollout ``b`` with seed ``s`` uses
-  ``draws = torch.rand(2, max_new_tokens, generator=torch.Generator().manual_seed(s))``:
-  ``draws[0, t]`` is the uniform that picks token ``t`` and ``draws[1, t]`` the coin of a draw
-  taken before token ``t`` (senior iff ``draws[1, t] < senior_prob``). A token is picked by
-  inverse-CDF sampling: the first vocabulary id (in id order) whose cumulative probability
-  exceeds ``draws[0, t]`` times the total mass, under the author's temperature/top-k/top-p
-  distribution. The coin and token streams are separate, so with ``senior_prob = 1`` a rollout
-  is token for token the solo senior rollout with the same seed, and with ``0`` the solo
-  junior's. Same seed, same models and same length: same tokens and same authorship, whatever
-  else is in the batch.
+  ``draws = torch.rand(3, max_new_tokens, generator=torch.Generator().manual_seed(s))``:
+  ``draws[0, t]`` is the uniform that picks token ``t`` from the current (or, at a span-cap
+  draw, the drawn) author, ``draws[1, t]`` the coin of a draw taken for token ``t`` (senior iff
+  ``draws[1, t] < senior_prob``) and ``draws[2, t]`` the uniform of the incoming author's
+  word-initial token. A token is picked by inverse-CDF sampling: the first vocabulary id (in id
+  order) whose cumulative probability exceeds the uniform times the total mass, under the
+  author's temperature/top-k/top-p distribution. When the coin keeps the current author, its
+  candidate stands, so with ``senior_prob = 1`` a rollout is token for token the solo senior
+  rollout with the same seed, and with ``0`` the solo junior's. Same seed, same models and same
+  length: same tokens and same authorship, whatever else is in the batch. Per-step rollout
+  seeds of a training run come from :func:`rollout_seeds`.
 - **Lockstep** (A.1.1): both caches hold exactly the shared prompt + response; each generated
   token costs one forward of each model (the prompt one batched prefill each).
 - Stats per rollout: tokens, senior tokens and share, handoffs (author changes), boundary
   draws and span-cap redraws.
-- **Evaluation schedule** (§4.3): ``HandoffParams(alternate=True, span_cap=None,
-  senior_first=...)`` with the ids of :func:`step_boundary_ids` (tokens whose text contains a
-  blank line, "\\n\\n") hands over to the other model after every such token, no coin, with
-  the senior or the junior starting. Same lockstep decoder, same draws.
+- **Evaluation schedule** (§4.3): ``HandoffParams(unit="step", alternate=True, span_cap=None,
+  senior_first=...)`` with the ids of :func:`step_boundary_ids` hands over to the other model
+  after every step-ending token, no coin, with the senior or the junior starting. Same lockstep
+  decoder, same draws.
 
 Deliberate departures / choices (with reasons):
 
 - The paper's span-cap value is illegible in our copy (A.1.2, Table 4): default 8, set by
   ``span_cap``. The span counter resets at every draw (whether or not the author changes):
   A.1.2 counts "since the last handoff" and a draw is the handoff opportunity.
-- Because boundaries are recognised after emission (see above), the word-initial token is
-  written by the outgoing author and the redrawn author continues from the next token; for a
-  word split into several pieces the change falls after its first piece. This is the reading
-  of A.1.2's emitted-response state; sampling the incoming model's token conditioned on being
-  word-initial would need a second, restricted sampler and break the p=1/p=0 identities.
+- The incoming author's word-initial token is sampled from its distribution restricted to
+  word-initial tokens: the current author's candidate decides that a word ends (the rule of
+  §3.3 needs the word-initial status of a token before its author is known, and the outgoing
+  author is the one finishing its word). Should the incoming model give no probability to any
+  word-initial token (only possible with top-k/top-p cut-offs or -inf logits), the current
+  author's candidate stands and the author does not change.
 - Draws use their own seeded CPU generator per rollout rather than vLLM's per-request
   generator; the sampler is inverse-CDF (one uniform per token) so that solo and tandem runs
   can share draws exactly. ``min_p`` and repetition penalties are not supported (refused).
@@ -78,6 +87,9 @@ _PROBE = "the cat sat on the mat"
 DEFAULT_SENIOR_PROB = 0.5   # §3.3: a fair coin
 DEFAULT_SPAN_CAP = 8        # A.1.2: value illegible in our copy; configurable
 SENIOR, JUNIOR = 1, 0       # authorship stream values
+HANDOFF_UNITS = ("word", "step")
+# rollout_seeds: the sizes of the call, process and row fields of a rollout seed
+SEED_CALLS, SEED_PROCESSES, SEED_ROWS = 64, 256, 65_536
 
 
 class TandemError(ValueError):
@@ -88,16 +100,19 @@ class TandemError(ValueError):
 class HandoffParams:
     """A handoff schedule: by default the word-level coin schedule of §3.3 / A.1.2.
 
-    ``alternate=True`` is the evaluation schedule of §4.3: at every boundary token (there, the
-    ids of :func:`step_boundary_ids`) the author switches to the other model, no coin, and
-    ``span_cap=None`` turns the cap off. ``senior_first`` fixes the first author (None: the
-    coin draws it).
+    ``unit`` says what the boundary ids mark: ``"word"`` (word-initial tokens; the author of
+    each such token is drawn for that token, §3.3) or ``"step"`` (step-ending tokens, the ids
+    of :func:`step_boundary_ids`; the draw applies to the token after one, §4.3 / App. B.3).
+    ``alternate=True`` switches to the other model at each boundary instead of drawing (the
+    strict round-robin of §4.3), and ``span_cap=None`` turns the cap off. ``senior_first``
+    fixes the first author (None: the coin draws it).
     """
 
     senior_prob: float = DEFAULT_SENIOR_PROB
     span_cap: int | None = DEFAULT_SPAN_CAP
     alternate: bool = False
     senior_first: bool | None = None
+    unit: str = "word"
 
     def __post_init__(self):
         if not (isinstance(self.senior_prob, int | float) and 0.0 <= self.senior_prob <= 1.0):
@@ -111,6 +126,10 @@ class HandoffParams:
         if self.senior_first not in (None, True, False):
             raise TandemError(f"senior_first must be true, false or null (coin), got "
                               f"{self.senior_first!r}")
+        if self.unit not in HANDOFF_UNITS:
+            raise TandemError(f"unit must be one of {HANDOFF_UNITS} (word: boundary ids are "
+                              f"word-initial tokens; step: step-ending tokens), got "
+                              f"{self.unit!r}")
 
 
 @dataclass(frozen=True)
@@ -196,8 +215,9 @@ class TandemRollouts:
     completion_ids: list[list[int]]
     authorship: list[list[int]]   # SENIOR (1) / JUNIOR (0) per completion token
     stats: list[RolloutStats]
-    # With keep_logits: per model, the (B, T, V) float32 logits each token was sampled from
-    # (senior first, then junior when present); rows past their end hold the pad step's logits.
+    # With keep_logits: per model, the (B, T, V) logits each model gave for position t (senior
+    # first, then junior when present), float32 (float64 for float64 models); rows past their
+    # end hold the pad step's logits.
     logits: tuple[torch.Tensor, ...] | None = field(default=None, repr=False)
 
 
@@ -250,8 +270,48 @@ def boundary_mask(ids: frozenset[int] | Sequence[int], vocab_size: int,
 
 
 def rollout_draws(seed: int, steps: int) -> torch.Tensor:
-    """(2, steps) uniforms of one rollout: row 0 picks tokens, row 1 is the handoff coin."""
-    return torch.rand(2, steps, generator=torch.Generator().manual_seed(int(seed)))
+    """(3, steps) uniforms of one rollout: row 0 picks tokens, row 1 is the handoff coin, row 2
+    picks an incoming author's word-initial token (see the module docstring)."""
+    return torch.rand(3, steps, generator=torch.Generator().manual_seed(int(seed)))
+
+
+def rollout_seeds(seed: int, step: int, call: int, process: int, n: int) -> list[int]:
+    """The ``n`` rollout seeds of one generation call of a training run.
+
+    ``seed`` is the run's seed, ``step`` the optimizer step, ``call`` the number of earlier
+    generation calls at that step, ``process`` the data-parallel rank. The seed is
+    ``(((seed * 1_000_003 + step) * 64 + call) * 256 + process) * 65_536 + row``: call, process
+    and row each have their own field (sizes refused beyond it), so within a run (fewer than
+    1,000,003 steps) two calls that differ in step, call or process, or two rows of one call,
+    never share a seed and so never share their draws: every training step gets fresh rollouts,
+    reproducible from the run's seed.
+    """
+    for name, value, size in (("call", call, SEED_CALLS), ("process", process, SEED_PROCESSES),
+                              ("n", n, SEED_ROWS + 1)):
+        if not 0 <= int(value) < size:
+            raise TandemError(f"rollout_seeds: {name} must be in [0, {size}), got {value}; "
+                              "more would make seeds collide")
+    if step < 0:
+        raise TandemError(f"rollout_seeds: step must be >= 0, got {step}")
+    base = ((int(seed) * 1_000_003 + int(step)) * SEED_CALLS + int(call)) * SEED_PROCESSES
+    base = (base + int(process)) * SEED_ROWS
+    return [base + row for row in range(int(n))]
+
+
+class RolloutSeeder:
+    """Numbers the generation calls of a training run and gives each its seeds: the calls at
+    one optimizer step are numbered 0, 1, ... (a step may generate more than once), and the
+    count restarts when the step changes; seeds come from :func:`rollout_seeds`."""
+
+    def __init__(self, seed: int, process: int = 0):
+        self.seed, self.process = int(seed), int(process)
+        self._step, self._calls = -1, 0
+
+    def seeds(self, step: int, n: int) -> list[int]:
+        """The seeds of the next generation call at optimizer step ``step``."""
+        self._calls = self._calls + 1 if step == self._step else 0
+        self._step = step
+        return rollout_seeds(self.seed, step, self._calls, self.process, n)
 
 
 def sample_tokens(logits: torch.Tensor, draws: torch.Tensor, params: SamplingParams
@@ -287,7 +347,10 @@ def _forward(model, ids, attention, positions, cache) -> torch.Tensor:
     out = model(input_ids=ids.to(dev), attention_mask=attention.to(dev),
                 position_ids=positions.to(dev), past_key_values=cache, use_cache=True,
                 logits_to_keep=1)
-    return out.logits[:, -1, :].float().to(ids.device)
+    logits = out.logits[:, -1, :]
+    if logits.dtype != torch.float64:
+        logits = logits.float()
+    return logits.to(ids.device)
 
 
 def cache_bytes(cache) -> int:
@@ -361,22 +424,52 @@ def decode(models: Sequence, prompt_ids: Sequence[Sequence[int]], *, seeds: Sequ
     else:
         senior = torch.full((batch,), handoff.senior_first is not False or not tandem,
                             dtype=torch.bool, device=device)
+    word = tandem and handoff.unit == "word"
+    cap = handoff.span_cap or max_new_tokens + 1
+    none = torch.zeros(batch, dtype=torch.bool, device=device)
     since = torch.zeros(batch, dtype=torch.long, device=device)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    redraw = torch.zeros(batch, dtype=torch.bool, device=device)
-    by_cap = torch.zeros(batch, dtype=torch.bool, device=device)
+    done = none.clone()
+    redraw = none.clone()
+    by_cap = none.clone()
     n_boundary = torch.zeros(batch, dtype=torch.long, device=device)
     n_cap = torch.zeros(batch, dtype=torch.long, device=device)
     tokens, authors, alive_steps, kept = [], [], [], [[] for _ in models]
     for step in range(max_new_tokens):
-        if tandem and step > 0:   # A.1.2: redraw from the state left by the last emitted token
-            coin = ~senior if handoff.alternate else draws[:, 1, step] < handoff.senior_prob
-            senior = torch.where(redraw, coin, senior)
-            n_cap += redraw & by_cap
-            n_boundary += redraw & ~by_cap
-        mixed = torch.where(senior.unsqueeze(-1), logits[0], logits[-1]) if tandem else logits[0]
-        token = sample_tokens(mixed, draws[:, 0, step], sampling)
         alive = ~done
+        coin = none
+        if tandem and step > 0:
+            coin = ~senior if handoff.alternate else draws[:, 1, step] < handoff.senior_prob
+        if not word:
+            # step unit (and solo): the state left by the last emitted token decides its author
+            if tandem and step > 0:
+                senior = torch.where(redraw, coin, senior)
+                n_cap += redraw & by_cap
+                n_boundary += redraw & ~by_cap
+            mixed = (torch.where(senior.unsqueeze(-1), logits[0], logits[-1]) if tandem
+                     else logits[0])
+            token = sample_tokens(mixed, draws[:, 0, step], sampling)
+        else:
+            # word unit (§3.3): the author of a word-initial token is drawn for that token
+            cap_due = (since >= cap) & alive if step > 0 else none
+            senior = torch.where(cap_due, coin, senior)
+            current = torch.where(senior.unsqueeze(-1), logits[0], logits[-1])
+            token = sample_tokens(current, draws[:, 0, step], sampling)
+            starts = boundary[token] & ~cap_due & alive if step > 0 else none
+            incoming = starts & (coin != senior)
+            if bool(incoming.any()):
+                other = torch.where(senior.unsqueeze(-1), logits[-1], logits[0])
+                restricted = other.masked_fill(~boundary, -math.inf)
+                possible = torch.isfinite(restricted).any(dim=-1)
+                restricted = torch.where(possible.unsqueeze(-1), restricted, other)
+                first = sample_tokens(restricted, draws[:, 2, step], sampling)
+                incoming = incoming & possible
+                token = torch.where(incoming, first, token)
+                senior = torch.where(incoming, ~senior, senior)
+            n_boundary += starts
+            n_cap += cap_due
+            since = torch.where(cap_due | starts, torch.zeros_like(since), since + 1)
+            if step == 0:
+                since = torch.zeros_like(since)
         token = torch.where(alive, token, torch.full_like(token, pad_token_id))
         tokens.append(token)
         authors.append(senior.clone())
@@ -384,13 +477,14 @@ def decode(models: Sequence, prompt_ids: Sequence[Sequence[int]], *, seeds: Sequ
         if keep_logits:
             for store, lg in zip(kept, logits):
                 store.append(lg.cpu())
-        # handoff state after emitting `token` (A.1.2): boundary token or span cap -> redraw
-        is_boundary = boundary[token]
-        since = torch.where(is_boundary, torch.zeros_like(since), since + 1)
-        by_cap = ~is_boundary & (since >= (handoff.span_cap or max_new_tokens + 1))
-        since = torch.where(by_cap, torch.zeros_like(since), since)
         done = done | torch.isin(token, eos)
-        redraw = (is_boundary | by_cap) & ~done   # a finished row draws no more
+        if not word:
+            # step unit: a step-ending token or a full span -> the next token is drawn
+            is_boundary = boundary[token]
+            since = torch.where(is_boundary, torch.zeros_like(since), since + 1)
+            by_cap = ~is_boundary & (since >= cap)
+            since = torch.where(by_cap, torch.zeros_like(since), since)
+            redraw = (is_boundary | by_cap) & ~done   # a finished row draws no more
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         attention = torch.cat([attention, alive.long().unsqueeze(-1)], dim=-1)

@@ -14,8 +14,9 @@ loop, rewards, advantages and loss, unchanged):
 - ``_generate_single_turn``: instead of ``model.generate``, a batched lockstep tandem rollout of
   the (unwrapped) policy and the junior (``training.tandem.tandem_generate``), with the trainer's
   temperature / top-k / top-p and ``max_completion_length``. Per-rollout seeds come from
-  ``args.seed``, the global step, the process and a per-step call counter, so a run's authorship
-  is reproducible. Per-step means of senior share, handoffs, span-cap redraws and boundary draws
+  ``args.seed``, the global step, the process and a per-step call counter
+  (``training.tandem.RolloutSeeder``), so every step draws fresh rollouts and a run's
+  authorship is reproducible. Per-step means of senior share, handoffs, span-cap redraws and boundary draws
   are logged as ``tandem/*`` (they land in ``train_metrics`` with the other logged figures);
   each rollout's senior share and seed go beside its completion in TRL's completions log
   (``log_completions``). The last batch's stats and authorship stay on the trainer
@@ -42,6 +43,7 @@ import torch
 from training.grpo_trainer import WeftGRPOTrainer
 from training.tandem import (
     HandoffParams,
+    RolloutSeeder,
     SamplingParams,
     TandemError,
     boundary_ids,
@@ -95,15 +97,13 @@ class TandemGRPOTrainer(WeftGRPOTrainer):
         self.tandem_last_stats: list = []          # the last batch's RolloutStats
         self.tandem_last_authorship: list[list[int]] = []
         self._tandem_authorship: list[list[int]] | None = None
-        self._tandem_seed_step = (-1, 0)
+        self._tandem_seeder = RolloutSeeder(int(self.args.seed),
+                                            int(self.accelerator.process_index))
 
     def _rollout_seeds(self, n: int) -> list[int]:
-        step, calls = self._tandem_seed_step
-        calls = calls + 1 if step == self.state.global_step else 0
-        self._tandem_seed_step = (self.state.global_step, calls)
-        base = ((int(self.args.seed) * 1_000_003 + self.state.global_step) * 64 + calls) * 256
-        base = (base + self.accelerator.process_index) * 65_536
-        return [base + row for row in range(n)]
+        """Seeds of this generation call (``training.tandem.RolloutSeeder``): the run's seed,
+        the global step, the number of earlier calls at this step and the process index."""
+        return self._tandem_seeder.seeds(int(self.state.global_step), n)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                               has_tool_images=False):
