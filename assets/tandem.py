@@ -12,11 +12,14 @@
   (the team's label is ``eval.handoff.handoff_label``), so the leaderboard, ``eval_reports``
   and its paired tests cover them.
 - ``tandem_legibility`` (group ``evaluate``): §4.5 junior cross-entropy and distribution
-  overlap on the senior's solo outputs, §4.4 marginal drift of the senior from the junior
-  (tables ``tandem_legibility``, ``tandem_drift``, ``tandem_summary``; views in
-  ``warehouse/views/tandem_*_latest.sql``), with the drift survival curve and legibility per
-  model as plots in the metadata (every model evaluated against the same junior on the
-  benchmark, so a TRL and a GRPO senior share one plot).
+  overlap on the senior's solo outputs (summary figures averaged over every position), §4.4
+  marginal drift of the senior from the junior (tables ``tandem_legibility``, ``tandem_drift``,
+  ``tandem_summary``; views in ``warehouse/views/tandem_*_latest.sql``), with the drift
+  survival curve (the primary drift figure) and legibility per model as plots in the metadata
+  (every model evaluated against the same junior on the benchmark, so a TRL and a GRPO senior
+  share one plot). The summary's ``kl`` is the smoothing-free KL on the shared support, beside
+  its coverage (``kl_tokens``, ``kl_senior_mass``, ``kl_junior_mass``; see
+  ``eval.tandem_metrics``).
 - ``tandem_comparison`` (group ``report``): §5.3 paired one-sided tests of model A against
   model B on per-problem handoff pass@k (both starts, each k), cross-entropy and overlap
   (table ``tandem_pairwise``, view ``tandem_pairwise_latest``).
@@ -259,7 +262,7 @@ class TandemLegibilityConfig(dg.Config):
     benchmark: str = ""  # "" = that tandem_eval's benchmark
     max_samples: int = 64  # senior solo outputs scored for legibility (first by problem, index)
     min_count: int = 20  # §4.4 "frequent": occurrences in the junior's own outputs
-    smoothing: float = 0.5
+    smoothing: float = 0.5  # added to a frequent token's two counts in its log-ratio only
 
 
 def _latest_eval(context: dg.AssetExecutionContext) -> dict[str, str]:
@@ -354,12 +357,16 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
     plots = _tandem_plots(wh, bench.name, junior, context.run_id)
     meta: dict[str, Any] = {
         "model": model, "junior": junior, "benchmark": bench.name,
-        "samples": summary["samples"], "junior_ce_nats": float(summary["junior_ce_nats"]),
-        "overlap": float(summary["overlap"]), "kl": float(summary["kl"]),
-        "frequent_tokens": summary["frequent_tokens"],
         "survival": md_table([{"threshold": t, "share": s} for t, s in
                               zip(summary["survival_thresholds"], summary["survival"])],
                              ["threshold", "share"]),
+        "frequent_tokens": summary["frequent_tokens"],
+        "samples": summary["samples"], "tokens": summary["tokens"],
+        "junior_ce_nats": float(summary["junior_ce_nats"]),
+        "overlap": float(summary["overlap"]),
+        "kl_shared_support": float(summary["kl"]), "kl_tokens": summary["kl_tokens"],
+        "kl_senior_mass": float(summary["kl_senior_mass"]),
+        "kl_junior_mass": float(summary["kl_junior_mass"]),
     }
     for name, path in plots.items():
         if path is not None:

@@ -8,24 +8,43 @@ Pure functions over models and token ids (torch/transformers; no dagster, no war
   ``sum_v min(p_senior(v | ctx), p_junior(v | ctx))`` averaged over the same positions (0 =
   disjoint, 1 = identical). Both models are read with one full forward of the sequence each,
   at temperature 1.
+- :func:`pooled_legibility` (§4.5): the corpus figures, averaged over every completion position
+  of every sample (a long answer weighs by its length), not over per-sample means.
 - :func:`token_counts`, :func:`marginal_drift` and :func:`survival` (§4.4): marginal token
   distributions estimated from all of a model's generations, the signed log-ratio
   ``log q_senior(v) - log q_junior(v)`` of every token that is frequent in the junior's own
-  outputs (count >= ``min_count``), the full-vocabulary ``KL(q_senior || q_junior)``, and the
-  survival curve of ``|log-ratio|`` (share of those tokens whose deviation exceeds each
-  threshold).
+  outputs (count >= ``min_count``), and the survival curve of ``|log-ratio|`` (share of those
+  tokens whose deviation exceeds each threshold): the primary drift figure. Beside it, a KL
+  ``KL(q_senior || q_junior)`` restricted to the shared support, with how much it covers.
 
-Choices (the paper's values are not legible in our copy): marginals use add-``smoothing``
-(default 0.5) counts over the whole vocabulary so that log-ratios and the KL stay finite;
-"frequent" is ``min_count`` (default 20) occurrences in the junior's outputs.
+Choices (the paper's values are not legible in our copy):
+
+- Marginals are the plain relative frequencies ``c(v) / N``. A log-ratio adds ``smoothing``
+  (default 0.5) to both counts of that token only, ``log((c_s + a) / N_s) - log((c_j + a) /
+  N_j)``, so a frequent junior token the senior never wrote stays finite; it adds no mass to
+  the rest of the vocabulary, so the totals ``N`` stay the corpus sizes and two corpora with
+  the same frequencies give ratios near 0 whatever their sizes. (Spreading add-0.5 over a
+  49k-token vocabulary adds more pseudo-counts than an evaluation corpus has tokens, which
+  both biases the ratios by the corpora's size ratio and makes the KL a function of the
+  constant: 0.086 nats at 0.5 against 0.60 at 0.001 on 14k tokens.)
+- The KL is smoothing-free: on the tokens both models wrote (the shared support ``S``), the
+  two marginals renormalised to ``S``, ``sum_S p_s log(p_s / p_j)``, reported with ``|S|``
+  and the share of each corpus's tokens that lie in ``S`` (``kl_tokens``,
+  ``kl_senior_mass``, ``kl_junior_mass``). The paper's full-vocabulary KL is not estimable
+  from evaluation-sized corpora without a smoothing constant that dominates it; compare KLs
+  only at similar coverage and corpus sizes (the plug-in estimate grows as corpora shrink).
+- "frequent" is ``min_count`` (default 20) occurrences in the junior's own outputs.
+
 Warehouse-facing helpers (plain rows; ``assets/tandem.py`` writes them and draws the plots):
 
 - :func:`legibility_rows` / :func:`drift_rows` / :func:`drift_summary`: per-sample §4.5 rows,
-  per-token §4.4 rows (counts, signed log-ratio) and one summary row (KL, survival curve at
-  :data:`SURVIVAL_THRESHOLDS`, mean cross-entropy and overlap).
+  per-token §4.4 rows (counts, signed log-ratio) and one summary row (survival curve at
+  :data:`SURVIVAL_THRESHOLDS`, shared-support KL with its coverage, cross-entropy and overlap
+  over all positions).
 - :func:`per_problem` and :func:`paired_tandem_tests` (§5.3): per-problem statistics (the
-  unbiased pass@k of Chen et al. for handoff samples, the mean over samples for cross-entropy
-  and overlap) compared between two trained models with ``eval.compare``'s paired one-sided
+  unbiased pass@k of Chen et al. for handoff samples; for cross-entropy and overlap the mean
+  over the problem's positions, i.e. sample means weighted by their ``tokens`` when the rows
+  carry it) compared between two trained models with ``eval.compare``'s paired one-sided
   t-test and paired bootstrap, each in the paper's claimed direction (handoff pass@k and
   overlap: A greater; cross-entropy: A less).
 
@@ -62,7 +81,10 @@ class Drift:
 
     token_ids: list[int]        # tokens frequent in the junior's outputs
     log_ratio: list[float]      # log q_senior - log q_junior, same order
-    kl: float                   # KL(q_senior || q_junior), full vocabulary, nats
+    kl: float                   # KL on the shared support, nats (NaN when nothing is shared)
+    kl_tokens: int              # |S|: tokens both corpora contain
+    kl_senior_mass: float       # share of the senior's tokens that lie in S
+    kl_junior_mass: float       # share of the junior's tokens that lie in S
 
 
 @torch.no_grad()
@@ -98,6 +120,18 @@ def legibility(senior, junior, prompt_ids: Sequence[Sequence[int]],
     return out
 
 
+def pooled_legibility(stats: Sequence[Legibility]) -> tuple[float, float]:
+    """§4.5's corpus figures: (junior cross-entropy, overlap) averaged over every completion
+    position of every sample, i.e. the per-sample means weighted by their token counts; NaN
+    for both when no sample has a token."""
+    scored = [s for s in stats if s.tokens > 0]
+    total = sum(s.tokens for s in scored)
+    if not total:
+        return math.nan, math.nan
+    return (sum(s.junior_ce_nats * s.tokens for s in scored) / total,
+            sum(s.overlap * s.tokens for s in scored) / total)
+
+
 def token_counts(completions: Iterable[Sequence[int]], vocab_size: int) -> torch.Tensor:
     """(vocab_size,) occurrence counts of token ids over all completions."""
     counts = torch.zeros(vocab_size, dtype=torch.float64)
@@ -112,19 +146,32 @@ def token_counts(completions: Iterable[Sequence[int]], vocab_size: int) -> torch
 
 def marginal_drift(senior_counts: torch.Tensor, junior_counts: torch.Tensor, *,
                    min_count: int = 20, smoothing: float = 0.5) -> Drift:
-    """§4.4 signed log-ratios on the junior's frequent tokens, and the full-vocabulary KL."""
+    """§4.4 signed log-ratios on the junior's frequent tokens (``smoothing`` added to the two
+    counts of each token, the totals left as the corpus sizes) and the smoothing-free KL on the
+    shared support with its coverage (see the module docstring)."""
     if senior_counts.shape != junior_counts.shape:
         raise ValueError(f"count vectors differ in size: {tuple(senior_counts.shape)} vs "
                          f"{tuple(junior_counts.shape)}")
-    if smoothing <= 0:
-        raise ValueError(f"smoothing must be > 0 (keeps log-ratios finite), got {smoothing}")
-    q_s = senior_counts.double() + smoothing
-    q_j = junior_counts.double() + smoothing
-    q_s, q_j = q_s / q_s.sum(), q_j / q_j.sum()
-    ratio = q_s.log() - q_j.log()
-    frequent = (junior_counts >= min_count).nonzero().flatten()
-    return Drift(token_ids=frequent.tolist(), log_ratio=ratio[frequent].tolist(),
-                 kl=float((q_s * ratio).sum()))
+    if not smoothing > 0:
+        raise ValueError(f"smoothing must be > 0 (the count added to each token's two counts "
+                         f"so that a token the senior never wrote keeps a finite log-ratio), "
+                         f"got {smoothing}")
+    c_s, c_j = senior_counts.double(), junior_counts.double()
+    n_s, n_j = float(c_s.sum()), float(c_j.sum())
+    if n_s <= 0 or n_j <= 0:
+        raise ValueError(f"marginal drift needs tokens from both models: the senior's outputs "
+                         f"hold {n_s:g} tokens and the junior's {n_j:g}; evaluate both first")
+    frequent = (c_j >= min_count).nonzero().flatten()
+    ratio = ((c_s[frequent] + smoothing) / n_s).log() - ((c_j[frequent] + smoothing) / n_j).log()
+    shared = (c_s > 0) & (c_j > 0)
+    p_s, p_j = c_s[shared], c_j[shared]
+    kl = math.nan
+    if p_s.numel():
+        p_s, p_j = p_s / p_s.sum(), p_j / p_j.sum()
+        kl = float((p_s * (p_s / p_j).log()).sum())
+    return Drift(token_ids=frequent.tolist(), log_ratio=ratio.tolist(), kl=kl,
+                 kl_tokens=int(shared.sum()), kl_senior_mass=float(c_s[shared].sum()) / n_s,
+                 kl_junior_mass=float(c_j[shared].sum()) / n_j)
 
 
 def survival(deviations: Sequence[float], thresholds: Sequence[float]) -> list[float]:
@@ -164,16 +211,18 @@ def drift_rows(drift: Drift, senior_counts: torch.Tensor, junior_counts: torch.T
 def drift_summary(drift: Drift, legibility_stats: Sequence[Legibility], *, model: str,
                   junior: str, benchmark: str, min_count: int,
                   thresholds: Sequence[float] = SURVIVAL_THRESHOLDS) -> dict[str, Any]:
-    """The ``tandem_summary`` row: §4.4 KL and survival curve, §4.5 means over samples."""
-    scored = [s for s in legibility_stats if s.tokens > 0]
+    """The ``tandem_summary`` row: §4.4 survival curve (the primary drift figure) and the
+    shared-support KL with its coverage; §4.5 cross-entropy and overlap over all positions."""
+    ce, overlap = pooled_legibility(legibility_stats)
     return {"model": model, "junior": junior, "benchmark": benchmark,
-            "kl": drift.kl, "frequent_tokens": len(drift.token_ids), "min_count": min_count,
+            "frequent_tokens": len(drift.token_ids), "min_count": min_count,
             "survival_thresholds": [float(t) for t in thresholds],
             "survival": survival(drift.log_ratio, thresholds),
-            "samples": len(scored),
-            "junior_ce_nats": (sum(s.junior_ce_nats for s in scored) / len(scored)
-                               if scored else math.nan),
-            "overlap": sum(s.overlap for s in scored) / len(scored) if scored else math.nan}
+            "kl": drift.kl, "kl_tokens": drift.kl_tokens,
+            "kl_senior_mass": drift.kl_senior_mass, "kl_junior_mass": drift.kl_junior_mass,
+            "samples": sum(1 for s in legibility_stats if s.tokens > 0),
+            "tokens": sum(s.tokens for s in legibility_stats),
+            "junior_ce_nats": ce, "overlap": overlap}
 
 
 # ------------------------------------------------------------------ paired tests (§5.3)
@@ -182,8 +231,10 @@ def drift_summary(drift: Drift, legibility_stats: Sequence[Legibility], *, model
 def per_problem(rows: Iterable[Mapping[str, Any]], statistic: str,
                 k: int | None = None) -> dict[str, float]:
     """Per-problem statistic: ``pass@k`` (unbiased estimator from the ``correct`` column, for
-    problems with at least k answered samples) or the mean of a numeric column over samples
-    (``junior_ce_nats``, ``overlap``); failed generations and NaN values are left out."""
+    problems with at least k answered samples) or a per-position column (``junior_ce_nats``,
+    ``overlap``) averaged over the problem's positions: the sample means weighted by their
+    ``tokens`` where rows carry it (§4.5 averages positions), else a plain mean over samples;
+    failed generations and NaN values are left out."""
     from eval.metrics import pass_at_k
 
     groups: dict[str, list[Any]] = {}
@@ -194,12 +245,15 @@ def per_problem(rows: Iterable[Mapping[str, Any]], statistic: str,
         else:
             value = r.get(statistic)
             if value is not None and not math.isnan(float(value)):
-                groups.setdefault(r["problem_id"], []).append(float(value))
+                weight = r.get("tokens")
+                weight = 1.0 if weight is None else float(weight)
+                groups.setdefault(r["problem_id"], []).append((float(value), weight))
     if statistic == "pass@k":
         if not k or k < 1:
             raise ValueError("pass@k needs k >= 1")
         return {p: pass_at_k(len(c), sum(c), k) for p, c in groups.items() if len(c) >= k}
-    return {p: sum(v) / len(v) for p, v in groups.items()}
+    return {p: sum(v * w for v, w in vw) / sum(w for _, w in vw)
+            for p, vw in groups.items() if sum(w for _, w in vw) > 0}
 
 
 def paired_tandem_tests(a: Mapping[str, float], b: Mapping[str, float], *, statistic: str,

@@ -108,7 +108,7 @@ def test_fresh_warehouse_has_the_tandem_views(weft_home):
 
 def test_legibility_asset_rows_match_independent_computations(weft_home, embedded_model_dir,
                                                               junior_dir):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec, register_model
@@ -158,8 +158,7 @@ def test_legibility_asset_rows_match_independent_computations(weft_home, embedde
                 for t in tok(x, add_special_tokens=False)["input_ids"]]
 
     s_ids, j_ids = ids_of(SENIOR_OUT), ids_of(JUNIOR_OUT)
-    vocab = AutoConfig.from_pretrained(embedded_model_dir).vocab_size
-    n_s, n_j = len(s_ids) + 0.5 * vocab, len(j_ids) + 0.5 * vocab
+    n_s, n_j = len(s_ids), len(j_ids)
     drift = wh.sql("SELECT * FROM tandem_drift ORDER BY token_id").to_pylist()
     frequent = sorted({t for t in j_ids if j_ids.count(t) >= 3})
     assert [d["token_id"] for d in drift] == frequent and frequent
@@ -168,18 +167,27 @@ def test_legibility_asset_rows_match_independent_computations(weft_home, embedde
         assert d["senior_count"] == s_ids.count(t) and d["junior_count"] == j_ids.count(t)
         expected = math.log((s_ids.count(t) + 0.5) / n_s) - math.log((j_ids.count(t) + 0.5) / n_j)
         assert d["log_ratio"] == pytest.approx(expected, rel=1e-9)
-    kl = sum(((s_ids.count(t) + 0.5) / n_s) * math.log(((s_ids.count(t) + 0.5) / n_s)
-                                                          / ((j_ids.count(t) + 0.5) / n_j))
-             for t in set(s_ids) | set(j_ids))
-    # tokens in neither output contribute 0.5/n_s * log((0.5/n_s)/(0.5/n_j)) each
-    kl += (vocab - len(set(s_ids) | set(j_ids))) * (0.5 / n_s) * math.log(n_j / n_s)
+    # KL on the shared support: the tokens both outputs contain, each renormalised there
+    shared = set(s_ids) & set(j_ids)
+    in_s = sum(s_ids.count(t) for t in shared)
+    in_j = sum(j_ids.count(t) for t in shared)
+    kl = sum((s_ids.count(t) / in_s) * math.log((s_ids.count(t) / in_s) / (j_ids.count(t) / in_j))
+             for t in shared)
     (summary,) = wh.sql("SELECT * FROM tandem_summary_latest").to_pylist()
-    assert summary["kl"] == pytest.approx(kl, rel=1e-6)
+    assert summary["kl"] == pytest.approx(kl, rel=1e-9)
+    assert summary["kl_tokens"] == len(shared)
+    assert summary["kl_senior_mass"] == pytest.approx(in_s / n_s)
+    assert summary["kl_junior_mass"] == pytest.approx(in_j / n_j)
+    assert mat.metadata["kl_tokens"].value == len(shared)
     shares = [sum(abs(d["log_ratio"]) > th for d in drift) / len(drift)
               for th in summary["survival_thresholds"]]
     assert summary["survival"] == pytest.approx(shares)
+    # §4.5 over every position: per-sample means weighted by their token counts
+    tokens = sum(r["tokens"] for r in rows.values())
     assert summary["junior_ce_nats"] == pytest.approx(
-        sum(r["junior_ce_nats"] for r in rows.values()) / 4)
+        sum(r["junior_ce_nats"] * r["tokens"] for r in rows.values()) / tokens)
+    assert summary["overlap"] == pytest.approx(
+        sum(r["overlap"] * r["tokens"] for r in rows.values()) / tokens)
     # the plots are in the metadata and on disk
     assert {"plot_drift_survival", "plot_legibility"} <= set(mat.metadata)
     assert "data:image/png;base64," in mat.metadata["plot_drift_survival"].value
@@ -197,6 +205,8 @@ def test_tandem_eval_writes_solo_and_team_rows_like_eval_samples(weft_home):
     answers = {"apples": "12", "eggs": "6"}
 
     def senior(body, index):  # a step, then the right answer when it continues
+        if len(body.get("stop") or []) > 10:   # the endpoint check, answered as vLLM does
+            return "H"
         question = body["messages"][0]["content"]
         if body["messages"][-1]["role"] == "assistant":
             return f"So \\boxed{{{next(a for w, a in answers.items() if w in question)}}}."
@@ -205,6 +215,8 @@ def test_tandem_eval_writes_solo_and_team_rows_like_eval_samples(weft_home):
         return f"\\boxed{{{next(a for w, a in answers.items() if w in question)}}}"
 
     def junior(body, index):  # alone it is wrong; in a team it writes one step
+        if len(body.get("stop") or []) > 10:
+            return "I"
         return "I think it is \\boxed{0}." if not body.get("stop") else "Keep going.\n\n"
 
     wh = Warehouse()

@@ -1,5 +1,6 @@
 """eval/tandem_metrics.py: legibility (Tandem RL §4.5) against prefix-by-prefix brute force on the
-embedded model, and the drift statistics (§4.4) against hand-computed closed forms."""
+embedded model, its corpus summary and per-problem figures against hand computations over
+positions, and the drift statistics (§4.4) against hand-computed closed forms."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import math
 import pytest
 import torch
 
-from eval.tandem_metrics import legibility, marginal_drift, survival, token_counts
+from eval.tandem_metrics import (
+    Legibility,
+    drift_summary,
+    legibility,
+    marginal_drift,
+    per_problem,
+    pooled_legibility,
+    survival,
+    token_counts,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +57,63 @@ def test_legibility_matches_prefix_by_prefix_brute_force(models):
 
 
 def test_drift_matches_the_closed_form():
-    senior = token_counts([[0, 0, 2], [0, 3, 3]], vocab_size=4)   # counts 3, 0, 1, 2
-    junior = token_counts([[1, 1, 2, 2, 0, 3]], vocab_size=4)     # counts 1, 2, 2, 1
-    assert senior.tolist() == [3, 0, 1, 2] and junior.tolist() == [1, 2, 2, 1]
+    senior = token_counts([[0, 0, 2], [0, 3, 3]], vocab_size=5)   # counts 3, 0, 1, 2, 0
+    junior = token_counts([[1, 1, 2, 2, 0, 3]], vocab_size=5)     # counts 1, 2, 2, 1, 0
+    assert senior.tolist() == [3, 0, 1, 2, 0] and junior.tolist() == [1, 2, 2, 1, 0]
     drift = marginal_drift(senior, junior, min_count=2, smoothing=0.5)
-    q_s = [(c + 0.5) / (6 + 2.0) for c in (3, 0, 1, 2)]
-    q_j = [(c + 0.5) / (6 + 2.0) for c in (1, 2, 2, 1)]
+    # log-ratios: half a count added to the token's two counts, totals 6 and 6
     assert drift.token_ids == [1, 2]
-    assert drift.log_ratio == pytest.approx([math.log(q_s[1] / q_j[1]),
-                                             math.log(q_s[2] / q_j[2])])
-    assert drift.kl == pytest.approx(sum(a * math.log(a / b) for a, b in zip(q_s, q_j)))
+    assert drift.log_ratio == pytest.approx([math.log(0.5 / 6) - math.log(2.5 / 6),
+                                             math.log(1.5 / 6) - math.log(2.5 / 6)])
+    # KL on the tokens both wrote, {0, 2, 3}: senior 3, 1, 2 of 6; junior 1, 2, 1 of 4
+    p, q = [3 / 6, 1 / 6, 2 / 6], [1 / 4, 2 / 4, 1 / 4]
+    assert drift.kl == pytest.approx(sum(a * math.log(a / b) for a, b in zip(p, q)))
+    assert (drift.kl_tokens, drift.kl_senior_mass, drift.kl_junior_mass) == (3, 1.0, 4 / 6)
     with pytest.raises(ValueError, match="outside"):
         token_counts([[4]], vocab_size=4)
+    with pytest.raises(ValueError, match="tokens from both models"):
+        marginal_drift(torch.zeros(5), junior)
+
+
+def test_drift_does_not_depend_on_vocabulary_size_or_smoothing_scale():
+    # the senior wrote exactly the junior's text, three times over: every frequency is the same,
+    # so every log-ratio is ~0 and the KL is 0, in a 49,152-token vocabulary as in a 10-token
+    # one. (Add-0.5 smoothing spread over the whole 49,152-token vocabulary put these log-ratios
+    # near +1, the log of the corpora's size ratio, and a KL that moved with the constant.)
+    text = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4] * 30
+    for vocab in (10, 49_152):
+        junior = token_counts([text], vocab_size=vocab)
+        senior = token_counts([text] * 3, vocab_size=vocab)
+        for smoothing in (0.5, 0.001):
+            drift = marginal_drift(senior, junior, min_count=20, smoothing=smoothing)
+            assert drift.token_ids == sorted(set(text))
+            # by hand: log((3c + a) / 1800) - log((c + a) / 600) for each token count c
+            expected = [math.log((3 * text.count(t) + smoothing) / (3 * len(text)))
+                        - math.log((text.count(t) + smoothing) / len(text))
+                        for t in drift.token_ids]
+            assert drift.log_ratio == pytest.approx(expected, abs=1e-12)
+            assert max(abs(r) for r in drift.log_ratio) < 0.02
+            assert drift.kl == pytest.approx(0.0, abs=1e-12)
+            assert drift.kl_tokens == len(set(text)) and drift.kl_senior_mass == 1.0
+
+
+def test_legibility_summary_averages_every_position_not_sample_means():
+    # §4.5: the mean over all positions. Sample A: 1 token at 4.0 nats; sample B: 3 tokens at
+    # 1.0, 1.0 and 1.0 nats -> (4 + 3) / 4 = 1.75 (the mean of sample means would be 2.5).
+    stats = [Legibility(1, 4.0, 0.2), Legibility(3, 1.0, 0.9), Legibility(0, math.nan, math.nan)]
+    ce, overlap = pooled_legibility(stats)
+    assert ce == pytest.approx((4.0 + 1.0 * 3) / 4)
+    assert overlap == pytest.approx((0.2 + 0.9 * 3) / 4)
+    drift = marginal_drift(torch.tensor([5.0, 5.0]), torch.tensor([5.0, 5.0]), min_count=1)
+    row = drift_summary(drift, stats, model="m", junior="j", benchmark="b", min_count=1)
+    assert row["junior_ce_nats"] == pytest.approx(1.75) and row["overlap"] == pytest.approx(0.725)
+    assert (row["samples"], row["tokens"]) == (2, 4)
+    assert all(math.isnan(x) for x in pooled_legibility([Legibility(0, math.nan, math.nan)]))
+    # per problem (§5.3 pairs problems): the same position average within each problem
+    rows = [{"problem_id": "p", "junior_ce_nats": 4.0, "tokens": 1},
+            {"problem_id": "p", "junior_ce_nats": 1.0, "tokens": 3},
+            {"problem_id": "q", "junior_ce_nats": 2.0, "tokens": 5}]
+    assert per_problem(rows, "junior_ce_nats") == pytest.approx({"p": 1.75, "q": 2.0})
 
 
 def test_survival_curve_counts_strict_exceedances():
