@@ -26,11 +26,25 @@ The result of one sample is an ordinary ``eval_samples`` row (mode ``handoff``, 
 ``segment_authors`` (one letter per step: ``S`` senior, ``J`` junior), ``senior_tokens``,
 ``junior_tokens`` and ``senior_share`` (senior tokens / all completion tokens).
 
+Servers without these vLLM fields ignore them: the stop string would be dropped, every first
+step would look like the end of the answer and every row would show one segment. So a
+handoff run checks each HTTP endpoint first (:meth:`HandoffTeam.check_endpoints`, called by
+``eval.modes.handoff.HandoffMode.prepare``): one greedy request whose stop strings are all the
+printable ASCII characters, with ``include_stop_str_in_output`` (and vLLM's ``min_tokens: 1``).
+A server that honours the field stops at the first printable character it writes and returns
+the text up to and including it; anything else (the character dropped, the stop strings
+ignored, the request refused) raises :class:`HandoffServerError` naming the endpoint, what is
+missing and what to do. During the run, a step whose text holds ``"\\n\\n"`` anywhere but at
+its end (the server ignored ``stop``) raises it too.
+
 Not guaranteed: the partner sees the text, not the tokens, of the other model's steps (the
-prefix is re-tokenized by the server, as in any text-level handoff); servers without these
-vLLM fields ignore them, so the first step would end the answer (its ``"\\n\\n"`` is dropped
-from the text) and the row shows one segment; token counts come from each server's
-``usage`` and include a stopping EOS.
+prefix is re-tokenized by the server, as in any text-level handoff); the endpoint check
+verifies ``include_stop_str_in_output`` and trusts ``continue_final_message`` /
+``add_generation_prompt`` to come with it (all three are vLLM chat-completions fields); the
+check goes through the client's response cache (its prompt names the endpoint, so another
+server's answer is not reused, but a server swapped behind the same URL is not re-checked);
+in-process clients without a ``base_url`` are not checked; token counts come from each
+server's ``usage`` and include a stopping EOS.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +66,45 @@ NEXT_STEP = {"continue_final_message": True, "add_generation_prompt": False,
              "include_stop_str_in_output": True}
 # Sampling seed of step i is the sample's seed + i * SEGMENT_SEED_STRIDE (distinct per step).
 SEGMENT_SEED_STRIDE = 100_003
+# The endpoint check: stop at the first printable ASCII character written, and keep it.
+CHECK_STOPS = tuple(string.printable)
+CHECK_BODY = {"include_stop_str_in_output": True, "min_tokens": 1}
+NEEDED_FIELDS = "include_stop_str_in_output, continue_final_message and add_generation_prompt"
+
+
+class HandoffServerError(RuntimeError):
+    """A team member's server cannot run step handoffs; the message says what is missing."""
+
+
+def _server_error(who: str, client: Any, found: str) -> HandoffServerError:
+    url, model = getattr(client, "base_url", "?"), getattr(client, "model", "?")
+    return HandoffServerError(
+        f"handoff mode needs the {who}'s server to honour vLLM's chat-completions fields "
+        f"{NEEDED_FIELDS}, but the server at {url} (model {model!r}) {found}. Without them "
+        f"every step's \"\\n\\n\" is dropped, each first step reads as the end of the answer and "
+        f"every team answer has one segment. Serve the {who} with vLLM (weft's local server or "
+        f"`vllm serve`), or evaluate the model alone (mode single).")
+
+
+async def check_step_fields(client: Any, *, who: str = "senior",
+                            tag: str = "eval/handoff-check") -> None:
+    """Raise :class:`HandoffServerError` unless ``client``'s server keeps a matched stop string
+    in the text (``include_stop_str_in_output``); see the module docstring."""
+    from pipelines.llm import SamplingParams
+
+    url = getattr(client, "base_url", None)
+    messages = [{"role": "user", "content": f"Say hello. (endpoint check of {url})"}]
+    params = SamplingParams(temperature=0.0, max_tokens=4, stop=CHECK_STOPS, seed=0, n=1)
+    result = (await client.chat(messages, params, tag=tag, extra_body=CHECK_BODY))[0]
+    if result.error:
+        raise _server_error(who, client, f"refused the check request ({result.error})")
+    text = result.text or ""
+    kept = bool(text) and text[-1] in CHECK_STOPS and not any(c in CHECK_STOPS
+                                                               for c in text[:-1])
+    if not kept:
+        raise _server_error(who, client, f"returned {text!r} to a greedy request that must stop "
+                                         f"at the first printable character it writes and keep "
+                                         f"it in the text")
 
 
 @dataclass
@@ -82,6 +136,18 @@ class HandoffTeam:
 
     async def map(self, fn, items, **kwargs):
         return await self.senior.map(fn, items, **kwargs)
+
+    async def check_endpoints(self, tag: str = "eval/handoff-check") -> None:
+        """Check each HTTP endpoint of the team once (:func:`check_step_fields`); clients with
+        no ``base_url`` (in-process) are not checked."""
+        seen: set[tuple[Any, Any]] = set()
+        for who in ("senior", "junior"):
+            client = getattr(self, who)
+            key = (getattr(client, "base_url", None), getattr(client, "model", None))
+            if key[0] is None or key in seen:
+                continue
+            seen.add(key)
+            await check_step_fields(client, who=who, tag=tag)
 
 
 def check_handoff_settings(schedule: str, starts: str, p: float) -> None:
@@ -165,6 +231,10 @@ async def handoff_generate(team: HandoffTeam, messages: list[dict[str, Any]], pa
         if error:
             break
         piece = result.text or ""
+        if STEP_MARKER in piece[:-len(STEP_MARKER)]:
+            raise _server_error("senior" if author == SENIOR else "junior", team.client(author),
+                                f"returned a step with {STEP_MARKER!r} before its end, so it "
+                                f"ignored the stop string")
         text += piece
         authors.append(author)
         tokens[author] += int(result.completion_tokens or 0)

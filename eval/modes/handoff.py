@@ -4,8 +4,11 @@ The evaluated model (senior) and a partner model (``handoff_partner``, the junio
 at every ``"\\n\\n"`` reasoning step of one shared answer, strictly alternating or by a seeded
 draw per step (``handoff_schedule``: ``alternate`` | ``bernoulli`` with ``handoff_p``, App.
 B.3), with the senior or the junior writing the first step (``handoff_starts``). The client
-passed to the runner is an ``eval.handoff.HandoffTeam`` of the two clients. Rows add the
-authorship columns of ``eval.handoff.handoff_generate`` and ``partner``.
+passed to the runner is an ``eval.handoff.HandoffTeam`` of the two clients. Before any job,
+``prepare`` checks that each HTTP endpoint keeps the step's stop string in the text (vLLM's
+continuation fields; ``eval.handoff.HandoffTeam.check_endpoints``) and refuses the run with
+``eval.handoff.HandoffServerError`` otherwise. Rows add the authorship columns of
+``eval.handoff.handoff_generate`` and ``partner``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class HandoffMode(Mode):
         if not isinstance(run.client, HandoffTeam):
             raise TypeError("handoff mode needs a HandoffTeam(senior=client, junior=client) as "
                             f"the client (eval.handoff), got {type(run.client).__name__}")
+        await run.client.check_endpoints(tag=f"{run.tag}/endpoint-check")
 
     async def generate(self, run: Run, job: Job, messages: list[dict[str, Any]],
                        params: Any) -> dict[str, Any]:

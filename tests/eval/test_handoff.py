@@ -15,6 +15,7 @@ import pytest
 
 from eval.benchmarks import get
 from eval.handoff import (
+    HandoffServerError,
     HandoffTeam,
     Schedule,
     handoff_generate,
@@ -52,6 +53,25 @@ def scripted(name: str, steps: int, final: str):
         return f"{name} step {done}\n\n"
 
     return respond
+
+
+def is_check(body) -> bool:
+    """The endpoint check of a handoff run: every printable ASCII character as a stop string."""
+    return len(body.get("stop") or []) > 10
+
+
+def vllm_like(respond, reply="Hello there"):
+    """`respond`, but the endpoint check is answered as vLLM answers it: the reply cut at its
+    first stop string, which include_stop_str_in_output keeps ("H")."""
+
+    def answer(body, index):
+        if not is_check(body):
+            return respond(body, index)
+        assert body["include_stop_str_in_output"] is True and body["temperature"] == 0
+        cut = min(reply.index(c) for c in body["stop"] if c in reply)
+        return reply[:cut + 1]
+
+    return answer
 
 
 def _team(tmp_path, senior_server, junior_server):
@@ -194,8 +214,8 @@ def test_runner_writes_graded_rows_and_scores_for_the_team(tmp_path):
     def junior(body, index):  # always hands back after one step
         return "I agree, keep going.\n\n"
 
-    with FakeLLMServer(models=("senior",), responder=senior) as s, \
-            FakeLLMServer(models=("junior",), responder=junior) as j:
+    with FakeLLMServer(models=("senior",), responder=vllm_like(senior)) as s, \
+            FakeLLMServer(models=("junior",), responder=vllm_like(junior)) as j:
         mode = ModeConfig(mode="handoff", handoff_partner="junior-model")
         cfg = EvalConfig(k=2, temperature=0.6, max_tokens=64, seed=5, mode=mode)
         label = handoff_label("senior-model", "junior-model", "senior")
@@ -209,6 +229,9 @@ def test_runner_writes_graded_rows_and_scores_for_the_team(tmp_path):
                 await team.junior.aclose()
 
         result = asyncio.run(go())
+        # one endpoint check per server, before the jobs
+        assert is_check(s.requests[0]) and is_check(j.requests[0])
+        assert sum(map(is_check, s.requests + j.requests)) == 2
     assert label == "senior-model:handoff:junior-model:senior-first"
     assert len(result.samples) == 4
     for row in result.samples:
@@ -218,6 +241,69 @@ def test_runner_writes_graded_rows_and_scores_for_the_team(tmp_path):
         assert row["output"].startswith("Let me compute.\n\nI agree, keep going.\n\nSo \\boxed{")
     metrics = {(sc["metric"], sc["k"]): sc["value"] for sc in result.scores}
     assert metrics[("pass@k", 1)] == 1.0 and metrics[("pass@k", 2)] == 1.0
+
+
+def _run_team(tmp_path, senior_fn, junior_fn):
+    with FakeLLMServer(models=("senior",), responder=senior_fn) as s, \
+            FakeLLMServer(models=("junior",), responder=junior_fn) as j:
+        cfg = EvalConfig(k=1, max_tokens=64, seed=5, mode=ModeConfig(mode="handoff"))
+
+        async def go():
+            team = _team(tmp_path, s, j)
+            try:
+                return await evaluate(team, get("gsm8k"), PROBLEMS, cfg, model_label="team")
+            finally:
+                await team.senior.aclose()
+                await team.junior.aclose()
+
+        try:
+            return asyncio.run(go())
+        finally:
+            answered = [b for b in s.requests + j.requests if not is_check(b)]
+            assert not answered, "no job may run after a failed endpoint check"
+
+
+@pytest.mark.parametrize("check_reply, found", [
+    ("¡", "returned '¡'"),                    # the stop string dropped (no include field)
+    ("Hello there", "returned 'Hello there'"),   # the stop strings ignored
+])
+def test_a_server_without_the_continuation_fields_is_refused_before_any_job(
+        tmp_path, check_reply, found):
+    steps = scripted("step", 3, "\\boxed{42}")
+    junior = vllm_like(steps)
+
+    def senior(body, index):
+        return check_reply if is_check(body) else steps(body, index)
+
+    with pytest.raises(HandoffServerError) as err:
+        _run_team(tmp_path, senior, junior)
+    message = str(err.value)
+    assert "senior's server" in message and found in message
+    assert "include_stop_str_in_output" in message and "continue_final_message" in message
+    assert "vllm serve" in message and "mode single" in message   # what to do
+
+
+def test_a_refused_endpoint_check_names_the_junior_and_the_error(tmp_path):
+    with FakeLLMServer(models=("senior",), responder=vllm_like(scripted("s", 2, "x"))) as s, \
+            FakeLLMServer(models=("junior",)) as j:
+        j.plan.extend(["400"])
+
+        async def go():
+            team = _team(tmp_path, s, j)
+            try:
+                await team.check_endpoints()
+            finally:
+                await team.senior.aclose()
+                await team.junior.aclose()
+
+        with pytest.raises(HandoffServerError, match=r"junior's server .* refused the check"):
+            asyncio.run(go())
+
+
+def test_a_step_that_runs_past_a_blank_line_is_refused(tmp_path):
+    # a server that ignores `stop` returns several steps at once: refuse, do not grade
+    with pytest.raises(HandoffServerError, match="ignored the stop string"):
+        _generate(tmp_path, lambda b, i: "one\n\ntwo\n\n", scripted("j", 3, "x"))
 
 
 @pytest.mark.server
