@@ -187,11 +187,13 @@ class AdmissibleSets:
     def __contains__(self, interventions: Sequence[Intervention]) -> bool:
         return self.problem(interventions) is None
 
-    def sets(self) -> Iterator[tuple[Intervention, ...]]:
-        """Every admissible set built from the offered options, smallest first (the empty set
-        first when admissible). The count grows combinatorially with ``max_size``."""
+    def sets(self, up_to: int | None = None) -> Iterator[tuple[Intervention, ...]]:
+        """Every admissible set built from the offered options with at most ``up_to``
+        interventions (None: ``max_size``), smallest first (the empty set first when
+        admissible). The count grows combinatorially with the size."""
         options = self.options()
         top = len(options) if self.max_size is None else min(self.max_size, len(options))
+        top = top if up_to is None else min(top, up_to)
         for size in range(0 if self.allow_empty else 1, top + 1):
             for combo in itertools.combinations(options, size):
                 if self.problem(combo) is None:
