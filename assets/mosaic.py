@@ -112,9 +112,16 @@ def _problem_inputs(wh, source: str, split: str, limit: int | None):
     return [ProblemInput.from_row(r) for r in (rows[:limit] if limit is not None else rows)]
 
 
-def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig, llm: LLMResource,
-                warehouse: WarehouseResource, grader: GraderResource, sandbox: SandboxResource,
-                method: str) -> dg.MaterializeResult:
+def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig,
+                      llm: LLMResource, wh: Any, grader: GraderResource, sandbox: SandboxResource,
+                      method: str, source: str, *, partition_suffix: str = ""
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+    """Synthesize (``method`` mosaic or baseline) one trajectory per problem of ``source``
+    (the deterministic slice ``config.limit`` of ``config.split``), grade them and write them
+    as one recorded run: the trajectories to their table under :func:`mosaic_partition` (the
+    source for the baseline), the summary to ``mosaic_summary``; returns (rows, summary, LLM
+    calls). ``partition_suffix`` is appended to both partitions, so an experiment that runs
+    its own synthesis (``mosaic_recovery_claim``) keeps its rows apart from the assets'."""
     from pipelines.llm import SamplingParams
     from pipelines.mosaic import (
         ACTOR_STOP,
@@ -130,17 +137,15 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
         synthesize_many,
         synthesize_mosaic,
     )
-    from warehouse.samples import mosaic_preview
 
     started = now()
-    source = context.partition_key
-    wh = warehouse.get()
     inputs = _problem_inputs(wh, source, config.split, config.limit)
     cfg = MosaicConfig(max_steps=config.max_steps, rho=config.rho if method == METHOD_MOSAIC else 0.0,
                        seed=config.seed, exec_timeout_s=sandbox.timeout_s,
                        generation_share=config.generation_share, concurrency=config.concurrency)
     table = TABLE_MOSAIC if method == METHOD_MOSAIC else TABLE_BASELINE
-    part = mosaic_partition(source, cfg.rho) if method == METHOD_MOSAIC else source
+    part = (mosaic_partition(source, cfg.rho) if method == METHOD_MOSAIC else source) \
+        + partition_suffix
     if config.actor_base_url and not config.actor_model:
         raise dg.Failure("set actor_model together with actor_base_url")
     # both agents' deadlines scale with each request's prompt (the trajectory so far)
@@ -190,12 +195,24 @@ def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig
             label_records(records, lambda pairs: pool.grade_many(pairs, kind="math"))
         rows = [dict(r.to_row(), manager_model=manager_label if method == METHOD_MOSAIC else None,
                      actor_model=actor_label) for r in records]
-        rec.write(table, rows)  # after the run's llm_calls; the runs row comes last
+        rec.write(table, rows, partition=part)  # after the run's llm_calls; runs row last
         summary = summarize_records(records)
         rec.write(TABLE_SUMMARY, _summary_table(method, source, summary, actor_label, cfg.rho),
                   partition=f"{method}/{part}", counted=False)
-    return dg.MaterializeResult(metadata={**_metadata(wh, method, source, summary,
-                                                      len(rec.calls)),
+    return rows, summary, len(rec.calls)
+
+
+def _synthesize(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig, llm: LLMResource,
+                warehouse: WarehouseResource, grader: GraderResource, sandbox: SandboxResource,
+                method: str) -> dg.MaterializeResult:
+    from warehouse.samples import mosaic_preview
+
+    source = context.partition_key
+    wh = warehouse.get()
+    rows, summary, calls = synthesize_source(context, config, llm, wh, grader, sandbox, method,
+                                             source)
+    table = TABLE_MOSAIC if method == "mosaic" else TABLE_BASELINE
+    return dg.MaterializeResult(metadata={**_metadata(wh, method, source, summary, calls),
                                           "trajectories_preview": dg.MetadataValue.md(
                                               mosaic_preview(rows, table))})
 

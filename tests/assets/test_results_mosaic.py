@@ -1,0 +1,331 @@
+"""The DeepTool / MOSAIC result assets (assets/results/mosaic.py): Table 2's synthesis claim and
+the recovery claim, judged on warehouse rows whose differences are known by construction, the
+recovery rule on hand-made samples, and both assets run for real against the fake LLM server
+and the real sandbox (the recovery experiment with a recording trainer and scripted tool-mode
+samples: training and serving real checkpoints is the job's, not a unit test's)."""
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import dagster as dg
+import numpy as np
+import pytest
+
+import assets.results.mosaic as rm
+from assets import ingest
+from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.results.core import claim_job
+from assets.sandbox_resource import SandboxResource
+from assets.training import TrainerLauncher
+from eval.claims import ClaimError
+from training.config import load_config
+from warehouse import Lineage, Warehouse
+
+# ---- Table 2 on synthetic rows ----------------------------------------------------------------
+
+
+def _traj_rows(pids, correct, turns, *, max_steps=4, seed=0):
+    return [{"trajectory_id": f"t-{p}", "problem_id": p, "source": "gsm8k",
+             "correct": bool(correct[p]), "num_turns": int(turns[p]), "max_steps": max_steps,
+             "seed": seed} for p in pids]
+
+
+def _write(wh, table, rows, partition, run_id):
+    wh.write(table, rows, lineage=Lineage(run_id=run_id, asset=table, partition=partition))
+
+
+def test_synthesis_claims_pair_mosaic_and_baseline_by_problem(weft_home):
+    wh = Warehouse()
+    rng = np.random.default_rng(1)
+    pids = [f"p{i:02d}" for i in range(40)]
+    m_ok = {p: int(x) for p, x in zip(pids, rng.integers(0, 2, 40))}
+    b_ok = {p: int(x) for p, x in zip(pids, rng.integers(0, 2, 40))}
+    m_turns = {p: int(x) for p, x in zip(pids, rng.integers(3, 6, 40))}
+    b_turns = {p: int(x) for p, x in zip(pids, rng.integers(1, 3, 40))}
+    _write(wh, "mosaic_trajectories", _traj_rows(pids, m_ok, m_turns), "gsm8k/rho=0.1", "r1")
+    _write(wh, "mosaic_baseline_trajectories", _traj_rows(pids, b_ok, b_turns), "gsm8k", "r2")
+    # another ρ of the same source: never read by the ρ = 0.1 claim
+    _write(wh, "mosaic_trajectories", _traj_rows(pids, {p: 1 for p in pids},
+                                                 {p: 9 for p in pids}), "gsm8k/rho=0.2", "r3")
+    acc, turns = rm.synthesis_claims(wh, "gsm8k", 0.1, n_boot=2000)
+    assert acc["diff"] == pytest.approx(np.mean([m_ok[p] - b_ok[p] for p in pids]))
+    assert acc["treatment_value"] == pytest.approx(sum(m_ok.values()) / 40)
+    assert acc["reference_value"] == pytest.approx(sum(b_ok.values()) / 40)
+    assert turns["diff"] == pytest.approx(np.mean([m_turns[p] - b_turns[p] for p in pids]))
+    assert acc["n"] == turns["n"] == 40
+    # MOSAIC takes 1 to 4 more turns on every problem: the turns part reproduces
+    assert turns["verdict"] == "reproduced" and turns["diff_ci_low"] > 0
+    assert acc["section"] == turns["section"] == "Table 2 (gsm8k)"
+    assert acc["kind"] == "better" and acc["higher_is_better"]
+
+
+def test_synthesis_claims_refuse_unpaired_or_unlike_runs(weft_home):
+    wh = Warehouse()
+    pids = ["a", "b", "c"]
+    ones = {p: 1 for p in pids}
+    with pytest.raises(ClaimError, match="no MOSAIC trajectories of 'gsm8k' at rho=0.1"):
+        rm.synthesis_claims(wh, "gsm8k")
+    _write(wh, "mosaic_trajectories", _traj_rows(pids, ones, ones), "gsm8k/rho=0.1", "r1")
+    with pytest.raises(ClaimError, match="no baseline trajectories"):
+        rm.synthesis_claims(wh, "gsm8k")
+    _write(wh, "mosaic_baseline_trajectories", _traj_rows(pids[:2], ones, ones), "gsm8k", "r2")
+    with pytest.raises(ClaimError, match="different problems .1 only in MOSAIC"):
+        rm.synthesis_claims(wh, "gsm8k")
+    _write(wh, "mosaic_baseline_trajectories", _traj_rows(pids, ones, ones, max_steps=6),
+           "gsm8k", "r3")
+    with pytest.raises(ClaimError, match="different max_steps"):
+        rm.synthesis_claims(wh, "gsm8k")
+
+
+def test_newest_run_rows_keeps_only_the_last_writer():
+    rows = [{"run_id": "old", "created_at": "2026-01-01", "x": 1},
+            {"run_id": "new", "created_at": "2026-02-01", "x": 2},
+            {"run_id": "new", "created_at": "2026-02-01", "x": 3}]
+    assert [r["x"] for r in rm.newest_run_rows(rows)] == [2, 3]
+    assert rm.newest_run_rows([]) == []
+
+
+# ---- the recovery rule on hand-made samples ---------------------------------------------------
+
+
+def _samples(spec):
+    """spec: {problem: [(tool_errors, correct), ...]} -> eval_samples-like rows."""
+    return [{"problem_id": p, "sample_index": i, "tool_errors": e, "correct": c}
+            for p, items in spec.items() for i, (e, c) in enumerate(items)]
+
+
+def test_recovery_is_the_correct_share_of_erroring_samples_per_problem():
+    scores, erring = rm.recovery_by_problem(_samples({
+        "a": [(1, True), (2, False), (0, True)],  # 2 erroring samples, 1 correct -> 0.5
+        "b": [(0, True), (0, False)],  # no error: nothing to recover from, no score
+        "c": [(3, None)],  # an ungraded answer is not a recovery -> 0.0
+        "d": [(1, True)],
+    }))
+    assert scores == {"a": 0.5, "c": 0.0, "d": 1.0} and erring == 4
+    with pytest.raises(ClaimError, match="needs a tool-mode evaluation"):
+        rm.recovery_by_problem([{"problem_id": "x", "tool_errors": None, "correct": True}])
+
+
+def test_recovery_claim_pairs_only_problems_with_errors_in_both_arms():
+    ref = _samples({"a": [(1, False), (1, False)], "b": [(1, True), (0, True)],
+                    "c": [(0, True)], "d": [(2, False)]})
+    treat = _samples({"a": [(1, True), (1, False)], "b": [(1, True)],
+                      "c": [(1, True)], "d": [(0, True)]})
+    row, facts = rm.recovery_claim_row(ref, treat, n_boot=500)
+    # paired: a (0.5 vs 0.0) and b (1.0 vs 1.0); c errs only in the treatment, d only in the
+    # reference
+    assert row["n"] == 2 and row["diff"] == pytest.approx((0.5 + 0.0) / 2)
+    assert row["treatment_value"] == pytest.approx(0.75)
+    assert row["reference_value"] == pytest.approx(0.5)
+    assert facts["paired_problems"] == 2 and facts["problems"] == 4
+    assert facts["erroring_samples_reference"] == 4 and facts["erroring_samples_treatment"] == 4
+    assert row["reference"] == "SFT rho=0" and row["treatment"] == "SFT rho=0.1"
+    no_errors = _samples({"a": [(0, True)], "b": [(0, False)]})
+    with pytest.raises(ClaimError, match="there is no pair"):
+        rm.recovery_claim_row(no_errors, treat, n_boot=100)
+
+
+# ---- both assets, really run against the fake server and the real sandbox ---------------------
+
+
+def _scripted(gold: dict[str, str]):
+    """Manager: Progress, Final from step 2. Actor and baseline: one code step, then the
+    answer, right on every second problem (in sorted order)."""
+
+    order = sorted(gold)
+
+    def answer_for(text: str) -> str:
+        for i, problem in enumerate(order):
+            if problem in text:
+                return gold[problem] if i % 2 == 0 else gold[problem] + "1"
+        raise AssertionError("problem not in prompt")
+
+    def responder(body, index):
+        messages = body["messages"]
+        system, last = messages[0]["content"], messages[-1]["content"]
+        if "navigation card" in system:
+            step = int(re.search(r"This is step (\d+)", last).group(1))
+            return json.dumps({"verdict": "on_track", "reason": "", "guide": "compute it",
+                               "mode": "Progress",
+                               "stage": "Final" if step >= 2 else "Intermediate"})
+        if "final step" in last or ("one step per reply" in system and len(messages) >= 4):
+            return ("<think>\nthe printed value answers it\n</think>\n<answer>\n\\boxed{"
+                    + answer_for(json.dumps(messages)) + "}\n</answer>")
+        return "<think>\nlet Python add\n</think>\n<code>\nx = 2 + 3\nprint(x)\n</code>"
+
+    return responder
+
+
+def _resources(server, trainer=None):
+    return {"llm": LLMResource(base_url=server.base_url, model="scripted", max_concurrency=4,
+                               timeout_s=60),
+            "warehouse": WarehouseResource(), "grader": GraderResource(processes=1),
+            "sandbox": SandboxResource(backend="local", timeout_s=5.0, warm_sessions=2),
+            "trainer": trainer or TrainerLauncher()}
+
+
+def _ingest(server, limit=6):
+    assert dg.materialize([*ingest.SOURCE_ASSETS, ingest.problems],
+                          selection=["gsm8k_train_problems", "problems"],
+                          resources=_resources(server),
+                          run_config={"ops": {"gsm8k_train_problems": {"config": {"limit": limit}}}},
+                          instance=dg.DagsterInstance.ephemeral()).success
+    problems = Warehouse().sql("SELECT problem, answer FROM problems WHERE split = 'train'")
+    server.responder = _scripted({p["problem"].strip(): p["answer"]
+                                  for p in problems.to_pylist()})
+
+
+def test_synthesis_claim_job_runs_both_arms_and_judges_each_source(weft_home, shared_data):
+    from pipelines.llm.testing import FakeLLMServer
+
+    with FakeLLMServer(models=("scripted",)) as server:
+        _ingest(server)
+        defs = dg.Definitions(assets=[rm.mosaic_synthesis_claim],
+                              jobs=[claim_job(rm.SYNTHESIS)], resources=_resources(server))
+        tiny = {"limit": 4, "max_steps": 4, "concurrency": 2, "n_boot": 500}
+        result = defs.resolve_job_def("mosaic_synthesis_claim_job").execute_in_process(
+            run_config={"scale": "cpu", "ops": {"mosaic_synthesis_claim": {"config": tiny}}},
+            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    wh = Warehouse()
+    mosaic_rows = wh.read("mosaic_trajectories",
+                          partition="gsm8k/rho=0.1@mosaic_synthesis_claim").to_pylist()
+    base_rows = wh.read("mosaic_baseline_trajectories",
+                        partition="gsm8k@mosaic_synthesis_claim").to_pylist()
+    assert len(mosaic_rows) == len(base_rows) == 4
+    assert not wh.read("mosaic_trajectories", partition="gsm8k/rho=0.1").num_rows  # kept apart
+    claims = wh.sql("SELECT * FROM claims ORDER BY metric").to_pylist()
+    assert [c["metric"] for c in claims] == ["synthetic trajectory accuracy",
+                                             "turns per trajectory"]
+    assert {c["experiment"] for c in claims} == {"mosaic_synthesis_claim"}
+    assert {c["section"] for c in claims} == {"Table 2 (gsm8k)"}
+    assert all(c["scale"] == "cpu" and c["n"] == 4 for c in claims)
+    by_pid = {r["problem_id"]: r for r in base_rows}
+    assert set(by_pid) == {r["problem_id"] for r in mosaic_rows}  # the same problems
+    acc, turns = claims
+    # the responder answers the same problems right in both arms: no accuracy difference
+    expected = np.mean([float(bool(r["correct"])) - float(bool(by_pid[r["problem_id"]]["correct"]))
+                        for r in mosaic_rows])
+    assert acc["diff"] == pytest.approx(expected) == 0.0
+    expected_turns = np.mean([r["num_turns"] - by_pid[r["problem_id"]]["num_turns"]
+                              for r in mosaic_rows])
+    assert turns["diff"] == pytest.approx(expected_turns)
+    assert json.loads(acc["config_json"])["sources"] == ["gsm8k"]
+
+
+def test_synthesis_claim_refuses_an_unknown_source(weft_home):
+    result = dg.materialize(
+        [rm.mosaic_synthesis_claim], resources={
+            "llm": LLMResource(), "warehouse": WarehouseResource(),
+            "grader": GraderResource(processes=1), "sandbox": SandboxResource(backend="local")},
+        run_config={"ops": {"mosaic_synthesis_claim": {"config": {"sources": ["gsm8k", "aime"]}}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    assert "sources must be a non-empty list of MOSAIC sources" in str(
+        result.failure_data_for_node("mosaic_synthesis_claim").error)
+
+
+class RecordingTrainer(TrainerLauncher):
+    """Resolves each SFT arm's recipe like the script would, records it and its data, and
+    reports a checkpoint named after the arm's data file (nothing is trained)."""
+
+    def launch(self, context, kind, recipe, overrides, extras=None):
+        config = load_config(recipe, overrides, expect_kind=kind)
+        path = config.dataset.removeprefix("jsonl:")
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+        ck = "ck-" + path.rsplit("/", 1)[-1].split("-", 1)[0]
+        LAUNCHED.append(SimpleNamespace(kind=kind, config=config, rows=rows, ck=ck,
+                                        overrides=list(overrides)))
+        meta = {"checkpoint_id": dg.MetadataValue.text(ck),
+                "checkpoint_path": dg.MetadataValue.path(f"/models/{ck}")}
+        return SimpleNamespace(get_materialize_result=lambda: dg.MaterializeResult(metadata=meta))
+
+
+LAUNCHED: list = []
+# tool-mode samples per arm: (tool_errors, correct) per problem, two samples each
+SCRIPTED = {"ck-rho1": {"q0": [(1, True), (1, True)], "q1": [(1, True), (2, False)],
+                        "q2": [(0, True), (0, True)], "q3": [(1, False), (0, True)]},
+            "ck-rho0": {"q0": [(1, False), (1, True)], "q1": [(1, False), (1, False)],
+                        "q2": [(1, False), (0, True)], "q3": [(2, False), (0, False)]}}
+
+
+def scripted_evaluation(context, config, ck, path, wh, llm, grader, sandbox):
+    EVALUATED.append((ck, path, config.k, config.max_turns))
+    return _samples(SCRIPTED[ck])
+
+
+EVALUATED: list = []
+
+
+def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, shared_data,
+                                                                   monkeypatch):
+    from pipelines.llm.testing import FakeLLMServer
+
+    LAUNCHED.clear()
+    EVALUATED.clear()
+    monkeypatch.setattr(rm, "_evaluate", scripted_evaluation)
+    with FakeLLMServer(models=("scripted",)) as server:
+        _ingest(server)
+        defs = dg.Definitions(assets=[rm.mosaic_recovery_claim], jobs=[claim_job(rm.RECOVERY)],
+                              resources=_resources(server, RecordingTrainer()))
+        # ρ = 1: every code step of the treatment's data is perturbed, so it surely differs
+        cfg = {"limit": 4, "synthesis_max_steps": 4, "rho": 1.0, "concurrency": 2,
+               "train_steps": 3, "n_boot": 500}
+        result = defs.resolve_job_def("mosaic_recovery_claim_job").execute_in_process(
+            run_config={"scale": "cpu", "ops": {"mosaic_recovery_claim": {"config": cfg}}},
+            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    wh = Warehouse()
+    treat = wh.read("mosaic_trajectories",
+                    partition="gsm8k/rho=1@mosaic_recovery_claim").to_pylist()
+    ref = wh.read("mosaic_trajectories", partition="gsm8k/rho=0@mosaic_recovery_claim").to_pylist()
+    assert len(treat) == len(ref) == 4
+    assert all(r["perturbed_steps"] >= 1 for r in treat if r["code_steps"])
+    assert all(r["perturbed_steps"] == 0 for r in ref)
+    assert not wh.read("mosaic_trajectories", partition="gsm8k/rho=1").num_rows  # kept apart
+    # two SFT arms, alike but for their data, on the same problems
+    treat_arm, ref_arm = LAUNCHED
+    assert (treat_arm.kind, ref_arm.kind) == ("sft", "sft")
+    assert (treat_arm.ck, ref_arm.ck) == ("ck-rho1", "ck-rho0")
+    for field in ("model_name_or_path", "max_steps", "seed", "learning_rate",
+                  "per_device_train_batch_size"):
+        assert getattr(treat_arm.config, field) == getattr(ref_arm.config, field), field
+    assert treat_arm.config.max_steps == 3 and treat_arm.config.dataset_limit is None
+    assert treat_arm.rows != ref_arm.rows
+    treat_text = json.dumps(treat_arm.rows)
+    assert "<interpreter>" in treat_text
+
+    def problems_of(rows):
+        return {m["content"] for r in rows for m in r["prompt"] if m["role"] == "user"}
+
+    # every shared problem's first prompt is the same in both arms
+    firsts = {json.dumps(r["prompt"]) for r in ref_arm.rows if len(r["prompt"]) <= 2}
+    assert firsts == {json.dumps(r["prompt"]) for r in treat_arm.rows if len(r["prompt"]) <= 2}
+    assert problems_of(treat_arm.rows) and len(firsts) == 4
+    assert [e[0] for e in EVALUATED] == ["ck-rho1", "ck-rho0"]
+    (claim,) = wh.sql("SELECT * FROM claims").to_pylist()
+    # independent: per problem, the correct share of erroring samples; pairs q0, q1, q3
+    rec_t = {"q0": 1.0, "q1": 0.5, "q3": 0.0}
+    rec_r = {"q0": 0.5, "q1": 0.0, "q3": 0.0}
+    assert claim["n"] == 3
+    assert claim["diff"] == pytest.approx(np.mean([rec_t[p] - rec_r[p] for p in rec_t]))
+    assert claim["experiment"] == "mosaic_recovery_claim" and claim["treatment"] == "SFT rho=1"
+    meta = result.asset_materializations_for_node("mosaic_recovery_claim")[0].metadata
+    pairing = meta["pairing"].value
+    assert pairing["paired_problems"] == 3 and pairing["shared_training_problems"] == 4
+    assert pairing["injected_steps_in_treatment"] >= 1
+
+
+def test_recovery_claim_config_checks_fail_before_anything_runs(weft_home):
+    result = dg.materialize(
+        [rm.mosaic_recovery_claim], resources={
+            "llm": LLMResource(), "warehouse": WarehouseResource(),
+            "grader": GraderResource(processes=1), "sandbox": SandboxResource(backend="local"),
+            "trainer": RecordingTrainer()},
+        run_config={"ops": {"mosaic_recovery_claim": {"config": {"rho": 0.0}}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    failure = result.failure_data_for_node("mosaic_recovery_claim")
+    assert "rho must be in (0, 1]" in str(failure.error)
