@@ -69,8 +69,14 @@ def judge_bounds(rows: list[dict]) -> tuple[int, int]:
     return calls, template + longest
 
 
+JUDGES = ("llm", "evidence")
+
+
 class AlignConfigModel(dg.Config):
     limit: int | None = None  # traces in total (deterministic: ordered by trace_id)
+    # "llm": the `llm` resource judges (SxS App. B.1); "evidence": the scripted
+    # pipelines.sxs_judge.EvidenceJudge, for models too small to judge (no LLM call)
+    judge: str = "llm"
     mode: str = "parallel"  # or "sequential" (one prefix at a time; for comparison)
     prefilter: bool = False
     judge_max_tokens: int = 32
@@ -84,9 +90,12 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
                    warehouse: WarehouseResource) -> dg.MaterializeResult:
     from pipelines.llm import SamplingParams
     from pipelines.sxs import AlignConfig, align_sample, summarize_alignments
-    from pipelines.sxs_judge import LLMJudge
+    from pipelines.sxs_judge import EvidenceJudge, LLMJudge
 
     started = now()
+    if config.judge not in JUDGES:
+        raise dg.Failure(f"sxs_alignments: judge must be one of {JUDGES}, got {config.judge!r} "
+                         "(llm: the llm resource; evidence: the scripted evidence judge)")
     wh = warehouse.get()
     rows = sorted(wh.read("traces").to_pylist(), key=lambda r: r["trace_id"])
     if config.limit:
@@ -96,14 +105,18 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
     requests, prompt_chars = judge_bounds(rows)
     align_cfg = AlignConfig(mode=config.mode, prefilter=config.prefilter)
     with run_record(context, wh, config.model_dump(), started_at=started) as rec:
-        client = rec.track(llm.client(config.judge_max_tokens, requests=requests,
-                                      progress=context.log.info,
-                                      max_concurrency=config.max_concurrency,
-                                      prompt_chars=prompt_chars, per_request_timeout=True))
-        model = client.model
-        client.check_reachable()
-        judge = LLMJudge(client, params=SamplingParams(temperature=0.0,
-                                                       max_tokens=config.judge_max_tokens))
+        client = None
+        if config.judge == "evidence":
+            judge, model = EvidenceJudge(), EvidenceJudge.name
+        else:
+            client = rec.track(llm.client(config.judge_max_tokens, requests=requests,
+                                          progress=context.log.info,
+                                          max_concurrency=config.max_concurrency,
+                                          prompt_chars=prompt_chars, per_request_timeout=True))
+            model = client.model
+            client.check_reachable()
+            judge = LLMJudge(client, params=SamplingParams(temperature=0.0,
+                                                           max_tokens=config.judge_max_tokens))
 
         async def one(row):
             try:
@@ -113,6 +126,8 @@ def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, 
                 return row, None, str(err)
 
         async def run_all():
+            if client is None:
+                return [await one(row) for row in rows]
             try:
                 return await client.map(one, rows, desc="sxs alignment")
             finally:
@@ -156,6 +171,21 @@ def _alignment_from_row(row: dict):
 class SxsDatasetConfig(dg.Config):
     style: str = "chat"  # TRL conversational prompt/completion ("chat") or plain text ("text")
     tokenizer_path: str = ""  # for the latency metrics; "" = the embedded model's tokenizer
+    # leave out traces (both variants) whose longer variant, prompt and completion text, has
+    # more tokens than this: a training max_length above it (plus the chat template's few
+    # tokens) then never cuts an answer off; None keeps every trace
+    max_example_tokens: int | None = None
+
+
+def example_tokens(sft: dict, tokenizer) -> int:
+    """Tokens of one SFT row's text: every prompt and completion message's content (chat rows)
+    or the prompt and completion strings (text rows); the chat template's own tokens are not
+    counted."""
+    def texts(value):
+        return [value] if isinstance(value, str) else [m["content"] for m in value]
+
+    return sum(len(tokenizer.encode(t, add_special_tokens=False))
+               for part in ("prompt", "completion") for t in texts(sft[part]))
 
 
 @dg.asset(deps=[sxs_alignments], group_name="synthesize", kinds={"python", "parquet"},
@@ -173,21 +203,34 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
     aligned = wh.read("sxs_alignments").to_pylist()
     if not aligned:
         raise dg.Failure("no alignments: materialize `sxs_alignments` first")
+    if config.max_example_tokens is not None and config.max_example_tokens <= 0:
+        raise dg.Failure(f"sxs_sft_dataset: max_example_tokens must be a positive token count "
+                         f"or None, got {config.max_example_tokens}")
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or str(convert()))
     problems = {r["trace_id"]: r["problem"] for r in wh.read("traces").to_pylist()}
-    rows, alignments = [], []
+    rows, alignments, too_long = [], [], 0
     for row in aligned:
         alignment = _alignment_from_row(row)
+        variants = sft_rows(problems[row["trace_id"]], alignment, style=config.style)
+        if config.max_example_tokens is not None and max(
+                example_tokens(sft, tokenizer) for sft in variants.values()
+        ) > config.max_example_tokens:
+            too_long += 1
+            continue
         alignments.append(alignment)
-        for variant, sft in sft_rows(problems[row["trace_id"]], alignment, style=config.style).items():
+        for variant, sft in variants.items():
             rows.append({"trace_id": row["trace_id"], "problem_id": row["problem_id"],
                          "source": row["source"], "variant": variant,
                          "prompt": json.dumps(sft["prompt"]) if config.style == "chat" else sft["prompt"],
                          "completion": json.dumps(sft["completion"]) if config.style == "chat" else sft["completion"],
                          "n_visible_segments": alignment.n_visible_segments if variant == "sxs" else 1})
+    if not rows:
+        raise dg.Failure(f"sxs_sft_dataset: all {too_long} traces have more than "
+                         f"max_example_tokens={config.max_example_tokens} tokens; raise it or "
+                         "set it to None")
     lin = lineage(context, config.model_dump())
     wh.write("sxs_sft_dataset", rows, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or str(convert()))
     summary = {**summarize_alignments(alignments),
                **summarize_variants(map(variant_segments, alignments), tokenizer)}
     table = []
@@ -198,6 +241,7 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
     return dg.MaterializeResult(metadata={
         "rows": len(rows),
         "samples": summary["samples"],
+        "left_out_too_long": too_long,
         "mean_reasoning_blocks": summary["mean_reasoning_blocks"],
         "mean_answer_blocks": summary["mean_answer_blocks"],
         "mean_visible_segments": summary["mean_visible_segments"],

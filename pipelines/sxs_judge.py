@@ -13,6 +13,13 @@ when the next uncovered answer block mentions a number or key symbol that neithe
 nor the prefix contains yet. It can be wrong both ways; ``bench/sxs_alignment.py`` measures
 how often it agrees with the LLM judge.
 
+``EvidenceJudge`` is a scripted judge through the same interface, for models too small to
+judge (the embedded one): it covers the longest run of leading answer blocks whose numbers and
+key symbols all appear in the problem or the reasoning prefix already. It never discloses a
+number before the reasoning has written it (SxS App. B.1's "no new derivation" rule, read on
+numbers only), but it cannot see a step that restates known numbers in a new claim, and a
+block with no numbers or key symbols is covered as soon as it is reached.
+
 Not guaranteed: that the model judges well (small models do not); only that every reply is
 validated and every failure is reported as ``None`` rather than raised.
 """
@@ -123,6 +130,49 @@ class LLMJudge:
             return parse_coverage(result.value, k_a)
         except ValueError:
             return None
+
+
+EVIDENCE_JUDGE = "evidence"  # the judge_model recorded for EvidenceJudge's alignments
+
+
+class EvidenceJudge:
+    """Scripted ``CoverageJudge``: the number of leading answer blocks whose :func:`evidence`
+    (numbers, key symbols) is contained in the evidence of the problem plus the reasoning
+    prefix. Deterministic and free; it makes no LLM call. ``name`` is what the alignments
+    record as their judge."""
+
+    name = EVIDENCE_JUDGE
+
+    async def judge(self, problem: str, reasoning_prefix: Sequence[str],
+                    answer_blocks: Sequence[str]) -> int:
+        have = evidence(problem)
+        for block in reasoning_prefix:
+            have |= evidence(block)
+        covered = 0
+        while covered < len(answer_blocks) and evidence(answer_blocks[covered]) <= have:
+            covered += 1
+        return covered
+
+
+def unsupported_disclosures(problem: str, reasoning: Sequence[str], answer: Sequence[str],
+                            levels: Sequence[int]) -> tuple[int, int]:
+    """(answer blocks shown before the last reasoning block, those among them with a number or
+    key symbol that the problem and the reasoning shown so far do not contain) for repaired
+    levels ``levels`` (one per reasoning prefix). A quality figure of a judge's alignments:
+    the second count is how often it disclosed a value before the reasoning wrote it (zero by
+    construction for :class:`EvidenceJudge`; an LLM judge is not bound by it)."""
+    if len(levels) != len(reasoning):
+        raise ValueError(f"levels has {len(levels)} entries but there are {len(reasoning)} "
+                         "reasoning blocks; pass one level per reasoning prefix")
+    have = set(evidence(problem))
+    shown = early = unsupported = 0
+    for k, level in enumerate(levels[:-1]):  # the last prefix is the terminal safeguard
+        have |= evidence(reasoning[k])
+        for block in answer[shown:level]:
+            early += 1
+            unsupported += not evidence(block) <= have
+        shown = max(shown, level)
+    return early, unsupported
 
 
 # ---------------------------------------------------------------------------------------------

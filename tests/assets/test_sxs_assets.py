@@ -184,3 +184,54 @@ def test_a_failing_judge_still_records_its_calls_and_a_failed_run(weft_home, sha
     assert {(c["asset"], c["run_id"]) for c in calls} == {("sxs_alignments", result.run_id)}
     assert {c["tag"] for c in calls} == {"sxs/judge"}
     assert not wh.partitions("sxs_alignments")
+
+
+def test_evidence_judge_needs_no_llm_and_long_traces_can_be_left_out(weft_home, shared_data,
+                                                                     embedded_model_dir):
+    from transformers import AutoTokenizer
+
+    from pipelines.sxs import segment
+    from pipelines.sxs_judge import evidence
+
+    resources = {"llm": LLMResource(base_url="http://127.0.0.1:9/v1", model="nobody"),
+                 "warehouse": WarehouseResource()}  # never called: a call would fail
+
+    def run(max_tokens):
+        config = {"ops": {"traces": {"config": {"sources": ["openmathreasoning"], "limit": 6}},
+                          "sxs_alignments": {"config": {"judge": "evidence"}},
+                          "sxs_sft_dataset": {"config": {
+                              "tokenizer_path": str(embedded_model_dir),
+                              "max_example_tokens": max_tokens}}}}
+        return dg.materialize(ASSETS, resources=resources, run_config=config,
+                              instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+
+    assert run(None).success
+    wh = Warehouse()
+    aligned = wh.read("sxs_alignments").to_pylist()
+    assert len(aligned) == 6 and {r["judge_model"] for r in aligned} == {"evidence"}
+    assert sum(r["calls_made"] for r in aligned) == sum(r["k_r"] - 1 for r in aligned)
+    traces = {t["trace_id"]: t for t in wh.read("traces").to_pylist()}
+    for row in aligned:  # each level: leading answer blocks whose numbers are already written
+        t = traces[row["trace_id"]]
+        reasoning, answer = segment(t["reasoning"]), segment(t["response"])
+        have, expected = set(evidence(t["problem"])), []
+        for block in reasoning[:-1]:
+            have |= evidence(block)
+            covered = 0
+            while covered < len(answer) and evidence(answer[covered]) <= have:
+                covered += 1
+            expected.append(max([covered, *expected]))
+        assert row["repaired"] == [*expected, len(answer)]
+    tokenizer = AutoTokenizer.from_pretrained(str(embedded_model_dir))
+    sizes: dict[str, int] = {}
+    for row in wh.read("sxs_sft_dataset").to_pylist():
+        texts = [m["content"] for m in json.loads(row["prompt"]) + json.loads(row["completion"])]
+        n = sum(len(tokenizer.encode(t, add_special_tokens=False)) for t in texts)
+        sizes[row["trace_id"]] = max(n, sizes.get(row["trace_id"], 0))
+    cut = sorted(sizes.values())[2]  # keeps the three shortest traces
+    result = run(cut)
+    assert result.success
+    kept = {r["trace_id"] for r in wh.read("sxs_sft_dataset").to_pylist()}
+    assert kept == {t for t, n in sizes.items() if n <= cut} and len(kept) == 3
+    meta = result.asset_materializations_for_node("sxs_sft_dataset")[0].metadata
+    assert meta["left_out_too_long"].value == 3

@@ -56,6 +56,7 @@ from pipelines.sxs import (
 )
 from pipelines.sxs_judge import (
     JUDGE_PROMPT_PATH,
+    EvidenceJudge,
     LLMJudge,
     coverage_schema,
     evidence,
@@ -63,6 +64,7 @@ from pipelines.sxs_judge import (
     parse_coverage,
     prefilter_skips,
     render_judge_messages,
+    unsupported_disclosures,
 )
 
 _STEP_RE = re.compile(r"(?m)^\[R(\d+)\] ")
@@ -351,6 +353,32 @@ def test_prefilter_skips_only_when_the_next_block_has_new_evidence():
     assert not prefilter_skips(context + " N = 13", answer, 1)
     assert not prefilter_skips(context, answer, 2)           # no evidence -> never skipped
     assert not prefilter_skips(context, answer, 3)           # nothing left
+
+
+def test_evidence_judge_covers_blocks_once_their_numbers_are_written():
+    problem = "Jenifer has 82 cents in pennies and nickels; counted as dimes it is 147."
+    r = ["Let P pennies, N nickels.", "P + 5N = 82 and P + 10N = 147.", "So 5N = 65, N = 13.",
+         "P = 82 - 65 = 17.", "Check: 17 + 65 = 82."]
+    a = ["Set up P + 5N = 82 and P + 10N = 147.", "Subtracting gives N = 13.",
+         "The answer is 17."]
+    judge = EvidenceJudge()
+    # by hand: a block is covered once every number in it is in the problem or the prefix
+    # (A1 needs 5 and 10, first written in R2; A2 needs 13, R3; A3 needs 17, R4)
+    assert [run(judge.judge(problem, r[:k], a)) for k in range(1, 6)] == [0, 1, 2, 3, 3]
+    assert run(judge.judge(problem, r[:1], ["No numbers here.", "Then 99."])) == 1
+    al = run(align_blocks(problem, r, a, judge))
+    assert al.repaired == [0, 1, 2, 3, 3]
+    assert [s.kind for s in al.segments] == [THINK, SPEAK, THINK, SPEAK, THINK, SPEAK, THINK]
+
+
+def test_unsupported_disclosures_counts_values_shown_too_early():
+    problem = "What is 6 * 7?"
+    r, a = ["Multiply.", "It is 42.", "Done."], ["6 * 7 = 42.", "So 42."]
+    assert unsupported_disclosures(problem, r, a, [0, 2, 2]) == (2, 0)  # both after R2
+    assert unsupported_disclosures(problem, r, a, [1, 2, 2]) == (2, 1)  # 42 shown after R1
+    assert unsupported_disclosures(problem, r, a, [0, 0, 2]) == (0, 0)  # terminal only
+    with pytest.raises(ValueError, match="one level per reasoning prefix"):
+        unsupported_disclosures(problem, r, a, [0, 2])
 
 
 def test_prefilter_in_sequential_and_parallel_modes():
