@@ -13,9 +13,10 @@ What is here, with the part of the paper each piece implements:
 - :func:`stratification_factors` (§3.3, Algorithm 1 line 9): ``s_pre = clip(n_q / n_bar,
   eps_pre, 1)``.
 - :class:`PromptState` (§3.1, Eq. 3; Algorithm 1 lines 4, 46-51; App. A.3 "DUET Defaults"):
-  per-prompt running means of the within-step ``sigma_obs`` and of kept lengths, the cold-start
-  floor ``s_floor`` (reset once to a percentile of ``sigma_obs`` after the first epoch, then
-  frozen), and ``state_dict``/``load_state_dict`` for resume.
+  per-prompt running means of the within-step ``sigma_obs`` and of generated lengths
+  (``L_hat``), the cold-start floor ``s_floor`` (reset once to the 5th percentile of every
+  observed ``sigma_obs``, zeros included, after the first epoch, then frozen), and
+  ``state_dict``/``load_state_dict`` for resume.
 - :class:`LengthQuantiles` (§3.2; Algorithm 1 lines 51-55): K1/K2 as p30/p80 of a sliding
   window of kept lengths, refit every N steps, cold start ``K1 = 0.3 L_max``,
   ``K2 = 0.7 L_max``.
@@ -24,7 +25,10 @@ What is here, with the part of the paper each piece implements:
 - :func:`answer_marker` (§3.2 and App. A.3 "Marker Patterns"): the marker of each answer format
   of ``pipelines.formats``.
 - :func:`is_weight` (§3.3, Eq. 6; Algorithm 1 line 42): ``w = (1 - I_abort) / (s_pre *
-  p_abort)``.
+  p_abort)``; :func:`group_advantages` and :func:`loss_weights` (lines 35-43): advantages with
+  aborted rewards in the baseline, aborted rows out of the loss, the weights of the kept ones.
+- :func:`observe_step` (lines 46-52): one batch's updates of ``sigma_obs``, ``L_hat`` and the
+  K1/K2 window; :func:`calibration_chi2` (App. A.4): the surrogate-vs-within-step gap.
 - :class:`DuetSettings`: a GRPO recipe's ``duet`` mapping (defaults from App. A.3), used by
   ``training.duet.trainer`` and checked by ``training.config``.
 
@@ -55,6 +59,12 @@ Departures from the paper, and why:
   same lag; App. A.3).
 - Cold prompts get ``L_hat`` = the mean ``L_hat`` of the observed prompts (or ``l_cold`` when
   none is observed yet): the paper does not say what cost a never-seen prompt has.
+- ``L_hat`` is the running mean of the generated length of every allocated rollout, aborted
+  ones included (Algorithm 1 line 51 takes kept-not-aborted rollouts only). The budget is a
+  cap on the step's expected token count ``sum_q n_q L_q`` with ``L_q`` the realised length
+  under the current abort rule (§2; Proposition 1, App. A.2.4); lengths of kept rollouts only
+  leave out what aborted rollouts cost, so steps overspend their budget. The
+  K1/K2 window still takes kept-not-aborted lengths (natural stopping lengths, line 51).
 - ``sigma_obs`` uses the sample standard deviation (ddof=1, as TRL's group std); the paper
   writes ``std_i`` without saying which.
 """
@@ -100,8 +110,12 @@ class DuetSettings:
     ``--print-config`` shows beside it."""
 
     budget_fraction: float = field(default=1.0, metadata={"help": (
-        "b: the step's token budget as a fraction of full GRPO's, B = b x full_rollouts x "
-        "sum of L_hat over the step's prompts (§3.1); the paper sweeps 1, 0.5 and 0.25.")})
+        "b: the step's token budget B = b x full_rollouts x sum of L_hat over the step's "
+        "prompts, L_hat the mean generated length of one rollout of the prompt under the "
+        "current abort rule (aborted rollouts included; the cap for a prompt never seen "
+        "when no prompt has been). B caps the allocation's expected token count sum n_q "
+        "L_hat_q (DUET §2, §3.1), not each step's realised count: logged per step as "
+        "duet/token_budget beside duet/tokens_generated. The paper sweeps 1, 0.5 and 0.25.")})
     full_rollouts: int = field(default=8, metadata={"help": (
         "Rollouts per prompt of the full GRPO budget the fraction refers to (paper §4.1: 8).")})
     n_min: int = field(default=2, metadata={"help": (
@@ -125,8 +139,9 @@ class DuetSettings:
     refit_every: int = field(default=REFIT_EVERY, metadata={"help": (
         "N: steps between refits of K1 and K2 (App. A.3).")})
     s_floor: float = field(default=S_FLOOR, metadata={"help": (
-        "Cold-start floor of the within-step reward sigma before the first epoch ends; then "
-        "p5 of the observed sigmas, frozen (App. A.3).")})
+        "Cold-start floor of the surrogate s_hat = max(s_floor, sigma_obs) before the first "
+        "epoch ends; then the 5th percentile of every prompt's sigma_obs (zeros of "
+        "all-right or all-wrong prompts included), frozen (App. A.3).")})
     bisection_steps: int = field(default=BISECTION_STEPS, metadata={"help": (
         "Bisection steps for the dual lambda before continuing only while the budget is "
         "missed (paper: 10; see training.duet.core).")})
@@ -197,9 +212,10 @@ def _check_allocation_inputs(s_hat: Sequence[float], l_hat: Sequence[float], bud
     if s.ndim != 1 or lengths.shape != s.shape or s.size == 0:
         raise ValueError(f"s_hat and l_hat must be equal-length, non-empty 1-D sequences, got "
                          f"shapes {s.shape} and {lengths.shape}")
-    if not (np.all(np.isfinite(s)) and np.all(s > 0)):
-        raise ValueError("every s_hat must be finite and > 0 (apply the cold-start floor "
-                         "s_floor first: s_hat = max(s_floor, sigma_obs))")
+    if not (np.all(np.isfinite(s)) and np.all(s >= 0)):
+        raise ValueError("every s_hat must be finite and >= 0 (apply the cold-start floor "
+                         "s_floor first: s_hat = max(s_floor, sigma_obs)); a prompt with "
+                         "s_hat = 0 gets n_min rollouts")
     if not (np.all(np.isfinite(lengths)) and np.all(lengths > 0)):
         raise ValueError("every l_hat (expected rollout length in tokens) must be finite and > 0")
     if not (math.isfinite(budget) and budget > 0):
@@ -214,12 +230,15 @@ def neyman_allocation(s_hat: Sequence[float], l_hat: Sequence[float], budget: fl
                       steps: int = BISECTION_STEPS, n_max: int | None = None) -> Allocation:
     """Cost-weighted Neyman counts (Eq. 4) and the dual that closes ``budget`` (Theorem 1).
 
-    ``s_hat``: per-prompt surrogate std (> 0); ``l_hat``: per-prompt expected length (tokens);
+    ``s_hat``: per-prompt surrogate std (>= 0; a prompt with ``s_hat = 0``, e.g. one whose
+    groups were always degenerate once the floor is the 5th percentile of all ``sigma_obs``,
+    App. A.3, gets ``n_min`` at every ``lam``, Eq. 4); ``l_hat``: per-prompt expected length
+    (tokens);
     ``lam0``: the previous step's dual (warm start; None: start from Theorem 1's closed form
     ``(S/B)^2``). ``rounding=False`` gives the continuous relaxation (float counts, no integer
     rounding; ``n_min`` still applies as a lower bound). ``n_max`` (optional) caps every count
     (a trainer's fixed rollout slots); when ``n_max`` everywhere costs no more than ``budget``,
-    every count is ``n_max``. See the module docstring for what is guaranteed and why bisection
+    every count with ``s_hat > 0`` is ``n_max``. See the module docstring for what is guaranteed and why bisection
     may run past ``steps``.
     """
     s, lengths = _check_allocation_inputs(s_hat, l_hat, budget, n_min)
@@ -242,6 +261,12 @@ def neyman_allocation(s_hat: Sequence[float], l_hat: Sequence[float], budget: fl
         return float(np.dot(counts_at(lam), lengths))
 
     floor_cost = float(n_min * lengths.sum())
+    if not np.any(s > 0):
+        # No prompt carries variance: every count is n_min at any lam (Eq. 4), nothing to
+        # solve; the warm start is kept (0.0 without one).
+        counts = counts_at(1.0)
+        return Allocation(_as_list(counts, rounding), float(lam0 or 0.0),
+                          float(np.dot(counts, lengths)), floor_cost <= budget, 0)
     closed_form = (float(np.dot(s, np.sqrt(lengths))) / budget) ** 2
     start = lam0 if lam0 is not None else closed_form
     if floor_cost >= budget:
@@ -252,8 +277,9 @@ def neyman_allocation(s_hat: Sequence[float], l_hat: Sequence[float], budget: fl
         return Allocation(_as_list(counts_at(lam), rounding), lam, cost(lam),
                           floor_cost <= budget, 0)
 
-    if float(cap * lengths.sum()) <= budget:  # the cap binds everywhere: nothing to solve
-        lam = float(np.min(ratio) / cap) ** 2 * (1 - 1e-9)
+    top_cost = float(np.dot(np.where(s > 0, cap, max(n_min, 0)), lengths))
+    if top_cost <= budget:  # the cap binds everywhere: nothing to solve
+        lam = float(np.min(ratio[s > 0]) / cap) ** 2 * (1 - 1e-9)
         return Allocation(_as_list(counts_at(lam), rounding), lam, cost(lam), True, 0)
     # Bracket: cost(lo) > budget >= cost(hi), grown geometrically from the warm start.
     lo = hi = start
@@ -303,13 +329,95 @@ def is_weight(aborted: bool, p_abort: float, s_pre: float) -> float:
     return 0.0 if aborted else 1.0 / (s_pre * p_abort)
 
 
-def calibration_chi2(s_hat: Sequence[float], sigma_step: Sequence[float]) -> float | None:
-    """The surrogate-vs-within-step gap of App. A.4: ``mean_q (s_hat_q / sigma_q - 1)^2`` over
-    prompts with a positive within-step ``sigma_q``; None when there is none."""
-    pairs = [(a, b) for a, b in zip(s_hat, sigma_step, strict=True) if b is not None and b > 0]
+def calibration_chi2(s_hat: Sequence[float], sigma_step: Sequence[float | None],
+                     floor: float = S_FLOOR) -> float | None:
+    """The surrogate-vs-within-step gap of App. A.4: ``mean_q (s_hat_q / max(sigma_q, floor)
+    - 1)^2`` over the prompts with a within-step ``sigma_q`` (None entries are left out), the
+    within-step value "clipped at a small floor to avoid zero denominators on degenerate
+    groups" (App. A.4; ``floor`` defaults to the cold-start ``s_floor``); None when no prompt
+    has one."""
+    if not floor > 0:
+        raise ValueError(f"floor must be > 0, got {floor!r}")
+    pairs = [(a, b) for a, b in zip(s_hat, sigma_step, strict=True) if b is not None]
     if not pairs:
         return None
-    return float(np.mean([(a / b - 1.0) ** 2 for a, b in pairs]))
+    return float(np.mean([(a / max(b, floor) - 1.0) ** 2 for a, b in pairs]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Update (§3.3, Algorithm 1 lines 35-43)
+
+
+def group_advantages(rewards: Sequence[float], counts: Sequence[int], slots: int,
+                     scale: str = "group") -> np.ndarray:
+    """Algorithm 1 line 38 over a batch laid out in ``slots`` rows per prompt (prompt ``g``'s
+    allocated rollouts are rows ``g*slots .. g*slots + counts[g] - 1``): each allocated row's
+    reward minus its prompt's mean over all ``counts[g]`` allocated rollouts, aborted ones
+    included (their rewards stay in the baseline); divided by that group's sample std + 1e-4
+    (``scale='group'``, TRL's guard), by the std over every allocated reward of the batch
+    (``'batch'``) or not at all (``'none'``). Rows outside the allocation, groups with fewer
+    than two finite rewards and NaN rewards get 0."""
+    r = np.asarray(rewards, dtype=float)
+    if r.ndim != 1 or len(r) != slots * len(counts):
+        raise ValueError(f"need {slots} reward rows per prompt for {len(counts)} prompts, got "
+                         f"{r.shape}")
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    adv = np.zeros(len(r))
+    allocated = np.array([i % slots < counts[i // slots] for i in range(len(r))], dtype=bool)
+    for g, n in enumerate(counts):
+        idx = np.arange(g * slots, g * slots + n)
+        group = r[idx]
+        if (~np.isnan(group)).sum() < 2:
+            continue
+        centred = group - np.nanmean(group)
+        if scale == "group":
+            centred = centred / (np.nanstd(group, ddof=1) + 1e-4)
+        elif scale == "batch":
+            centred = centred / (np.nanstd(r[allocated], ddof=1) + 1e-4)
+        adv[idx] = np.nan_to_num(centred, nan=0.0)
+    return adv
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """Phase 3 for one batch (global rows): ``advantages`` (line 38, before weighting; Eq. 3
+    uses these), ``keep`` (the rows whose tokens enter the loss: allocated, not aborted, not
+    filtered), ``weights`` (Eq. 6's ``w``, 0 outside ``keep``). The loss uses
+    ``advantages * weights`` with the response mask times ``keep``."""
+
+    advantages: np.ndarray
+    keep: np.ndarray
+    weights: np.ndarray
+
+    @property
+    def loss_advantages(self) -> np.ndarray:
+        return self.advantages * self.weights
+
+
+def loss_weights(rewards: Sequence[float], counts: Sequence[int], slots: int,
+                   aborted: Sequence[bool], p_abort: Sequence[float], s_pre: Sequence[float],
+                   scale: str = "group",
+                   dropped: Sequence[bool] | None = None) -> LossWeights:
+    """Algorithm 1 lines 35-43 on one batch: :func:`group_advantages` with aborted rewards in
+    the baseline (line 38); aborted rollouts out of the loss (lines 39-41, ``I_abort = 1``);
+    ``w = 1 / (s_pre_q * p_abort)`` for the others (line 42, :func:`is_weight`). ``aborted``
+    and ``p_abort`` are per row (row ``i``'s propensity: 1, or eps_abort when its coin was
+    drawn and kept it); ``s_pre`` per prompt; ``dropped`` (optional, per prompt) takes a whole
+    group out of the loss (weft's degenerate-group filter)."""
+    n_rows = slots * len(counts)
+    if len(aborted) != n_rows or len(p_abort) != n_rows or len(s_pre) != len(counts):
+        raise ValueError(f"need aborted and p_abort per row ({n_rows}) and s_pre per prompt "
+                         f"({len(counts)}), got {len(aborted)}, {len(p_abort)}, {len(s_pre)}")
+    adv = group_advantages(rewards, counts, slots, scale)
+    allocated = np.array([i % slots < counts[i // slots] for i in range(n_rows)], dtype=bool)
+    keep = allocated & ~np.asarray(aborted, dtype=bool)
+    if dropped is not None:
+        keep &= ~np.repeat(np.asarray(dropped, dtype=bool), slots)
+    weights = np.zeros(n_rows)
+    for i in np.flatnonzero(keep):
+        weights[i] = is_weight(False, float(p_abort[i]), float(s_pre[i // slots]))
+    return LossWeights(adv, keep, weights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +437,9 @@ def within_step_sigma(advantages: Sequence[float], seq_logps: Sequence[float],
 @dataclass
 class PromptState:
     """Running per-prompt estimates: ``sigma_obs`` (mean of Eq. 3 values, count ``k``) and
-    ``L_hat`` (mean kept length), with the cold-start floor. Keys are any hashable prompt id
-    (stored as ``str`` so the state round-trips through JSON)."""
+    ``L_hat`` (mean generated length per rollout, see :func:`observe_step`), with the
+    cold-start floor. Keys are any hashable prompt id (stored as ``str`` so the state
+    round-trips through JSON)."""
 
     s_floor: float = S_FLOOR
     l_cold: float = 256.0
@@ -346,7 +455,8 @@ class PromptState:
                              f"{self.floor_percentile}")
 
     def s_hat(self, key: Hashable) -> float:
-        """``max(s_floor, sigma_obs)``; ``s_floor`` for a prompt never observed (line 4)."""
+        """``max(s_floor, sigma_obs)``; ``s_floor`` for a prompt never observed (line 4). May
+        be 0 once the frozen floor is 0 (see :meth:`refloor`)."""
         entry = self.sigma.get(str(key))
         return self.s_floor if entry is None else max(self.s_floor, entry[0])
 
@@ -366,7 +476,8 @@ class PromptState:
         self.sigma[str(key)] = [(k * mean + sigma_step) / (k + 1), k + 1]
 
     def observe_lengths(self, key: Hashable, lengths: Sequence[int]) -> None:
-        """Algorithm 1 line 51: running mean of kept-not-aborted lengths."""
+        """Running mean of ``L_hat`` over the given rollout lengths (which rollouts count is
+        :func:`observe_step`'s choice)."""
         mean, count = self.length.get(str(key), [0.0, 0.0])
         for n in lengths:
             if n <= 0:
@@ -378,10 +489,13 @@ class PromptState:
 
     def refloor(self) -> float:
         """App. A.3: after the first epoch, set ``s_floor`` to the ``floor_percentile``-th
-        percentile of ``sigma_obs`` over observed prompts and freeze it (later calls do
-        nothing). Positive values only: a zero floor would break Eq. 4."""
+        percentile of ``sigma_obs`` over every observed prompt and freeze it (later calls do
+        nothing; nothing happens while no prompt is observed). Zeros count: a prompt whose
+        groups were all-right or all-wrong has ``sigma_obs = 0``, and when such prompts are
+        more than the percentile the floor is 0, so they get ``n_min`` rollouts (Eq. 4 with
+        ``s_hat = 0``) instead of a floor lifted by the informative prompts."""
         if not self.floor_frozen:
-            values = [v[0] for v in self.sigma.values() if v[0] > 0]
+            values = [v[0] for v in self.sigma.values()]
             if values:
                 self.s_floor = float(np.percentile(values, self.floor_percentile))
                 self.floor_frozen = True
@@ -444,6 +558,48 @@ class LengthQuantiles:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.k1, self.k2 = int(state["k1"]), int(state["k2"])
         self.window = deque((int(n) for n in state["window"]), maxlen=int(state["maxlen"]))
+
+
+def observe_step(state: PromptState, quantiles: LengthQuantiles, keys: Sequence[Hashable],
+                 counts: Sequence[int], slots: int, *, lengths: Sequence[int],
+                 aborted: Sequence[bool], keep: Sequence[bool], advantages: Sequence[float],
+                 seq_logps: Mapping[int, float], max_len: int) -> dict[str, float]:
+    """Phase 4's per-rollout updates (Algorithm 1 lines 46-52) for one batch laid out in
+    ``slots`` rows per prompt (prompt ``g``'s allocated rollouts are its first ``counts[g]``
+    rows; ``lengths`` are generated tokens per row, 0 for a row that was not generated).
+
+    - ``sigma_obs`` (lines 46-48): Eq. 3 over prompt ``g``'s rows in ``keep`` that have a
+      ``seq_logps`` entry (``sum_l log pi``, by row), when there are at least two.
+    - ``L_hat``, the allocator's cost per rollout: the running mean of the generated length of
+      *every* allocated rollout, aborted ones included at the length they were stopped at.
+      The budget caps the per-step token count ``sum_q n_q L_q`` with ``L_q`` the realised
+      expected length under the current policy and abort rule (§2; App. A.2.4, Proposition 1);
+      a mean over kept rollouts only leaves out the ``K2 + G`` tokens each aborted rollout
+      costs, and the step then spends more than its budget. Departure: Algorithm 1 line 51
+      updates ``L_hat`` from kept-not-aborted rollouts only.
+    - the K1/K2 window (line 51): lengths of allocated rollouts that were not aborted and
+      stopped below ``max_len`` (natural stopping lengths: one cut by the cap never stopped).
+
+    Returns the within-step sigma of each prompt that got one (key -> sigma)."""
+    n_rows = slots * len(keys)
+    if len(counts) != len(keys) or not (len(lengths) == len(aborted) == len(keep)
+                                         == len(advantages) == n_rows):
+        raise ValueError(f"need one count per prompt ({len(keys)}) and lengths, aborted, keep "
+                         f"and advantages per row ({n_rows})")
+    sigmas: dict[str, float] = {}
+    for g, key in enumerate(keys):
+        idx = range(g * slots, g * slots + counts[g])
+        kept = [i for i in idx if keep[i] and i in seq_logps]
+        sigma = within_step_sigma([advantages[i] for i in kept], [seq_logps[i] for i in kept],
+                                  [True] * len(kept))
+        if sigma is not None:
+            state.observe_sigma(key, sigma)
+            sigmas[str(key)] = sigma
+        generated = [int(lengths[i]) for i in idx if lengths[i] > 0]
+        state.observe_lengths(key, generated)
+        quantiles.observe([int(lengths[i]) for i in idx
+                           if not aborted[i] and 0 < lengths[i] < max_len])
+    return sigmas
 
 
 # ---------------------------------------------------------------------------------------------

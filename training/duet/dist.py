@@ -115,8 +115,12 @@ def _group_prompts(rows: list[tuple[str, float, float]], slots: int):
 def allocate(keys: list[str], s_hat: list[float], l_hat: list[float], slots: int,
              settings: DuetSettings, lam0: float | None) -> dict[str, Any]:
     """Phase 1 on the global prompt list: budget ``B = b * full_rollouts * sum_q L_hat_q``,
-    ``n_q`` and ``lam*`` of Eq. 4 (or uniform ``b * full`` with ``allocate: false``), and
-    ``s_pre`` (Algorithm 1 line 9)."""
+    ``n_q`` and ``lam*`` of Eq. 4 (or uniform ``b * full`` with ``allocate: false``),
+    ``s_pre`` (Algorithm 1 line 9), and ``planned = sum_q n_q L_hat_q``, the step's expected
+    token count under the allocation (at most ``budget`` plus one rollout, see
+    :func:`training.duet.neyman_allocation`). ``L_hat_q`` is the expected generated length of
+    one rollout of ``q`` under the current abort rule (see :func:`training.duet.observe_step`),
+    so ``B`` is the expected token cost of ``b x full_rollouts`` rollouts per prompt."""
     b = settings
     budget = b.budget_fraction * b.full_rollouts * float(sum(l_hat))
     if b.allocate:
@@ -126,8 +130,9 @@ def allocate(keys: list[str], s_hat: list[float], l_hat: list[float], slots: int
     else:
         uniform = int(min(slots, max(b.n_min, round(b.budget_fraction * b.full_rollouts))))
         counts, lam = [uniform] * len(keys), lam0 or 0.0
+    planned = float(sum(n * lh for n, lh in zip(counts, l_hat, strict=True)))
     return {"keys": keys, "s_hat": s_hat, "l_hat": l_hat, "counts": counts, "lam": lam,
-            "budget": budget, "s_pre": duet.stratification_factors(counts, b.eps_pre),
+            "budget": budget, "planned": planned, "s_pre": duet.stratification_factors(counts, b.eps_pre),
             "allocated": [i % slots < counts[i // slots] for i in range(len(keys) * slots)]}
 
 

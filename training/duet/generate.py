@@ -11,7 +11,9 @@ transformers counterpart used by weft's CPU/TRL generation path.
 Guaranteed: a row whose gate says "stop" after ``t`` generated tokens gets EOS as token
 ``t + 1``; rows are independent (each has its own gate, coin and marker state); a row that
 already emitted EOS is never touched again; the marker is decoded only at poll steps (every
-``poll_every`` tokens from K1), on the row's last ``tail_tokens`` generated tokens.
+``poll_every`` tokens from K1), on the row's last ``tail_tokens`` generated tokens. The
+processor's own wall time (every gate check, marker poll and forced EOS) accumulates in its
+``seconds``: the controller overhead inside generation that the trainer logs.
 
 Also here, for both generation engines (the vLLM processor is ``training.duet.vllm``):
 :func:`gate_request_args` (the gate's settings for one vLLM request, in
@@ -35,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -67,6 +70,7 @@ class MarkerAbortProcessor(LogitsProcessor):
         self.eos = eos
         self.decode = decode
         self.finished = [False] * len(self.gates)
+        self.seconds = 0.0  # time spent in this processor (gate checks, marker polls, forcing)
 
     @classmethod
     def for_batch(cls, params: GateParams, markers: Sequence[Callable[[str], bool]],
@@ -80,6 +84,13 @@ class MarkerAbortProcessor(LogitsProcessor):
         return cls(gates, prompt_length, eos_token_ids, decode)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        started = time.perf_counter()
+        try:
+            return self._apply(input_ids, scores)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _apply(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[0] != len(self.gates):
             raise ValueError(f"batch has {input_ids.shape[0]} rows but the processor has "
                              f"{len(self.gates)} gates (one per generated sequence is needed)")

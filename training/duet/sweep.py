@@ -56,7 +56,12 @@ DIAGNOSTIC_KEYS: dict[str, str] = {
     "duet/is_weight_mean": "is_weight_mean",
     "duet/tokens_generated": "tokens_generated",
     "duet/token_budget": "token_budget",
+    "duet/tokens_planned": "tokens_planned",
+    "duet/budget_used": "budget_used",
     "duet/calibration_chi2": "calibration_chi2",
+    "duet/k_refit": "k_refit",
+    "duet/k_window": "k_window",
+    "duet/s_floor": "s_floor",
     "duet/overhead_s": "overhead_s",
 }
 

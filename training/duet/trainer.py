@@ -48,9 +48,15 @@ rollouts wherever they were generated; rollout outcomes (aborted, eps-kept, mark
 and the loss pass's ``sum log pi`` are gathered too, so Phase 4 updates the same state on every
 process and the main process's ``duet_state.json`` resumes all of them.
 
-Phase 4 (lines 45-56: sigma_obs, L_hat, K1/K2, lam warm start) runs when the next generation
-batch starts (and before a checkpoint is written), once all of the step's micro-batches have
-passed through the loss.
+Phase 4 (lines 45-56: sigma_obs, L_hat, K1/K2, lam warm start; ``training.duet.observe_step``)
+runs in ``training_step`` right after the generation batch's last micro-batch has passed
+through the loss, before the optimizer step is logged, so the step's ``duet/*`` diagnostics
+(calibration chi2, K refit, controller overhead) are logged with the step they belong to
+(where a batch spans optimizer steps otherwise, it runs when the next batch starts, and before
+a checkpoint is written). ``duet/overhead_s`` is the controller's wall time in the step:
+allocation, the gate inside generation (the transformers processor's own time; on vLLM the
+replay of each rollout's gate, the engine-side checks are not measurable here), the Phase 3
+weights and Phase 4.
 
 Departures, and why:
 
@@ -58,7 +64,14 @@ Departures, and why:
   sampled from the policy, and Theorem 3's argument is about the prefix ``Z_{m+G}``.
 - Budget: ``B = b * full_rollouts * sum_q L_hat_q`` over the step's prompts, the paper's
   "fraction b of full GRPO's per-step token cost" with full = 8 rollouts per prompt (§4.1,
-  App. A.3), estimated with the same ``L_hat`` the allocator uses.
+  App. A.3), estimated with the same ``L_hat`` the allocator uses. ``L_hat_q`` is the mean
+  generated length of *every* rollout of q, aborted ones included (Algorithm 1 line 51 says
+  kept-not-aborted; the budget is on tokens generated, §2 and Proposition 1, and aborted
+  rollouts are generated). B caps the expected count ``sum_q n_q L_hat_q`` (logged as
+  ``duet/tokens_planned``), not the realised count of one step, which the paper leaves free
+  (no fixed length cap, §3.2); the realised count is logged as ``duet/tokens_generated`` and
+  ``duet/budget_used`` = generated / B. A never-seen batch is priced at the length cap, so the
+  first step spends at most B (unless ``n_min`` rollouts per prompt alone exceed it).
 - The K1/K2 window takes the kept-not-aborted lengths of Algorithm 1 line 51 minus rollouts cut
   by the length cap (they have no natural stopping length; counting them pinned K1 = K2 =
   the cap in a CPU run).
@@ -175,8 +188,10 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         self.duet_drop = drop_degenerate_groups
         self.duet_correct_col = (None if correctness_reward is None
                                  else self.reward_func_names.index(correctness_reward))
+        # A never-seen batch is priced at the cap: every rollout costs at most L_max tokens,
+        # so the first step's spend is within its budget whatever the lengths turn out to be.
         self.prompt_state = duet.PromptState(s_floor=self.settings.s_floor,
-                                             l_cold=0.5 * self.max_completion_length)
+                                             l_cold=float(self.max_completion_length))
         self.quantiles = duet.LengthQuantiles(self.max_completion_length, self.settings.window,
                                               self.settings.refit_every)
         self.lam: float | None = None
@@ -196,7 +211,10 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
             key = prompt_key(x["prompt"])
             rows.append((key, self.prompt_state.s_hat(key), self.prompt_state.l_hat(key)))
         plan = global_plan(self.group, rows, self.num_generations, self.settings, self.lam)
-        plan.update(k1=self.quantiles.k1, k2=self.quantiles.k2)
+        # The 1-based step this batch trains (Phase 4 may run before or after the optimizer
+        # step has advanced global_step).
+        plan.update(k1=self.quantiles.k1, k2=self.quantiles.k2,
+                    step=self.state.global_step + 1)
         return plan
 
     # -- Phase 2 ---------------------------------------------------------------------------
@@ -262,9 +280,12 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
               torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False)):
             if not rows:
                 return [], []
-            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                 generation_config=self.generation_config,
-                                 logits_processor=[processor])
+            try:
+                out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                     generation_config=self.generation_config,
+                                     logits_processor=[processor])
+            finally:
+                self._overhead_s += processor.seconds  # the gate inside generation
         completions = []
         for j in range(len(rows)):
             gen = out[j, width:].tolist()
@@ -305,8 +326,10 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
             mine = slice(start, start + len(rows))
             completions = all_completions[mine]
             logprobs = None if all_logprobs is None else all_logprobs[mine]
+        started = time.perf_counter()
         gates = [engine_outcome(spec, c, eos, self._decode)
                  for spec, c in zip(specs, completions, strict=True)]
+        self._overhead_s += time.perf_counter() - started  # the gate, replayed here
         return completions, logprobs, gates
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -319,37 +342,31 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
+        self._finish_step()  # a previous batch whose Phase 4 has not run yet (see training_step)
         started = time.perf_counter()
-        self._finish_step()
+        self._overhead_s = 0.0
         self._plan = self._allocate(inputs)
-        overhead = time.perf_counter() - started
+        self._overhead_s += time.perf_counter() - started
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
             plan, self._plan = self._plan, None
         started = time.perf_counter()
         self._apply_update_weights(out, plan)
-        self._overhead_s += overhead + time.perf_counter() - started
+        self._overhead_s += time.perf_counter() - started
         return out
 
-    def _advantages(self, rewards: np.ndarray, plan: dict[str, Any]) -> np.ndarray:
-        """Line 38: per-prompt group-normalised advantages over the allocated rollouts (aborted
-        ones included); TRL's ``scale_rewards`` ('group' or 'none') and its 1e-4 guard."""
-        slots, adv = self.num_generations, np.zeros(len(rewards))
-        for g, n in enumerate(plan["counts"]):
-            idx = np.arange(g * slots, g * slots + n)
-            r = rewards[idx]
-            ok = ~np.isnan(r)
-            if ok.sum() < 2:
-                continue
-            centred = r - np.nanmean(r)
-            if self.scale_rewards == "group":
-                centred = centred / (np.nanstd(r, ddof=1) + 1e-4)
-            elif self.scale_rewards == "batch":
-                allocated = rewards[np.asarray(plan["allocated"])]
-                centred = centred / (np.nanstd(allocated, ddof=1) + 1e-4)
-            adv[idx] = np.nan_to_num(centred, nan=0.0)
-        return adv
+    def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's micro-step; once the generation batch's last micro-batch has passed through
+        the loss (every micro-step of the batch done, on every process alike), Phase 4 runs
+        here, so its diagnostics and the step's controller overhead are logged with the step
+        they belong to. Where the batch spans optimizer steps differently, Phase 4 runs when
+        the next batch starts instead."""
+        out = super().training_step(model, inputs, num_items_in_batch)
+        every = self.args.steps_per_generation * self.num_iterations
+        if self._pending is not None and self._step % every == 0:
+            self._finish_step()
+        return out
 
     def _apply_update_weights(self, out: dict[str, Any], plan: dict[str, Any]) -> None:
         """Lines 35-43 over the global batch (every process computes the same arrays), then
@@ -359,8 +376,7 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         raw = self._rewards.cpu().double()
         rewards = (raw * self.reward_weights.to(raw).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(raw).all(dim=1)] = float("nan")
-        adv = self._advantages(rewards.numpy(), plan)
-        rows, offset, local = len(adv), plan["offset"], plan["local_rows"]
+        rows, offset, local = len(rewards), plan["offset"], plan["local_rows"]
         allocated = np.asarray(plan["allocated"])
         lengths_local = out["completion_mask"].sum(dim=1).tolist()
         # Each rollout's outcome, from the process that generated it, to every process.
@@ -374,18 +390,20 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
             raise RuntimeError("DUET's gathered rollout outcomes are not in global row order")
         lengths = [o[1] for o in outcome]
         aborted = np.array([o[2] for o in outcome], dtype=bool)
-        keep = allocated & ~aborted
+        dropped = None
         if self.duet_drop:
             correct = verdicts(raw[:, self.duet_correct_col].tolist())
-            for g, n in enumerate(plan["counts"]):
-                if degenerate_groups(correct[g * slots: g * slots + n], n)[0]:
-                    keep[g * slots: (g + 1) * slots] = False
-        weights = np.zeros(rows)
-        for i in np.flatnonzero(keep):
-            weights[i] = duet.is_weight(False, outcome[i][5], plan["s_pre"][i // slots])
+            dropped = [degenerate_groups(correct[g * slots: g * slots + n], n)[0]
+                       for g, n in enumerate(plan["counts"])]
+        phase3 = duet.loss_weights(rewards.numpy(), plan["counts"], slots, aborted,
+                                   [o[5] for o in outcome], plan["s_pre"],
+                                   scale={True: "group", False: "none"}.get(
+                                       self.scale_rewards, self.scale_rewards),
+                                   dropped=dropped)
+        adv, keep, weights = phase3.advantages, phase3.keep, phase3.weights
         mine = slice(offset, offset + local)
         device = out["advantages"].device
-        out["advantages"] = torch.tensor((adv * weights)[mine],
+        out["advantages"] = torch.tensor(phase3.loss_advantages[mine],
                                          dtype=out["advantages"].dtype, device=device)
         mask = out["completion_mask"] * torch.tensor(keep[mine], device=device).unsqueeze(1)
         for i, gate in gates.items():  # the forced EOS was not sampled: out of the loss
@@ -415,8 +433,11 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         m["duet/eps_kept"].append(float(sum(o[4] and not o[2] for o in outcome)))
         kept_w = weights[keep]
         m["duet/is_weight_mean"].append(float(kept_w.mean()) if kept_w.size else 0.0)
-        m["duet/tokens_generated"].append(float(sum(lengths)))
+        spent = float(sum(lengths))  # every generated token of the step, aborted rollouts too
+        m["duet/tokens_generated"].append(spent)
         m["duet/token_budget"].append(float(plan["budget"]))
+        m["duet/tokens_planned"].append(float(plan["planned"]))
+        m["duet/budget_used"].append(spent / plan["budget"] if plan["budget"] else 0.0)
         log.info("DUET step %d: n_q histogram %s", self.state.global_step,
                  dict(sorted(Counter(counts).items())))
 
@@ -461,35 +482,35 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        plan, slots = pending["plan"], self.num_generations
+        started = time.perf_counter()
+        plan = pending["plan"]
         # Every process's loss-pass sums (keyed by global row), so all update the same state.
         seq_logps: dict[int, float] = {}
         for part in self.group.all_gather(self._seq_logps):
             seq_logps.update(part)
-        s_used, sigma_step = [], []
-        for g, key in enumerate(plan["keys"]):
-            idx = range(g * slots, g * slots + plan["counts"][g])
-            kept = [i for i in idx if pending["keep"][i] and i in seq_logps]
-            sigma = duet.within_step_sigma([pending["adv"][i] for i in kept],
-                                           [seq_logps[i] for i in kept], [True] * len(kept))
-            if sigma is not None:
-                self.prompt_state.observe_sigma(key, sigma)
-                s_used.append(plan["s_hat"][g])
-                sigma_step.append(sigma)
-            kept_lengths = [pending["lengths"][i] for i in idx
-                            if pending["allocated"][i] and not pending["aborted"][i]
-                            and pending["lengths"][i] > 0]
-            self.prompt_state.observe_lengths(key, kept_lengths)
-            # K1/K2 track natural stopping lengths: a rollout cut by the length cap never stopped.
-            self.quantiles.observe([n for n in kept_lengths if n < self.max_completion_length])
-        self.quantiles.end_step(max(1, self.state.global_step))
+        # Prompts with a running sigma_obs before this step: the surrogate App. A.4 compares.
+        warm = [str(k) in self.prompt_state.sigma for k in plan["keys"]]
+        sigmas = duet.observe_step(
+            self.prompt_state, self.quantiles, plan["keys"], plan["counts"],
+            self.num_generations, lengths=pending["lengths"], aborted=pending["aborted"],
+            keep=pending["keep"], advantages=pending["adv"], seq_logps=seq_logps,
+            max_len=self.max_completion_length)
+        refit = self.quantiles.end_step(plan.get("step", max(1, self.state.global_step)))
         if self.state.epoch is not None and self.state.epoch >= 1:
             self.prompt_state.refloor()
         self.lam = plan["lam"] if plan["lam"] else self.lam
-        chi2 = duet.calibration_chi2(s_used, sigma_step)
+        pairs = [(s, sigmas[str(k)]) for k, s, w in zip(plan["keys"], plan["s_hat"], warm,
+                                                         strict=True) if w and str(k) in sigmas]
+        chi2 = duet.calibration_chi2([p[0] for p in pairs], [p[1] for p in pairs],
+                                     floor=self.settings.s_floor)
+        m = self._metrics["train"]
         if chi2 is not None:
-            self._metrics["train"]["duet/calibration_chi2"].append(chi2)
-        self._metrics["train"]["duet/overhead_s"].append(self._overhead_s)
+            m["duet/calibration_chi2"].append(chi2)
+        m["duet/k_refit"].append(float(refit))
+        m["duet/k_window"].append(float(len(self.quantiles.window)))
+        m["duet/s_floor"].append(float(self.prompt_state.s_floor))
+        self._overhead_s += time.perf_counter() - started
+        m["duet/overhead_s"].append(self._overhead_s)
         self._overhead_s = 0.0
         self._seq_logps = {}
 

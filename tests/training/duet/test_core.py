@@ -18,8 +18,11 @@ from training.duet import (
     answer_marker,
     calibration_chi2,
     coin_draws,
+    group_advantages,
     is_weight,
+    loss_weights,
     neyman_allocation,
+    observe_step,
     stratification_factors,
     within_step_sigma,
 )
@@ -100,7 +103,7 @@ def test_allocation_warm_start_runs_papers_ten_steps_when_enough():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"s_hat": [0.0, 1.0], "l_hat": [1.0, 1.0], "budget": 10.0}, "s_floor"),
+    ({"s_hat": [-0.5, 1.0], "l_hat": [1.0, 1.0], "budget": 10.0}, "s_floor"),
     ({"s_hat": [1.0], "l_hat": [0.0], "budget": 10.0}, "l_hat"),
     ({"s_hat": [1.0, 2.0], "l_hat": [1.0], "budget": 10.0}, "equal-length"),
     ({"s_hat": [1.0], "l_hat": [1.0], "budget": 0.0}, "budget"),
@@ -126,9 +129,16 @@ def test_is_weight_eq6(aborted, p, s_pre, expect):
     assert is_weight(aborted, p, s_pre) == pytest.approx(expect)
 
 
-def test_calibration_chi2():
-    assert calibration_chi2([1.0, 3.0, 5.0], [1.0, 2.0, 0.0]) == pytest.approx(0.125)
+def test_calibration_chi2_clips_degenerate_groups_at_the_floor():
+    # App. A.4: mean of (s_hat / sigma - 1)^2, sigma clipped at a small floor so degenerate
+    # groups (sigma = 0) count instead of dropping out.
+    expect = ((1 / 1 - 1) ** 2 + (3 / 2 - 1) ** 2 + (5 / 0.01 - 1) ** 2) / 3
+    assert calibration_chi2([1.0, 3.0, 5.0], [1.0, 2.0, 0.0]) == pytest.approx(expect)
+    assert calibration_chi2([0.5, 0.0], [0.0, 0.0], floor=0.5) == pytest.approx((0 + 1) / 2)
+    assert calibration_chi2([1.0, 2.0], [None, 4.0]) == pytest.approx((2 / 4 - 1) ** 2)
     assert calibration_chi2([1.0], [None]) is None
+    with pytest.raises(ValueError, match="floor"):
+        calibration_chi2([1.0], [1.0], floor=0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,6 +181,40 @@ def test_prompt_state_refloor_is_fifth_percentile_then_frozen():
     assert state.refloor() == pytest.approx(0.1 + 0.05 * 20 * (1.9 / 20))
     state.observe_sigma("late", 0.0001)
     assert state.refloor() == pytest.approx(0.195)  # frozen
+
+
+def test_refloor_takes_every_sigma_so_degenerate_prompts_get_n_min():
+    # App. A.3: the floor is the 5th percentile of sigma_obs across prompts; prompts whose groups
+    # were all right or all wrong have sigma_obs = 0 and count too.
+    state = PromptState(s_floor=0.01)
+    sigmas = {"dead1": 0.0, "dead2": 0.0, **{f"q{i}": 0.5 + 0.1 * i for i in range(18)}}
+    for key, value in sigmas.items():
+        state.observe_sigma(key, value)
+    expect = _linear_quantile(list(sigmas.values()), 0.05)  # h = 19 x 0.05 -> between the zeros
+    assert expect == 0.0
+    assert state.refloor() == expect and state.floor_frozen
+    assert state.s_hat("dead1") == 0.0 and state.s_hat("never-seen") == 0.0
+    assert state.s_hat("q3") == pytest.approx(0.8)
+    # Eq. 4 with s_hat = 0 gives n_min at any lam; the budget goes to the others.
+    keys = ["dead1", "q0", "dead2", "q9"]
+    s_hat, lengths = [state.s_hat(k) for k in keys], [10.0, 12.0, 30.0, 8.0]
+    alloc = neyman_allocation(s_hat, lengths, budget=400.0, n_min=2)
+    expect_counts = [max(2, math.floor(sv / math.sqrt(alloc.lam * ln) + 0.5))
+                     for sv, ln in zip(s_hat, lengths, strict=True)]
+    assert alloc.counts == expect_counts
+    assert alloc.counts[0] == alloc.counts[2] == 2
+    cost = sum(c * ln for c, ln in zip(alloc.counts, lengths, strict=True))
+    assert 400.0 - max(lengths) <= cost <= 400.0
+
+
+def test_allocation_with_no_informative_prompt_gives_n_min_everywhere():
+    alloc = neyman_allocation([0.0, 0.0], [10.0, 20.0], budget=100.0, n_min=2)
+    assert alloc.counts == [2, 2] and alloc.cost == 60.0 and alloc.feasible and alloc.lam == 0.0
+    warm = neyman_allocation([0.0, 0.0], [10.0, 20.0], budget=100.0, n_min=2, lam0=0.3)
+    assert warm.counts == [2, 2] and warm.lam == 0.3  # nothing to solve: the warm start stays
+    # the slot cap with a zero prompt: positive ones at the cap, the zero one at n_min
+    capped = neyman_allocation([0.0, 1.0], [10.0, 10.0], budget=1000.0, n_min=2, n_max=8)
+    assert capped.counts == [2, 8]
 
 
 def _linear_quantile(values, q):
@@ -354,3 +398,110 @@ def test_allocation_cap_n_max():
     assert 1200.0 - 100.0 <= alloc.cost <= 1200.0
     roomy = neyman_allocation(sigma, lengths, budget=5000.0, n_min=1, n_max=6)
     assert roomy.counts == [6, 6, 6]
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 3 (Algorithm 1 lines 35-43) and Phase 4's lengths (lines 46-52), on a tiny batch
+
+
+def _phase3_by_hand(rewards, counts, slots, aborted, p_abort, s_pre, scale="group"):
+    """Algorithm 1 lines 38-42, written out: the baseline over all n_q allocated rollouts
+    (aborted ones included), advantage (r - mean) / (sample std + 1e-4), then zero advantage
+    and no tokens for aborted and unallocated rows, and w = 1 / (s_pre * p_abort) otherwise."""
+    adv, keep, loss_adv = [0.0] * len(rewards), [False] * len(rewards), [0.0] * len(rewards)
+    for g, n in enumerate(counts):
+        group = [rewards[g * slots + j] for j in range(n)]
+        mean = sum(group) / n
+        std = math.sqrt(sum((x - mean) ** 2 for x in group) / (n - 1))
+        for j in range(n):
+            i = g * slots + j
+            adv[i] = (group[j] - mean) / (std + 1e-4) if scale == "group" else group[j] - mean
+            if not aborted[i]:
+                keep[i] = True
+                loss_adv[i] = adv[i] / (s_pre[g] * p_abort[i])
+    return adv, keep, loss_adv
+
+
+def test_phase3_aborted_rows_leave_the_loss_but_stay_in_the_baseline():
+    slots, counts = 4, [3, 4, 2]
+    # prompt 0: rows 0-2 (row 1 aborted, reward 0); prompt 1: rows 4-7 (row 5 aborted, row 6
+    # eps-kept); prompt 2: rows 8-9; rows 3, 10, 11 are unallocated slots.
+    rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    aborted = [False, True, False, False, False, True, False, False, False, False, False, False]
+    p_abort = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.2, 1.0, 1.0, 1.0, 1.0, 1.0]
+    s_pre = stratification_factors(counts, 0.05)
+    for scale in ("group", "none"):
+        out = loss_weights(rewards, counts, slots, aborted, p_abort, s_pre, scale=scale)
+        adv, keep, loss_adv = _phase3_by_hand(rewards, counts, slots, aborted, p_abort, s_pre,
+                                              scale)
+        np.testing.assert_allclose(out.advantages, adv, rtol=1e-12, atol=1e-12)
+        assert out.keep.tolist() == keep
+        np.testing.assert_allclose(out.loss_advantages, loss_adv, rtol=1e-12, atol=1e-12)
+    # the aborted reward is in prompt 0's baseline: mean 1/3, not the kept rollouts' 1/2
+    out = loss_weights(rewards, counts, slots, aborted, p_abort, s_pre, scale="none")
+    assert out.advantages[0] == pytest.approx(1.0 - 1.0 / 3.0)
+    assert out.advantages[2] == pytest.approx(-1.0 / 3.0)
+    assert out.weights[6] == pytest.approx(1.0 / (s_pre[1] * 0.2))  # eps-kept: 1 / eps
+    assert out.weights[1] == out.weights[5] == 0.0 and out.loss_advantages[1] == 0.0
+    # a dropped (degenerate) group takes all its rows out
+    dropped = loss_weights(rewards, counts, slots, aborted, p_abort, s_pre,
+                           dropped=[False, False, True])
+    assert not dropped.keep[8:].any() and dropped.keep[:8].tolist() == keep[:8]
+
+
+def test_phase3_degenerate_and_short_groups_have_zero_advantage():
+    assert group_advantages([1.0, 1.0, 1.0, 0.0], [3], 4).tolist() == [0.0] * 4
+    assert group_advantages([1.0, 0.0], [1], 2).tolist() == [0.0, 0.0]  # one rollout: no group
+    with pytest.raises(ValueError, match="reward rows"):
+        group_advantages([1.0, 0.0, 1.0], [2], 2)
+
+
+def test_l_hat_comes_from_every_generated_rollout_and_the_window_from_natural_stops():
+    state, quantiles = PromptState(l_cold=48.0), LengthQuantiles(max_len=48, window=64,
+                                                                  refit_every=1)
+    slots, counts, cap = 4, [4, 2], 48
+    # prompt a: a trimmed rollout (12), an aborted one (stopped at K2 + G = 43), an eps-kept one
+    # cut by the cap (48), a natural stop (20); prompt b: two natural stops; unallocated: 0.
+    lengths = [12, 43, 48, 20, 30, 34, 0, 0]
+    aborted = [False, True, False, False, False, False, False, False]
+    keep = [True, False, True, True, True, True, False, False]
+    advantages = [1.0, -1.0, -1.0, 1.0, 0.7, -0.7, 0.0, 0.0]
+    seq_logps = {0: -5.0, 2: -20.0, 3: -8.0, 4: -9.0, 5: -11.0}
+    sigmas = observe_step(state, quantiles, ["a", "b"], counts, slots, lengths=lengths,
+                          aborted=aborted, keep=keep, advantages=advantages,
+                          seq_logps=seq_logps, max_len=cap)
+    # L_hat: every generated token counts, the aborted rollout's 43 included
+    assert state.l_hat("a") == pytest.approx((12 + 43 + 48 + 20) / 4)
+    assert state.l_hat("b") == pytest.approx((30 + 34) / 2)
+    # K1/K2 window: not aborted and stopped below the cap
+    assert sorted(quantiles.window) == [12, 20, 30, 34]
+    # Eq. 3 over kept rows with log-probs
+    assert sigmas["a"] == pytest.approx(statistics.stdev([1.0 * -5.0, -1.0 * -20.0, 1.0 * -8.0]))
+    assert sigmas["b"] == pytest.approx(statistics.stdev([0.7 * -9.0, -0.7 * -11.0]))
+    assert state.s_hat("a") == pytest.approx(sigmas["a"])
+
+
+def test_budget_prices_what_the_abort_rule_generates():
+    """With L_hat from every generated rollout, the allocation's planned tokens match what the
+    step is expected to generate; L_hat from kept rollouts alone would plan for the short
+    kept ones (10 tokens) and overspend 2.5x. Rollout lengths: a marker rollout trimmed at 10
+    tokens, or no marker by the gate and aborted at 40, each with probability 1/2."""
+    rng = np.random.default_rng(3)
+    state, quantiles = PromptState(l_cold=48.0), LengthQuantiles(max_len=48)
+    keys, slots, full = ["p", "q", "r"], 8, 4
+    for _ in range(200):  # observe the policy for a while, 8 rollouts per prompt
+        lengths, aborted = [], []
+        for _ in keys:
+            hit = rng.random(slots) < 0.5
+            lengths += [10 if h else 40 for h in hit]
+            aborted += [not h for h in hit]
+        observe_step(state, quantiles, keys, [slots] * 3, slots, lengths=lengths,
+                     aborted=aborted, keep=[not a for a in aborted],
+                     advantages=[0.0] * len(lengths), seq_logps={}, max_len=48)
+    l_hat = [state.l_hat(k) for k in keys]
+    budget = 1.0 * full * sum(l_hat)
+    alloc = neyman_allocation([1.0, 1.0, 1.0], l_hat, budget, n_min=2, n_max=slots)
+    expected_spend = sum(n * 25.0 for n in alloc.counts)  # E[length] = (10 + 40) / 2
+    assert expected_spend / budget == pytest.approx(1.0, abs=0.05)
+    # L_hat is the mean generated length (25), not the kept rollouts' 10
+    assert l_hat == pytest.approx([25.0] * 3, abs=1.5)

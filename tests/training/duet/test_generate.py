@@ -154,6 +154,27 @@ def test_processor_is_reproducible_from_a_seed(engine):
     assert first != run(6)
 
 
+def test_processor_time_includes_its_marker_checks():
+    """The processor's ``seconds`` (what the trainer logs as the gate's share of
+    ``duet/overhead_s``) covers the marker polls: a marker that takes 20 ms per call, polled
+    at t = 4, 8, 12 (K1 = 4, every 4 tokens, no marker so no trim; K2 + G past the stream),
+    must show at least 3 x 20 ms."""
+    import time
+
+    calls = []
+
+    def slow_marker(text):
+        calls.append(text)
+        time.sleep(0.02)
+        return False
+
+    params = GateParams(k1=4, k2=100, grace=10, poll_every=4, eps_abort=0.5)
+    proc = MarkerAbortProcessor.for_batch(params, [slow_marker], [0.5], 3, EOS, _decode)
+    lengths = _scripted_generate([[FILL] * 14], proc)
+    assert lengths == [14] and len(calls) == 3
+    assert proc.seconds >= 3 * 0.02
+
+
 def test_processor_checks_batch_size():
     params = GateParams(k1=4, k2=8)
     proc = MarkerAbortProcessor.for_batch(params, [_marker], [0.5], 3, EOS, _decode)

@@ -190,3 +190,52 @@ def test_kept_rows_drops_fully_masked_rows_only():
     empty = DuetGRPOTrainer._kept_rows({"completion_mask": torch.zeros((2, 3), dtype=torch.long),
                                         "advantages": torch.tensor([5.0, 6.0])})
     assert empty["advantages"].tolist() == [5.0]  # one all-masked row keeps the loss a graph
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(embedded_model_dir, tmp_path_factory):
+    """A one-layer random model with the embedded model's tokenizer: real TRL steps in
+    seconds."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(embedded_model_dir)
+    config.num_hidden_layers, config.hidden_size, config.intermediate_size = 1, 64, 128
+    config.num_attention_heads, config.num_key_value_heads = 2, 1
+    config.head_dim = 32
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-duet")
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(embedded_model_dir).save_pretrained(path)
+    return path
+
+
+def test_each_step_logs_its_own_overhead_with_the_gate_time_and_its_phase4(
+        weft_home, tiny_model_dir, monkeypatch):
+    from training.duet.generate import MarkerAbortProcessor
+
+    made = []
+    real = MarkerAbortProcessor.for_batch.__func__
+
+    def recording(cls, *args, **kwargs):
+        proc = real(cls, *args, **kwargs)
+        made.append(proc)
+        return proc
+
+    monkeypatch.setattr(MarkerAbortProcessor, "for_batch", classmethod(recording))
+    config = _config(tiny_model_dir, "overhead", max_steps=2, max_completion_length=12,
+                     duet={"budget_fraction": 1.0, "full_rollouts": 3, "n_min": 1,
+                           "eps_abort": 0.3, "grace": 2, "poll_every": 2, "tail_tokens": 8,
+                           "window": 64, "refit_every": 1})
+    trainer = _trainer(config, coin_reward)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "duet/lambda" in h]
+    assert [h["step"] for h in logs] == [1, 2] and len(made) == 2
+    for h, proc in zip(logs, made, strict=True):
+        # the step's own overhead, logged at that step, including the gate inside generation
+        assert h["duet/overhead_s"] >= proc.seconds > 0
+        # Phase 4 ran within the step: its refit flag and window size are on the same line
+        assert "duet/k_refit" in h and "duet/k_window" in h
+        assert h["duet/tokens_generated"] / h["duet/token_budget"] == pytest.approx(
+            h["duet/budget_used"])
+    assert trainer._pending is None  # nothing left over for a later step
