@@ -128,7 +128,7 @@ def test_nested_override_changes_only_what_it_names():
     base = asdict(load_config("duet_grpo.cpu").duet)
     halved = load_config("duet_grpo.cpu", ["duet={budget_fraction: 0.5}"])
     assert asdict(halved.duet) == {**base, "budget_fraction": 0.5}
-    assert halved.duet.full_rollouts == 2 and halved.duet.grace == 8  # the recipe's
+    assert halved.duet.full_rollouts == 4 and halved.duet.grace == 8  # the recipe's
     # a dotted key names the one setting; a mapping passed in Python merges the same way
     dotted = load_config("duet_grpo.cpu", ["duet.budget_fraction=0.5"])
     assert asdict(dotted.duet) == asdict(halved.duet)
@@ -143,7 +143,7 @@ def test_extends_merges_nested_mappings(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text(f"extends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: {{eps_abort: 0.1}}\n")
     config = load_config(str(mine))
-    assert config.duet.eps_abort == 0.1 and config.duet.full_rollouts == 2
+    assert config.duet.eps_abort == 0.1 and config.duet.full_rollouts == 4
 
 
 def test_parse_overrides():

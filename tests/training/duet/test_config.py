@@ -69,17 +69,17 @@ def test_bad_duet_values_are_refused_naming_the_field(overrides, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["duet={n_min: 5}"], r"n_min=5 exceeds num_generations=4"),
-    (["duet={full_rollouts: 8}"], "1 x 8 = 8 rollouts per prompt on average, but num_gen"),
-    (["duet={budget_fraction: 2.5}"], r"2.5 x 2 = 5 rollouts per prompt"),
+    (["duet={n_min: 9}"], r"n_min=9 exceeds num_generations=8"),
+    (["duet={full_rollouts: 12}"], "1 x 12 = 12 rollouts per prompt on average, but num_gen"),
+    (["duet={budget_fraction: 2.5}"], r"2.5 x 4 = 10 rollouts per prompt"),
     (["duet={grace: 150}"], r"grace=150 is not below max_completion_length=48"),
 ])
 def test_duet_settings_that_cannot_take_effect_are_refused_with_the_numbers(overrides, message):
     with pytest.raises(RecipeError, match=message):
         load_config("duet_grpo.cpu", overrides)
     # the same settings where they can take effect pass
-    load_config("duet_grpo.cpu", [*overrides, "num_generations=8", "per_device_train_batch_size=8",
-                                  "max_completion_length=256"])
+    load_config("duet_grpo.cpu", [*overrides, "num_generations=12",
+                                  "per_device_train_batch_size=12", "max_completion_length=256"])
 
 
 def test_duet_abort_threshold_past_the_cap_is_warned_with_the_numbers(caplog):
@@ -114,7 +114,7 @@ def test_print_config_shows_every_duet_setting_with_help_and_value(capsys):
     expected = {**_recipe_duet("duet_grpo.cpu"), "budget_fraction": 0.5,
                 "bisection_steps": 10, "abort": True, "allocate": True}
     assert printed["duet"] == expected
-    assert printed["num_generations"] == 4 and printed["loss_type"] == "dapo"
+    assert printed["num_generations"] == 8 and printed["loss_type"] == "dapo"
 
 
 def test_duet_config_picks_duets_trainer_and_passes_its_settings():
@@ -139,3 +139,31 @@ def test_importing_the_package_stays_light():
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_cpu_recipe_gives_eq4_room_to_move_and_revisits_its_prompts():
+    """The CPU recipe's counts are not pinned: two prompts of equal length whose surrogates
+    are 3:1 get Eq. 4's 3:1 split of the budget b x full x sum L (continuous optimum
+    n_q = (B / S) s_q / sqrt(L_q), App. A.2.3, with S = sum s sqrt(L): here 6 and 2), equal
+    surrogates get b x full each; and the run sees every prompt at least twice, so running
+    sigma_obs (Eq. 3), the floor reset after epoch 1 (App. A.3), the K1/K2 refit and the
+    calibration chi2 on warm prompts (App. A.4) all happen within max_steps."""
+    from training.duet.dist import allocate
+
+    config = load_config("duet_grpo.cpu")
+    b, slots = config.duet, config.num_generations
+    prompts = config.per_device_train_batch_size * config.gradient_accumulation_steps // slots
+    assert prompts == 2
+    length = 24.0
+    budget = b.budget_fraction * b.full_rollouts * 2 * length
+    s_norm = (3.0 + 1.0) * length ** 0.5
+    expect = [round(budget / s_norm * s / length ** 0.5) for s in (3.0, 1.0)]
+    assert expect == [6, 2]
+    plan = allocate(["a", "b"], [3.0, 1.0], [length, length], slots, b, None)
+    assert plan["counts"] == expect and plan["budget"] == budget
+    assert plan["planned"] == pytest.approx(sum(expect) * length)
+    even = allocate(["a", "b"], [1.0, 1.0], [length, length], slots, b, None)
+    assert even["counts"] == [round(b.budget_fraction * b.full_rollouts)] * 2
+    steps_per_epoch = config.dataset_limit / prompts
+    assert config.max_steps >= 2 * steps_per_epoch  # two epochs at least
+    assert config.max_steps >= b.refit_every and b.window >= slots * prompts
