@@ -29,13 +29,15 @@ The result of one sample is an ordinary ``eval_samples`` row (mode ``handoff``, 
 Servers without these vLLM fields ignore them: the stop string would be dropped, every first
 step would look like the end of the answer and every row would show one segment. So a
 handoff run checks each HTTP endpoint first (:meth:`HandoffTeam.check_endpoints`, called by
-``eval.modes.handoff.HandoffMode.prepare``): one greedy request whose stop strings are all the
-printable ASCII characters, with ``include_stop_str_in_output`` (and vLLM's ``min_tokens: 1``).
-A server that honours the field stops at the first printable character it writes and returns
-the text up to and including it; anything else (the character dropped, the stop strings
-ignored, the request refused) raises :class:`HandoffServerError` naming the endpoint, what is
-missing and what to do. During the run, a step whose text holds ``"\\n\\n"`` anywhere but at
-its end (the server ignored ``stop``) raises it too.
+``eval.modes.handoff.HandoffMode.prepare``): one greedy request whose output is forced to be a
+JSON object ``{"k": ...}`` (``response_format`` json_schema, vLLM's structured outputs) and
+whose stop string is its key ``"k"``, with ``include_stop_str_in_output``. A server that
+honours the field returns the text up to and including the key (``{"k"``, whatever the model);
+one that drops the stop string returns ``{``, one that ignores it returns the whole object; a
+refused request (vLLM accepts at most four stop strings, OpenAI-style servers refuse unknown
+values) fails too. Each failure raises :class:`HandoffServerError` naming the endpoint, what
+is missing and what to do. During the run, a step whose text holds ``"\\n\\n"`` anywhere but
+at its end (the server ignored ``stop``) raises it too.
 
 Not guaranteed: the partner sees the text, not the tokens, of the other model's steps (the
 prefix is re-tokenized by the server, as in any text-level handoff); the endpoint check
@@ -52,7 +54,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +67,15 @@ NEXT_STEP = {"continue_final_message": True, "add_generation_prompt": False,
              "include_stop_str_in_output": True}
 # Sampling seed of step i is the sample's seed + i * SEGMENT_SEED_STRIDE (distinct per step).
 SEGMENT_SEED_STRIDE = 100_003
-# The endpoint check: stop at the first printable ASCII character written, and keep it.
-CHECK_STOPS = tuple(string.printable)
-CHECK_BODY = {"include_stop_str_in_output": True, "min_tokens": 1}
+# The endpoint check: a forced JSON object {"k": ...}; stop at its key and keep it.
+CHECK_KEY = '"k"'
+CHECK_BODY = {
+    "include_stop_str_in_output": True,
+    "response_format": {"type": "json_schema", "json_schema": {
+        "name": "handoff_check", "strict": True, "schema": {
+            "type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"],
+            "additionalProperties": False}}},
+}
 NEEDED_FIELDS = "include_stop_str_in_output, continue_final_message and add_generation_prompt"
 
 
@@ -93,18 +100,19 @@ async def check_step_fields(client: Any, *, who: str = "senior",
     from pipelines.llm import SamplingParams
 
     url = getattr(client, "base_url", None)
-    messages = [{"role": "user", "content": f"Say hello. (endpoint check of {url})"}]
-    params = SamplingParams(temperature=0.0, max_tokens=4, stop=CHECK_STOPS, seed=0, n=1)
+    messages = [{"role": "user", "content": f'Reply with {{"k": "hello"}}. (endpoint check '
+                                            f"of {url})"}]
+    params = SamplingParams(temperature=0.0, max_tokens=24, stop=(CHECK_KEY,), seed=0, n=1)
     result = (await client.chat(messages, params, tag=tag, extra_body=CHECK_BODY))[0]
     if result.error:
         raise _server_error(who, client, f"refused the check request ({result.error})")
     text = result.text or ""
-    kept = bool(text) and text[-1] in CHECK_STOPS and not any(c in CHECK_STOPS
-                                                               for c in text[:-1])
+    kept = text.lstrip().startswith("{") and text.endswith(CHECK_KEY) and text.count('"') == 2
     if not kept:
-        raise _server_error(who, client, f"returned {text!r} to a greedy request that must stop "
-                                         f"at the first printable character it writes and keep "
-                                         f"it in the text")
+        raise _server_error(who, client, f"returned {text!r} to a greedy request forced to write "
+                                         f"a JSON object {{{CHECK_KEY}: ...}} (response_format "
+                                         f"json_schema) that must stop at its key {CHECK_KEY} "
+                                         f"and keep it in the text")
 
 
 @dataclass

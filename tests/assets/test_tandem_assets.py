@@ -205,8 +205,8 @@ def test_tandem_eval_writes_solo_and_team_rows_like_eval_samples(weft_home):
     answers = {"apples": "12", "eggs": "6"}
 
     def senior(body, index):  # a step, then the right answer when it continues
-        if len(body.get("stop") or []) > 10:   # the endpoint check, answered as vLLM does
-            return "H"
+        if body.get("response_format"):   # the endpoint check, answered as vLLM does
+            return '{"k"'
         question = body["messages"][0]["content"]
         if body["messages"][-1]["role"] == "assistant":
             return f"So \\boxed{{{next(a for w, a in answers.items() if w in question)}}}."
@@ -215,8 +215,8 @@ def test_tandem_eval_writes_solo_and_team_rows_like_eval_samples(weft_home):
         return f"\\boxed{{{next(a for w, a in answers.items() if w in question)}}}"
 
     def junior(body, index):  # alone it is wrong; in a team it writes one step
-        if len(body.get("stop") or []) > 10:
-            return "I"
+        if body.get("response_format"):
+            return '{"k"'
         return "I think it is \\boxed{0}." if not body.get("stop") else "Keep going.\n\n"
 
     wh = Warehouse()

@@ -56,20 +56,21 @@ def scripted(name: str, steps: int, final: str):
 
 
 def is_check(body) -> bool:
-    """The endpoint check of a handoff run: every printable ASCII character as a stop string."""
-    return len(body.get("stop") or []) > 10
+    """The endpoint check of a handoff run: a forced JSON object, stopped at its key."""
+    return bool(body.get("response_format"))
 
 
-def vllm_like(respond, reply="Hello there"):
-    """`respond`, but the endpoint check is answered as vLLM answers it: the reply cut at its
-    first stop string, which include_stop_str_in_output keeps ("H")."""
+def vllm_like(respond, reply='{"k": "hello"}'):
+    """`respond`, but the endpoint check is answered as vLLM answers it: the forced JSON reply
+    cut after its stop string, which include_stop_str_in_output keeps ('{"k"')."""
 
     def answer(body, index):
         if not is_check(body):
             return respond(body, index)
         assert body["include_stop_str_in_output"] is True and body["temperature"] == 0
-        cut = min(reply.index(c) for c in body["stop"] if c in reply)
-        return reply[:cut + 1]
+        assert body["response_format"]["type"] == "json_schema"
+        (stop,) = body["stop"]
+        return reply[:reply.index(stop) + len(stop)]
 
     return answer
 
@@ -264,8 +265,8 @@ def _run_team(tmp_path, senior_fn, junior_fn):
 
 
 @pytest.mark.parametrize("check_reply, found", [
-    ("¡", "returned '¡'"),                    # the stop string dropped (no include field)
-    ("Hello there", "returned 'Hello there'"),   # the stop strings ignored
+    ('{', "returned '{'"),                                  # the stop string dropped
+    ('{"k": "hello"}', """returned '{"k": "hello"}'"""),    # the stop string ignored
 ])
 def test_a_server_without_the_continuation_fields_is_refused_before_any_job(
         tmp_path, check_reply, found):
