@@ -43,7 +43,8 @@ from warehouse import config_hash
 
 DIAGNOSTIC_COLUMNS = ["step", "lambda", "k1", "k2", "n_q_min", "n_q_mean", "n_q_max",
                       "marker_rate", "abort_rate", "eps_kept", "is_weight_mean",
-                      "tokens_generated", "token_budget", "calibration_chi2"]
+                      "tokens_generated", "token_budget", "budget_used", "calibration_chi2",
+                      "k_refit"]
 SWEEP_COLUMNS = ["arm", "budget_fraction", "steps", "train_wall_s", "speedup", "tokens_per_step",
                  "token_ratio", "accuracy", "accuracy_ci_low", "accuracy_ci_high",
                  "mean_n_q_mean", "mean_abort_rate", "checkpoint_id"]

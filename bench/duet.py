@@ -5,9 +5,10 @@ built-in arithmetic prompts and the boxed outcome reward, in a temporary WEFT_HO
 GRPO with ``full`` rollouts per prompt, then DUET (``training.duet.trainer``) at budget fraction
 ``b`` of that (``full`` rollouts per prompt; ``2 x full`` slots), same prompts, seed and length
 cap. Reported per step (first step left out as warm-up when more than one runs): tokens
-generated (GRPO: all completion tokens; DUET: allocated rollouts only), wall seconds, and the
-DUET controller's own time (allocation, weights and Phase-4 updates, ``duet/overhead_s``) as a
-share of its step. Ratios are GRPO / DUET (> 1: DUET is cheaper). The paper reports 1.62x
+generated (GRPO: all completion tokens; DUET: allocated rollouts only), wall seconds, the
+DUET controller's own time (allocation, the gate inside generation, weights and Phase-4
+updates, ``duet/overhead_s``) as a share of its step, and DUET's realised tokens over its
+budget (``duet/budget_used``). Ratios are GRPO / DUET (> 1: DUET is cheaper). The paper reports 1.62x
 (full) and 2.51x (half budget) wall clock on 8 H100s with vLLM and 3,072-token rollouts; on a
 CPU with a 135M model and short rollouts the abort gate has much less tail to cut.
 
@@ -77,6 +78,8 @@ def run_once(model_dir: Path, *, label: str, steps: int, prompts: int, full: int
             "abort_rate": mean([g.get("duet/abort_rate") for g in logs]),
             "marker_rate": mean([g.get("duet/marker_rate") for g in logs]),
             "token_budget": mean([g.get("duet/token_budget") for g in logs]),
+            "budget_used": mean([g.get("duet/budget_used") for g in logs]),
+            "k_refits": sum(1 for g in logs if g.get("duet/k_refit")),
         })
     print(f"[duet] {label}: {out}", file=sys.stderr, flush=True)
     return out
