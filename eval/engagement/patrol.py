@@ -42,8 +42,20 @@ is abandoned).
 At most one alarm is active at a time (our choice); an alarm still open at the horizon is left
 out of the rates.
 
+What decides EP against PatchPro here (measured over training seeds 0-9, 300 evaluation
+episodes each): EP's advantage comes only from situations where PatchPro's hand-set thresholds
+(Table 11) pick the wrong side of a trade-off the state exposes. Without distance in EP's state
+(urgency and remaining phase time only) EP cannot tell which alarms are reachable and falls
+well below PatchPro at depth 2 (App. C lists distance among the decision's inputs); with it,
+EP beats PatchPro at depth 2 on every seed. At depth 3 (phases of 6-8 ticks) the two tie: in
+this configuration every interruption cost times its ratio stays below the net alarm value, so
+PatchPro's cost-value check never binds, and its reachability and finish-first checks already
+make the near-optimal choice; training five times longer or learning from whole discounted
+patrol episodes did not move EP above it. The depth-3 "EP best" ranking of Table 2(b) is
+therefore not reproduced by this configuration; the paper's Table 13 values are unknown.
+
 Not guaranteed: the paper's absolute numbers (the configuration differs); a trained EP policy
-beating PatchPro with few training episodes. Methods are evaluated on the same seeds, but the
+beating PatchPro with few training episodes, or at depth 3. Methods are evaluated on the same seeds, but the
 alarm stream is not identical across methods: where an alarm may appear depends on the agent's
 position (minimum distance), so paired differences are correlated, not exact.
 """
@@ -527,6 +539,31 @@ def evaluate(cfg: PatrolConfig, policy: Any, episodes: int | None = None) -> Pat
         for k, v in env.stats.items():
             counts.setdefault(k, []).append(v)
     return PatrolResult(rets, {k: np.asarray(v, dtype=float) for k, v in counts.items()})
+
+
+def per_seed_returns(cfg: PatrolConfig, seeds: Sequence[int],
+                     methods: Sequence[str] | None = None, train_episodes: int | None = None,
+                     eval_episodes: int | None = None) -> dict[str, list[float]]:
+    """Mean evaluation return per seed for each method of :func:`policies`: for every seed the
+    configuration's ``seed`` is replaced (EP's training episodes and the evaluation episodes
+    both follow it) and each method gets one number, the mean undiscounted return over the
+    evaluation episodes. These are the units of a claim over training seeds (Table 2(b)'s
+    ranking); pair them by position."""
+    if not seeds:
+        raise ValueError("per_seed_returns needs at least one seed")
+    out: dict[str, list[float]] = {}
+    for seed in seeds:
+        seeded = replace(cfg, seed=int(seed))
+        found = policies(seeded, train_episodes)
+        chosen = list(found) if methods is None else list(methods)
+        unknown = [m for m in chosen if m not in found]
+        if unknown:
+            raise ValueError(f"unknown method(s) {unknown} for this configuration; "
+                             f"choose from {sorted(found)}")
+        for name in chosen:
+            result = evaluate(seeded, found[name], eval_episodes)
+            out.setdefault(name, []).append(float(result.returns.mean()))
+    return out
 
 
 def policies(cfg: PatrolConfig, train_episodes: int | None = None) -> dict[str, Any]:
