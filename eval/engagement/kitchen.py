@@ -29,6 +29,15 @@ its policy (:func:`scripted_policy` or an LLM, :mod:`.llm_policies`) for one act
 admissible ones; an LLM's reply tokens are spent as ``think`` ticks first (App. E: the
 controller's own tokens consume ticks).
 
+Scripted controller versus LLM controller: with :func:`scripted_policy` the EP controller
+finishes a ready critical dish at once, which is the engine's reflex under ``reflexpatch``, so
+on critical dishes the two interfaces can only tie; a scripted comparison checks the pipeline
+and is labelled as such (:attr:`KitchenResult.controller`, :data:`SCRIPTED_NOTE`), it is not a
+Table 4 result. The paper's comparison (Table 4, Tables 20-23) runs every interface
+(AgentLoop, Periodic Poll, ReflexPatch, EP) with the same LLM controller: pass
+:class:`eval.engagement.llm_policies.LLMController` as ``policy`` to :func:`run_method`, one
+controller per interface (its prompt states that interface's rule).
+
 Departures, with reasons: the one-dish and multi-dish ranges of App. E were lost in our copy,
 so every range (dish families, tutor lengths, costs, budgets, jitter, sweeps) is ours, in
 :data:`DISH_FAMILIES`, :data:`TUTOR_FAMILIES` and :class:`KitchenConfig`. Multi-dish cases use
@@ -488,11 +497,33 @@ class KitchenAgent:
 
 
 # ----------------------------------------------------------------------------- experiments
+SCRIPTED = "scripted"
+SCRIPTED_NOTE = ("scripted controller: EP and ReflexPatch react to a critical signal with the "
+                 "same rule, so they tie there by construction; a pipeline check, not a result")
+
+
+def controller_name(policy: Policy) -> str:
+    """``"scripted"`` for :func:`scripted_policy`, else the policy's ``name`` attribute (the
+    LLM controller gives ``llm:<model>``), else its class name."""
+    if policy is scripted_policy:
+        return SCRIPTED
+    return str(getattr(policy, "name", type(policy).__name__))
+
+
 @dataclass
 class KitchenResult:
+    """One interface's episodes. ``controller`` names who chose the actions (``"scripted"``
+    or ``llm:<model>``); only an LLM-controlled comparison is a Table 4 result."""
+
     method: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     timelines: list[list[dict[str, Any]]] = field(default_factory=list)
+    controller: str = SCRIPTED
+
+    @property
+    def note(self) -> str:
+        """:data:`SCRIPTED_NOTE` for a scripted run, else an empty string."""
+        return SCRIPTED_NOTE if self.controller == SCRIPTED else ""
 
     def summary(self, seed: int = 42, n_boot: int = 1000) -> dict[str, CI]:
         """Tables 20 / 22 cells: utility (mean), dish and critical-dish success, soft quality,
@@ -516,7 +547,7 @@ class KitchenResult:
 def run_method(cfg: KitchenConfig, method: str, policy: Policy = scripted_policy,
                cases: Sequence[Case] | None = None, log: bool = False) -> KitchenResult:
     """Every case of ``cfg`` under one interface; cases and seeds are shared by all methods."""
-    result = KitchenResult(method)
+    result = KitchenResult(method, controller=controller_name(policy))
     for i, case in enumerate(make_cases(cfg) if cases is None else cases):
         env, agent = KitchenEnv(cfg, case, method), KitchenAgent(cfg, method, policy)
         ep = run_episode(env, agent, sub_seed(cfg.seed, i), cfg.time_budget, log=log)

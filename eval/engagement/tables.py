@@ -1,4 +1,5 @@
-"""The toy-experiment tables of the paper (Table 1 / Tables 8–9, Table 2 / Table 14) as rows.
+"""The toy-experiment tables of the paper (Table 1 / Tables 8–9, Table 2 / Table 14) and the
+kitchen table (Table 4 / Tables 20, 22) as rows.
 
 Each function trains what it needs, evaluates on the shared evaluation seeds and returns plain
 dict rows whose metric cells are ``"mean ± half-width"`` of the bootstrap 95% interval
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from eval.engagement import deliberation as D
+from eval.engagement import kitchen as K
 from eval.engagement import patrol as P
 
 
@@ -58,6 +60,22 @@ def patrol_rows(cfg: P.PatrolConfig, train_episodes: int | None = None,
                      "ticks/alarm": s["ticks_per_alarm"].fmt(1, 1),
                      "latency": s["latency"].fmt(1, 1),
                      "interrupt cost": s["interrupt_cost"].fmt(1, 1)})
+    return rows
+
+
+def kitchen_rows(results: dict[str, K.KitchenResult], seed: int = 42) -> list[dict[str, Any]]:
+    """Table 4 layout (Tables 20 / 22 cells), one row per interface, each labelled with its
+    controller; a scripted row also carries :data:`eval.engagement.kitchen.SCRIPTED_NOTE`, so a
+    scripted EP-ReflexPatch tie is never printed as a result."""
+    rows = []
+    for method, res in results.items():
+        s = res.summary(seed=seed)
+        rows.append({"method": method, "controller": res.controller,
+                     "episodes": len(res.rows), "utility": s["utility"].fmt(1, 3),
+                     "dish %": s["dish"].fmt(100, 1), "critical %": s["critical"].fmt(100, 1),
+                     "soft quality": s["soft_quality"].fmt(1, 3),
+                     "visibility delay": s["visibility_delay"].fmt(1, 1),
+                     "finish delay": s["finish_delay"].fmt(1, 1), "note": res.note})
     return rows
 
 

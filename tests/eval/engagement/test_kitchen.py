@@ -93,3 +93,54 @@ def test_bad_inputs_get_clear_errors():
         env.tick([K.Intervention("finish", {"dish": 0})])
     with pytest.raises(ValueError, match="setting must be"):
         K.KitchenConfig(setting="two")
+
+
+class PreferenceClient:
+    """A stand-in model for the LLM controller: picks the first listed option whose text
+    contains the earliest word of ``order`` that appears (prep before tutor before finish)."""
+
+    model = "preference"
+
+    def __init__(self, order=("prep", "tutor", "finish", "wait")) -> None:
+        self.order, self.calls = order, 0
+
+    async def chat_json(self, messages, schema, params, **kw):
+        from pipelines.llm import JsonResult
+
+        self.calls += 1
+        lines = messages[-1]["content"].split("Options:\n")[1].splitlines()
+        options = [ln for ln in lines if ln[:1].isdigit()]
+        for word in self.order:
+            hit = [ln for ln in options if word in ln]
+            if hit:
+                choice = int(hit[0].split(":")[0])
+                return JsonResult({"choice": choice}, [f'{{"choice": {choice}}}'], 1, None)
+        return JsonResult(None, ["?"], 1, "no option")
+
+
+def test_llm_controller_runs_every_interface_of_table_4_and_decides_under_ep():
+    from eval.engagement.llm_policies import LLMController
+
+    results = {m: K.run_method(CFG, m, LLMController(PreferenceClient(), m), [CASE])
+               for m in K.METHODS}
+    assert set(results) == {"agentloop", "poll", "reflexpatch", "ep"}
+    assert {r.controller for r in results.values()} == {"llm:preference"}
+    assert all(r.note == "" for r in results.values())
+    # the model prefers resuming tutoring to finishing the ready dish: under EP its choice
+    # stands and the critical dish (window 20 after the signal at about 60) is lost; under
+    # ReflexPatch the engine finishes the dish before the controller is asked
+    assert results["ep"].rows[0]["critical_success"] == 0
+    assert results["reflexpatch"].rows[0]["critical_success"] == 1
+    assert all(r.rows[0]["tutor_done"] == 1 for r in results.values())
+
+
+def test_scripted_comparison_is_labelled_not_a_result():
+    from eval.engagement.tables import kitchen_rows
+
+    results = K.compare(K.KitchenConfig(setting=K.ONE, cases_per_cell=1), methods=(K.EP, K.REFLEX))
+    rows = kitchen_rows(results)
+    assert [r["method"] for r in rows] == [K.EP, K.REFLEX]
+    assert all(r["controller"] == "scripted" and "not a result" in r["note"] for r in rows)
+    # on critical dishes the scripted EP controller and the reflex make the same choice
+    crit = {m: sum(r["critical_success"] for r in res.rows) for m, res in results.items()}
+    assert crit[K.EP] == crit[K.REFLEX]
