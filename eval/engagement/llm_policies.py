@@ -4,6 +4,8 @@
   milestone, generated once and then shared by every method (App. D: "Main-task text
   generation is replayed from a cached output database"). Generated tokens are the ticks.
 - :class:`LLMTriage`: the email-triage policy (handle / remind / ignore) as structured JSON.
+- :func:`generate_tutor_segment`: one segment of online tutoring text for the kitchen task
+  (App. E, "Online tutor-generation subsystem"), from :func:`.texts.tutor_messages`.
 - :class:`LLMController`: the kitchen controller, choosing one numbered admissible option as
   structured JSON; its reply's length (about 4 characters per token, since ``chat_json``
   returns text) is returned as think ticks (App. E: the controller's tokens consume ticks).
@@ -24,7 +26,7 @@ from typing import Any
 
 from eval.engagement.assistant import Decision, MainOutput, scripted_triage
 from eval.engagement.kitchen import scripted_policy
-from eval.engagement.texts import MAIN_TASKS, TaskSpec
+from eval.engagement.texts import MAIN_TASKS, TaskSpec, TutorProblem, tutor_messages
 from pipelines.llm import LLMClient, SamplingParams, run
 from pipelines.prompts import load_prompt
 from pipelines.prompts import render as render_prompt
@@ -67,6 +69,20 @@ def generate_main_outputs(client: LLMClient, max_tokens: int = 300,
 
     pairs = run(main())
     return [p[0] for p in pairs], sum(p[1] for p in pairs)
+
+
+def generate_tutor_segment(client: LLMClient, problem: TutorProblem, max_tokens: int,
+                           transcript: str = "", context: str = "",
+                           seed: int = 0) -> tuple[str, int]:
+    """One tutoring segment of at most ``max_tokens`` tokens, continuing ``transcript`` (empty:
+    a fresh explanation); returns ``(text, completion tokens)``. A failed call returns
+    ``("", 0)``, so the caller keeps the problem's remaining length and can retry."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=seed)
+    messages = tutor_messages(problem, max_tokens, transcript, context)
+    result = run(client.chat(messages, params, tag="ep_tutor"))[0]
+    if result.error is not None:
+        return "", 0
+    return result.text, int(result.completion_tokens)
 
 
 class LLMTriage:
@@ -135,6 +151,11 @@ class LLMController:
         self.client, self.method = client, method
         self.params = SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=0)
         self.calls = self.failures = 0
+
+    @property
+    def name(self) -> str:
+        """``llm:<model>``: how results label the controller (see ``kitchen.controller_name``)."""
+        return f"llm:{self.client.model}"
 
     def __call__(self, state: dict[str, Any], options: list[dict[str, Any]]) -> tuple[int, int]:
         self.calls += 1

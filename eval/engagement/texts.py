@@ -1,4 +1,5 @@
-"""Built-in texts for the LLM experiments of §5.2: main tasks, email pool, tutoring problems.
+"""Built-in texts for the LLM experiments of §5.2: main tasks, email pool, tutoring problems
+and the online tutor's messages (App. E, "Online tutor-generation subsystem").
 
 The paper replays main-task outputs and emails from cached databases that are not published
 (App. D, Table 17 "Default cached email database"); these are our own small stand-ins, written
@@ -72,14 +73,94 @@ EMAILS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 
-TUTOR_PROMPTS: tuple[str, ...] = (
-    "Explain why the sum of two odd numbers is always even.",
-    "Show how to solve 3x + 7 = 22 and check the answer.",
-    "Explain what a prime number is, with three examples and one non-example.",
-    "Explain how to find the area of a triangle from its base and height.",
-    "Show how to add the fractions 1/3 and 1/4.",
-    "Explain why any number to the power zero equals one.",
+@dataclass(frozen=True)
+class TutorProblem:
+    """A mathematics tutoring problem of the kitchen task (§5.2.2, App. E): what the helper
+    explains to the student, with guidance on how to explain it."""
+
+    label: str
+    title: str
+    brief: str
+    guidance: str
+
+
+TUTOR_PROBLEMS: tuple[TutorProblem, ...] = (
+    TutorProblem("odd_sum", "Sum of two odd numbers",
+                 "Explain why the sum of two odd numbers is always even.",
+                 "Write odd numbers as 2a + 1 and 2b + 1, add them, and show the result is "
+                 "twice a whole number; try one numeric example first."),
+    TutorProblem("linear_eq", "Solving a linear equation",
+                 "Show how to solve 3x + 7 = 22 and check the answer.",
+                 "Undo the operations in reverse order, one step per line, then substitute "
+                 "the answer back into the original equation."),
+    TutorProblem("primes", "What a prime number is",
+                 "Explain what a prime number is, with three examples and one non-example.",
+                 "Define a prime by its divisors, say why 1 is not prime, and show the "
+                 "non-example as a product of smaller factors."),
+    TutorProblem("triangle_area", "Area of a triangle",
+                 "Explain how to find the area of a triangle from its base and height.",
+                 "Start from a rectangle cut along its diagonal, then work one example with "
+                 "numbers and units."),
+    TutorProblem("fractions", "Adding fractions",
+                 "Show how to add the fractions 1/3 and 1/4.",
+                 "Find a common denominator, rewrite both fractions, add the numerators, and "
+                 "check that the result cannot be simplified."),
+    TutorProblem("power_zero", "Any number to the power zero",
+                 "Explain why any number to the power zero equals one.",
+                 "Use the pattern of dividing by the base each time the exponent drops by "
+                 "one, and mention why zero to the power zero is a special case."),
 )
+TUTOR_PROMPTS: tuple[str, ...] = tuple(p.brief for p in TUTOR_PROBLEMS)
+
+TUTOR_SYSTEM = (
+    "You are a patient mathematics tutor writing an explanation for a student. Write only the "
+    "tutoring text itself: plain explanatory prose and worked steps. Do not mention any "
+    "simulation, kitchen, cooking, timers, markup tags, or that your writing was paused or "
+    "resumed.")
+
+
+def tutor_problem(index: int) -> TutorProblem:
+    """The built-in problem for a kitchen case's ``index``-th tutoring problem (cycling)."""
+    if index < 0:
+        raise ValueError(f"a tutoring problem index is >= 0, got {index}")
+    return TUTOR_PROBLEMS[index % len(TUTOR_PROBLEMS)]
+
+
+def _tail(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:].lstrip()
+
+
+def tutor_messages(problem: TutorProblem, budget_tokens: int, transcript: str = "",
+                   context: str = "", transcript_chars: int = 800,
+                   context_chars: int = 300) -> list[dict[str, str]]:
+    """The online tutor's chat messages (App. E): a system message asking for tutoring prose
+    only; a user message with the problem's label, title and brief, the target length, whether
+    this is a fresh explanation or a continuation (a non-empty ``transcript``), the guidance,
+    the last ``transcript_chars`` characters of the transcript so far, the last
+    ``context_chars`` characters of the recent shared context; and a closing instruction to
+    keep to the mathematics even if that context mentions other events."""
+    if budget_tokens < 1:
+        raise ValueError(f"budget_tokens must be >= 1 (the segment's target length in tokens), "
+                         f"got {budget_tokens}")
+    if transcript_chars < 1 or context_chars < 1:
+        raise ValueError("transcript_chars and context_chars must be >= 1")
+    continuing = bool(transcript.strip())
+    lines = [f"Problem {problem.label}: {problem.title}", f"Task: {problem.brief}",
+             f"Target length: about {budget_tokens} tokens for this part.",
+             "Status: " + ("continuation - carry on from where the text below stops; do not "
+                           "restart or repeat it." if continuing else
+                           "fresh explanation - begin from the start."),
+             f"Guidance: {problem.guidance}"]
+    if continuing:
+        lines += ["", "Your explanation so far (its end):", _tail(transcript, transcript_chars)]
+    if context.strip():
+        lines += ["", "Recent shared context (for orientation only):",
+                  _tail(context, context_chars)]
+    lines += ["", ("Continue the tutoring text now. Stay on the mathematics, even if the "
+                   "context above mentions other events.")]
+    return [{"role": "system", "content": TUTOR_SYSTEM},
+            {"role": "user", "content": "\n".join(lines)}]
 
 
 def scripted_units(spec: TaskSpec, token_range: tuple[int, int], seed: int) -> list[tuple[str, int]]:

@@ -109,3 +109,16 @@ def test_real_server_runs_both_experiments_and_replays_from_cache(real_client):
     row = res.rows[0]
     assert ctl.calls >= 2 and 0 <= ctl.failures <= ctl.calls
     assert row["ticks"] > 5 + 3  # the controller's reply tokens spend ticks too
+
+
+def test_tutor_segment_sends_the_tutor_messages_and_returns_text_and_tokens():
+    from eval.engagement.llm_policies import generate_tutor_segment
+    from eval.engagement.texts import TUTOR_PROBLEMS
+
+    client = FakeClient(tokens=11)
+    text, tokens = generate_tutor_segment(client, TUTOR_PROBLEMS[1], 30, "so far we", "dish 1")
+    assert (text, tokens) == ("some text", 11)
+    system, user = client.seen[0]
+    assert "Do not mention any simulation" in system["content"]
+    assert "Status: continuation" in user["content"] and "so far we" in user["content"]
+    assert "about 30 tokens" in user["content"]
