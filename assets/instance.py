@@ -303,6 +303,30 @@ def _config_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _job_config_args(args: argparse.Namespace) -> list[str]:
+    """``dagster job execute`` reads run config from files only: ``--config-json`` is checked
+    and written to a file under WEFT_HOME/tmp, passed with the ``--config`` files."""
+    import json
+    import tempfile
+
+    out: list[str] = []
+    if args.config_json:
+        try:
+            json.loads(args.config_json)
+        except json.JSONDecodeError as exc:
+            raise WeftUsageError(f"--config-json is not valid JSON: {exc}") from None
+        folder = weft_home() / "tmp"
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", dir=folder, delete=False) as f:
+            f.write(args.config_json)  # JSON is YAML: Dagster reads it as a config file
+        out += ["-c", f.name]
+    for path in args.config or []:
+        if not Path(path).is_file():
+            raise WeftUsageError(f"run config file {path} does not exist")
+        out += ["-c", path]
+    return out
+
+
 def materialize(args: argparse.Namespace) -> int:
     import dagster as dg
 
@@ -367,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             return materialize(args)
         if args.cmd == "job":
             return _run_dagster(["job", "execute", "-m", DEFINITIONS_MODULE, "-j", args.name,
-                                 *_config_args(args)])
+                                 *_job_config_args(args)])
         if args.cmd == "add-model-partition":
             import dagster as dg
 

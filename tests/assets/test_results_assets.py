@@ -157,3 +157,22 @@ def test_claims_read_back_newest_run_per_experiment(weft_home):
         wh.write("claims", [row], lineage=Lineage(run_id=run, asset="x", partition=f"x-{run}"))
     (latest,) = latest_claims(wh)
     assert latest["diff"] == pytest.approx(1.0)
+
+
+def test_weft_job_runs_a_claim_job_from_the_shell_with_json_config(weft_home):
+    import subprocess
+    import sys
+
+    config = json.dumps({"scale": "cpu", "ops": {"ep_patrol_claim": {"config": {
+        **TINY, "train_episodes": 40, "eval_episodes": 10}}}})
+    done = subprocess.run([sys.executable, "-m", "assets.instance", "job", "ep_patrol_claim_job",
+                           "--config-json", config], check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = Warehouse().sql("SELECT section, scale FROM claims ORDER BY section").to_pylist()
+    assert [r["section"] for r in rows] == sorted(
+        ["Table 2a (module level)", "Table 2b (state level, depth 2)",
+         "Table 2b (state level, depth 3)"])
+    bad = subprocess.run([sys.executable, "-m", "assets.instance", "job", "ep_patrol_claim_job",
+                          "--config-json", "{scale: cpu"], check=False, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and "not valid JSON" in bad.stderr
