@@ -502,6 +502,12 @@ TABLES: dict[str, pa.Schema] = {
         ("junior_ce_nats", pa.float64()),
         ("overlap", pa.float64()),
         ("checkpoint_id", pa.string()),
+        # positions the legibility figures average over; the KL's shared support: the number
+        # of distinct tokens and the share of each model's tokens it covers
+        ("tokens", pa.int64()),
+        ("kl_tokens", pa.int64()),
+        ("kl_senior_mass", pa.float64()),
+        ("kl_junior_mass", pa.float64()),
     ),
     "tandem_pairwise": _schema(
         ("benchmark", pa.string()),
@@ -529,6 +535,7 @@ TABLES: dict[str, pa.Schema] = {
     # assistant reports as floats, hence DOUBLE for both.
     "ep_episodes": _schema(
         ("environment", pa.string()),
+        ("experiment", pa.string()),  # setting, policy, sizes, seed, config hash
         ("policy", pa.string()),
         ("method", pa.string()),
         ("setting", pa.string()),
@@ -580,9 +587,11 @@ TABLES: dict[str, pa.Schema] = {
         ("environment", pa.string()),
         ("setting", pa.string()),
         ("policy", pa.string()),
+        ("experiment", pa.string()),
     ),
     "ep_scores": _schema(
         ("environment", pa.string()),
+        ("experiment", pa.string()),
         ("setting", pa.string()),
         ("policy", pa.string()),
         ("method", pa.string()),

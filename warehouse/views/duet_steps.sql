@@ -10,7 +10,9 @@
 --   is_weight_mean    mean Eq. 6 weight 1 / (s_pre p_abort) over kept rollouts
 --   tokens_generated  tokens of allocated rollouts; token_budget the step's budget B
 --   calibration_chi2  surrogate-vs-within-step variance gap (App. A.4), NULL on a cold step
---   overhead_s        the controller's own seconds in the step
+--   overhead_s        the controller's own seconds in the step (gate time included)
+--   tokens_planned    sum of n_q L_hat_q the allocation planned; budget_used = generated / B
+--   k_refit, k_window 1 on a step that refit K1/K2, and the window's size; s_floor the floor
 CREATE OR REPLACE VIEW duet_steps AS
 SELECT checkpoint_id, kind, step, seconds_per_step,
        TRY_CAST(logs_json->>'$."duet/lambda"' AS DOUBLE) AS lam,
@@ -27,6 +29,11 @@ SELECT checkpoint_id, kind, step, seconds_per_step,
        TRY_CAST(logs_json->>'$."duet/token_budget"' AS DOUBLE) AS token_budget,
        TRY_CAST(logs_json->>'$."duet/calibration_chi2"' AS DOUBLE) AS calibration_chi2,
        TRY_CAST(logs_json->>'$."duet/overhead_s"' AS DOUBLE) AS overhead_s,
+       TRY_CAST(logs_json->>'$."duet/tokens_planned"' AS DOUBLE) AS tokens_planned,
+       TRY_CAST(logs_json->>'$."duet/budget_used"' AS DOUBLE) AS budget_used,
+       TRY_CAST(logs_json->>'$."duet/k_refit"' AS DOUBLE) AS k_refit,
+       TRY_CAST(logs_json->>'$."duet/k_window"' AS DOUBLE) AS k_window,
+       TRY_CAST(logs_json->>'$."duet/s_floor"' AS DOUBLE) AS s_floor,
        run_id, created_at
 FROM train_metrics
 WHERE json_valid(logs_json) AND logs_json->>'$."duet/lambda"' IS NOT NULL;
