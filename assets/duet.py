@@ -61,6 +61,9 @@ class DuetSweepConfig(dg.Config):
     max_completion_length: int | None = None  # None: the recipe's
     seed: int = 0
     overrides: list[str] = []  # key=value for every arm (e.g. "learning_rate=1e-5")
+    # a checkpoint asset (e.g. "sft_checkpoint") whose latest materialization every arm starts
+    # from; "" = the recipe's model
+    start_from: str = ""
     evaluate: bool = True
     benchmark: str = "gsm8k"
     eval_limit: int | None = 20  # problems (deterministic slice)
@@ -194,6 +197,13 @@ def duet_sweep(context: dg.AssetExecutionContext, config: DuetSweepConfig,
     from pipelines.settings import weft_home
 
     started = now()
+    if config.start_from:
+        from assets.training import latest_checkpoint
+
+        start, _ = latest_checkpoint(context, config.start_from)
+        context.log.info(f"every arm starts from {config.start_from}: {start}")
+        config = config.model_copy(update={
+            "overrides": [*config.overrides, f"model_name_or_path={start}"]})
     plan = sweep_plan(config)
     arms = checked_arms(plan)
     wh = warehouse.get()
