@@ -180,7 +180,7 @@ def claim_svg(row: Mapping[str, Any], width: int = 420) -> str:
     lo_axis, hi_axis = min(values), max(values)
     if hi_axis - lo_axis < 1e-12:
         lo_axis, hi_axis = lo_axis - 0.5, hi_axis + 0.5
-    left, right = 110, width - 12
+    left, right = 150, width - 12
 
     def x(v: float) -> int:
         return round(left + (v - lo_axis) / (hi_axis - lo_axis) * (right - left))

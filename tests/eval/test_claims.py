@@ -199,8 +199,8 @@ def test_claim_svg_is_inline_sized_and_places_each_arm_on_one_axis():
     ET.fromstring(svg)  # well-formed
     md = inline_svg(svg)
     assert md is not None and len(md) <= INLINE_MARKDOWN_LIMIT
-    # the axis runs from the lowest CI end (0.0) to the highest (1.0) over x = 110 .. 408
+    # the axis runs from the lowest CI end (0.0) to the highest (1.0) over x = 150 .. 408
     xs = [int(x) for x in re.findall(r'cx="(\d+)"', svg)]
-    assert xs == [round(110 + 0.2 * 298), round(110 + 0.8 * 298)]
-    assert re.findall(r'd="M(\d+) \d+H(\d+)"', svg)[1] == (str(round(110 + 0.6 * 298)), "408")
+    assert xs == [round(150 + 0.2 * 258), round(150 + 0.8 * 258)]
+    assert re.findall(r'd="M(\d+) \d+H(\d+)"', svg)[1] == (str(round(150 + 0.6 * 258)), "408")
     assert inline_svg("<svg>" + "x" * 2000 + "</svg>") is None  # too long: not inline
