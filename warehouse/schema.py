@@ -458,6 +458,7 @@ TABLES: dict[str, pa.Schema] = {
         ("mean_marker_rate", pa.float64()),
         ("mean_is_weight_mean", pa.float64()),
         ("mean_token_budget", pa.float64()),
+        ("mean_budget_used", pa.float64()),
         ("mean_overhead_s", pa.float64()),
         ("speedup", pa.float64()),
         ("token_ratio", pa.float64()),

@@ -63,6 +63,7 @@ DIAGNOSTIC_KEYS: dict[str, str] = {
     "duet/k_window": "k_window",
     "duet/s_floor": "s_floor",
     "duet/overhead_s": "overhead_s",
+    "duet/reward_mean": "reward_mean",
 }
 
 
@@ -213,13 +214,17 @@ def arm_row(outcome: ArmOutcome) -> dict[str, Any]:
         "seconds_per_step": _mean(known_wall),
         "rollout_tokens": sum(known_tokens) if known_tokens else None,
         "tokens_per_step": _mean(known_tokens),
-        "reward_mean": _mean([r.get("reward_mean") for r in rows]),
+        # TRL's logged reward counts DUET's unallocated placeholder slots as 0: a DUET arm's
+        # reward is its mean over the rollouts it generated (``duet/reward_mean``)
+        "reward_mean": _mean([g.get("duet/reward_mean") for g in logs]
+                             if outcome.arm.method == "duet"
+                             else [r.get("reward_mean") for r in rows]),
         "benchmark": outcome.benchmark, "eval_problems": outcome.eval_problems,
         "accuracy": outcome.accuracy,
         "accuracy_ci_low": outcome.accuracy_ci[0], "accuracy_ci_high": outcome.accuracy_ci[1],
     }
     for name in ("lambda", "n_q_mean", "abort_rate", "marker_rate", "is_weight_mean",
-                 "token_budget", "overhead_s"):
+                 "token_budget", "budget_used", "overhead_s"):
         row[f"mean_{name}"] = _mean([d[name] for d in diag]) if diag else None
     return row
 

@@ -413,13 +413,21 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         loss_mask = mask if out.get("tool_mask") is None else mask * out["tool_mask"]
         out["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         out["duet_row"] = torch.arange(offset, offset + local, device=device)
-        self._log_step(plan, outcome, allocated, aborted, keep, weights, lengths)
+        self._log_step(plan, outcome, allocated, aborted, keep, weights, lengths,
+                       rewards.numpy())
         self._pending = {"plan": plan, "adv": adv, "keep": keep.tolist(), "lengths": lengths,
                          "aborted": aborted.tolist(), "allocated": allocated.tolist()}
         self._seq_logps = {}
 
-    def _log_step(self, plan, outcome, allocated, aborted, keep, weights, lengths) -> None:
+    def _log_step(self, plan, outcome, allocated, aborted, keep, weights, lengths,
+                  rewards) -> None:
         m = self._metrics["train"]
+        # TRL's ``reward`` averages every slot, so unallocated placeholders count as 0 there;
+        # this is the mean over the rollouts DUET actually generated (aborted ones included).
+        allocated_rewards = np.asarray(rewards, dtype=float)[allocated]
+        finite = allocated_rewards[~np.isnan(allocated_rewards)]
+        if finite.size:
+            m["duet/reward_mean"].append(float(finite.mean()))
         counts = plan["counts"]
         n_alloc = max(1, int(allocated.sum()))
         m["duet/lambda"].append(float(plan["lam"]))

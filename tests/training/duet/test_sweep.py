@@ -125,6 +125,21 @@ def test_sweep_rows_ratios_against_grpo_literal():
         sweep_rows([half])
 
 
+def test_duet_arm_reward_is_over_generated_rollouts_not_placeholder_slots():
+    # TRL's logged reward (0.5 in every row of _rows) averages every slot, and DUET's
+    # unallocated placeholders score 0 there; the sweep row takes duet/reward_mean instead.
+    grpo = ArmOutcome(SweepArm("grpo", "grpo", 1.0, {}), "g", "/g", _rows("g", [1.0], [10]))
+    logs = _duet_logs(2)
+    logs[0].update(reward_mean=0.75, budget_used=0.9)
+    logs[1].update(reward_mean=0.25, budget_used=1.3)
+    half = ArmOutcome(SweepArm("duet-b0.5", "duet", 0.5, {}), "d", "/d",
+                      _rows("d", [1.0, 1.0], [5, 5], logs))
+    rows = {r["arm"]: r for r in sweep_rows([grpo, half])}
+    assert rows["grpo"]["reward_mean"] == pytest.approx(0.5)
+    assert rows["duet-b0.5"]["reward_mean"] == pytest.approx((0.75 + 0.25) / 2)
+    assert rows["duet-b0.5"]["mean_budget_used"] == pytest.approx((0.9 + 1.3) / 2)
+
+
 def test_duet_diagnostics_per_step():
     rows = _rows("d", [1.0, 1.0, 1.0], [1, 1, 1], _duet_logs(3))
     rows.reverse()

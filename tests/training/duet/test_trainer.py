@@ -136,7 +136,13 @@ def test_duet_run_variable_counts_weights_reach_loss_and_state_resumes(
     assert logs and all(h["duet/token_budget"] > 0 for h in logs)
     assert {"duet/k1", "duet/k2", "duet/n_q_min", "duet/n_q_max", "duet/marker_rate",
             "duet/abort_rate", "duet/eps_kept", "duet/is_weight_mean",
-            "duet/tokens_generated"} <= set(logs[0])
+            "duet/tokens_generated", "duet/reward_mean"} <= set(logs[0])
+    # duet/reward_mean: the mean over the allocated rollouts only (TRL's own reward also
+    # averages the placeholder slots), transcribed from the recorded batch.
+    for log, batch in zip(logs, rec.batches, strict=True):
+        allocated = [batch["rewards"][g * 4 + j] for g, n in enumerate(batch["plan"]["counts"])
+                     for j in range(n)]
+        assert log["duet/reward_mean"] == pytest.approx(sum(allocated) / len(allocated))
     # The controller state is in the checkpoint and a resumed trainer reads it back.
     saved = json.loads((out / "checkpoint-2" / "duet_state.json").read_text())
     assert saved == json.loads(json.dumps(trainer.duet_state_dict()))
