@@ -216,10 +216,12 @@ def dataset_asset(spec: str) -> str | None:
 
 
 def launch_arm(context: dg.AssetExecutionContext, trainer: TrainerLauncher, wh: Any, label: str,
-               recipe: str, overrides: list[str]) -> tuple[str, str, list[dict[str, Any]]]:
-    """One GRPO arm of a comparison (the DUET sweep, the Engagement budget table) through the
-    trainer launcher: (checkpoint id, checkpoint path, its ``train_metrics`` rows)."""
-    invocation = trainer.launch(context, "grpo", recipe, overrides)
+               recipe: str, overrides: list[str], kind: str = "grpo"
+               ) -> tuple[str, str, list[dict[str, Any]]]:
+    """One arm of a comparison (GRPO arms of the DUET sweep and the Engagement budget table,
+    SFT arms of the SxS and MOSAIC claims: ``kind``) through the trainer launcher:
+    (checkpoint id, checkpoint path, its ``train_metrics`` rows)."""
+    invocation = trainer.launch(context, kind, recipe, overrides)
     meta = invocation.get_materialize_result().metadata or {}
     if "checkpoint_id" not in meta or "checkpoint_path" not in meta:
         raise dg.Failure(f"arm {label}: the training script reported no checkpoint")

@@ -61,7 +61,7 @@ from assets.mosaic import (
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.results.core import Experiment, ResultConfig, record_claims
 from assets.sandbox_resource import SandboxResource
-from assets.training import TrainerLauncher, check_recipe
+from assets.training import TrainerLauncher, check_recipe, launch_arm
 
 PAPER = "DeepTool"
 SFT_RHO = 0.1  # DeepTool §3.1 and App. A.1 Table 3: the SFT data is synthesized with ρ = 0.1
@@ -404,16 +404,6 @@ def _write_jsonl(rows: Sequence[Mapping[str, Any]], label: str) -> Path:
     return path
 
 
-def _launch_sft(context: dg.AssetExecutionContext, trainer: TrainerLauncher, label: str,
-                recipe: str, overrides: list[str]) -> tuple[str, str]:
-    """One SFT arm through the trainer launcher: (checkpoint id, checkpoint path)."""
-    invocation = trainer.launch(context, "sft", recipe, overrides)
-    meta = invocation.get_materialize_result().metadata or {}
-    if "checkpoint_id" not in meta or "checkpoint_path" not in meta:
-        raise dg.Failure(f"arm {label}: the training script reported no checkpoint")
-    return str(meta["checkpoint_id"].value), str(meta["checkpoint_path"].value)
-
-
 def arm_overrides(config: RecoveryClaimConfig, dataset: Path) -> list[str]:
     """One arm's recipe overrides: only the dataset differs between the arms."""
     return [*config.overrides, f"dataset=jsonl:{dataset}", "dataset_fallback=''",
@@ -500,7 +490,8 @@ def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryC
     samples = {}
     for label, (overrides, _) in arms.items():
         context.log.info(f"SFT arm {label}: {config.recipe}, {config.train_steps} steps")
-        ck, path = _launch_sft(context, trainer, label, config.recipe, overrides)
+        ck, path, _ = launch_arm(context, trainer, wh, label, config.recipe, overrides,
+                                 kind="sft")
         samples[label] = (ck, _evaluate(context, config, ck, path, wh, llm, grader, sandbox))
     (treat_ck, treat_samples), (ref_ck, ref_samples) = samples[f"rho{config.rho:g}"], \
         samples["rho0"]

@@ -45,7 +45,7 @@ import dagster as dg
 
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.results.core import Experiment, ResultConfig, record_claims
-from assets.training import TrainerLauncher, check_recipe
+from assets.training import TrainerLauncher, check_recipe, launch_arm
 
 # Fixed before any run. The paper calls arms within a point of each other "nearly identical"
 # or "accuracy-competitive" (§4.5: 54.60 vs 54.79, 31.76 vs 32.08); 5 points is the largest
@@ -268,15 +268,9 @@ def _train(context: dg.AssetExecutionContext, trainer: TrainerLauncher, wh: Any,
            variant: str, recipe: str, overrides: list[str]) -> dict[str, Any]:
     """One SFT arm through the trainer launcher: its checkpoint id, path and last step."""
     context.log.info(f"SxS claim, arm {variant}: {recipe} {' '.join(overrides)}")
-    invocation = trainer.launch(context, "sft", recipe, overrides)
-    meta = invocation.get_materialize_result().metadata or {}
-    if "checkpoint_id" not in meta or "checkpoint_path" not in meta:
-        raise dg.Failure(f"arm {variant}: the training script reported no checkpoint")
-    ck = str(meta["checkpoint_id"].value)
-    steps = [r["step"] for r in wh.read("train_metrics", partition=ck).to_pylist()
-             if r.get("step") is not None]
-    return {"checkpoint_id": ck, "path": str(meta["checkpoint_path"].value),
-            "steps": max(steps, default=0)}
+    ck, path, rows = launch_arm(context, trainer, wh, variant, recipe, overrides, kind="sft")
+    steps = [r["step"] for r in rows if r.get("step") is not None]
+    return {"checkpoint_id": ck, "path": path, "steps": max(steps, default=0)}
 
 
 def _normal(text: str) -> str:
