@@ -8,11 +8,13 @@ retries, a persistent response cache and structured JSON output; failures come b
 Modules:
 
 - ``client``: :class:`LLMClient` (``chat``, ``chat_json``, ``map``, call records).
-- ``types``: :class:`SamplingParams`, :class:`ChatResult`, :class:`JsonResult`, the stored
+- ``types``: :class:`SamplingParams`, :class:`ChatResult`, :class:`JsonResult`,
+  :class:`Usage` (generated vs cached calls and tokens, time spent generating), the stored
   payload format and the default per-request timeout.
 - ``batch``: :func:`map_ordered` (ordered concurrent map with progress logs and a batch
   deadline) and :func:`run` (drive a coroutine from synchronous code).
-- ``cache``: the content-addressed SQLite response cache.
+- ``cache``: the content-addressed SQLite response cache (keyed by endpoint, served name and
+  model root too).
 - ``endpoint``: :class:`Endpoint`, the ``/models`` probe and :class:`EndpointUnreachable`.
 - ``structured``: finding JSON in model text and checking it against a JSON Schema subset.
 - ``testing``: ``FakeLLMServer``, a fake OpenAI-compatible server for tests and benchmarks
@@ -41,6 +43,7 @@ from pipelines.llm.types import (
     ChatResult,
     JsonResult,
     SamplingParams,
+    Usage,
     backoff_delay,
     default_timeout_s,
 )
@@ -57,6 +60,7 @@ __all__ = [
     "JsonResult",
     "LLMClient",
     "SamplingParams",
+    "Usage",
     "backoff_delay",
     "default_timeout_s",
     "get_models",

@@ -2,7 +2,7 @@
 
 ``map_ordered`` awaits ``fn(item)`` for every item with a fixed number of worker coroutines
 (so a 100k-item batch does not create 100k tasks), keeps results in input order and reports
-done/total, failures, items/s, completion tokens/s and ETA every 10 % and at least every
+done/total, failures, items/s, generated tokens/s, cache hits and ETA every 10 % and at least every
 ``log_every_s`` seconds, also while no item finishes (a stuck request shows as a stalled count
 instead of silence), to a ``log`` callable (e.g. Dagster's ``context.log.info``) or the
 ``pipelines.llm`` logger. With ``deadline_s`` it is a watchdog over the whole batch: when the
@@ -12,8 +12,11 @@ it got. ``run`` drives a coroutine from synchronous code.
 Not guaranteed: the worker count bounds items in flight, not HTTP requests (the client's
 semaphore does that); an item counts as a failure when ``fn`` raised or its result (or any
 element of a list result) has a non-None ``error`` attribute or, for a dict, a non-None
-``error`` / ``gen_error`` value; tokens are read from a ``completion_tokens`` attribute or key
-and are 0 where a result has neither.
+``error`` / ``gen_error`` value. With ``usage`` (the client's ``usage`` method, as
+``LLMClient.map`` passes it) tokens/s is generated tokens over the time spent generating during
+the batch and cache hits are counted apart; without it, tokens are read from a
+``completion_tokens`` attribute or key of results that are not cache replays (a true ``cached``
+attribute or key), over the batch's elapsed time, and are 0 where a result has neither.
 """
 
 from __future__ import annotations
@@ -94,9 +97,13 @@ def is_failure(result: Any) -> bool:
 
 
 def completion_tokens(result: Any) -> int:
-    """Completion tokens of a result (attribute or dict key), summed over a list; else 0."""
+    """Generated completion tokens of a result (attribute or dict key), summed over a list;
+    0 for a cache replay (``cached`` true) and where there is no count."""
     if isinstance(result, list):
         return sum(completion_tokens(r) for r in result)
+    cached = result.get("cached") if isinstance(result, dict) else getattr(result, "cached", None)
+    if cached is True:  # a replay generated nothing
+        return 0
     value = result.get("completion_tokens") if isinstance(result, dict) else None
     if value is None:
         value = getattr(result, "completion_tokens", None)
@@ -118,6 +125,10 @@ class Progress:
     tokens: int = 0
     last_log: float = field(default_factory=time.monotonic)
     next_pct: int = 10
+    usage: Callable[[], Any] | None = None  # a client's usage snapshot (pipelines.llm.Usage)
+
+    def __post_init__(self) -> None:
+        self._usage_start = self.usage() if self.usage is not None else None
 
     def tick(self) -> None:
         """Report if nothing was reported for ``log_every_s`` (called periodically)."""
@@ -145,11 +156,17 @@ class Progress:
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         eta_text = f"{eta:.0f}s" if eta != float("inf") else "unknown"
+        if self.usage is not None:
+            used = self.usage() - self._usage_start
+            speed = (f"{used.tokens_per_s:.1f} tokens/s generated"
+                     if used.tokens_per_s is not None else "0 tokens generated")
+            speed += f", {used.cache_hits} cache hits"
+        else:
+            speed = f"{self.tokens / elapsed:.1f} tokens/s"
         return (
             f"{self.desc or 'llm batch'}: {self.done}/{self.total} done "
             f"({100 * self.done // max(self.total, 1)}%), {self.errors} failed, "
-            f"{rate:.1f} items/s, "
-            f"{self.tokens / elapsed:.1f} tokens/s, {elapsed:.0f}s elapsed, eta {eta_text}"
+            f"{rate:.1f} items/s, {speed}, {elapsed:.0f}s elapsed, eta {eta_text}"
         )
 
     def log(self) -> None:
@@ -170,13 +187,16 @@ async def map_ordered(
     fatal: tuple[type[BaseException], ...] = (),
     deadline_s: float | None = None,
     log: Callable[[str], None] | None = None,
+    usage: Callable[[], Any] | None = None,
 ) -> list[T]:
     """``[await fn(x) for x in items]`` run by ``workers`` coroutines, in input order.
 
     An exception cancels the remaining work and is raised, unless ``return_exceptions`` (then
     it takes the item's place); exception types in ``fatal`` are always raised, and so is
     ``BatchTimeout`` once ``deadline_s`` has passed with items unfinished. Progress goes to
-    ``log`` (default: the ``pipelines.llm`` logger) at least every ``log_every_s``.
+    ``log`` (default: the ``pipelines.llm`` logger) at least every ``log_every_s``; with
+    ``usage`` (a callable returning a ``pipelines.llm.Usage`` snapshot) its tokens/s is
+    generation only and cache hits are reported apart.
     """
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be a positive int, got {workers!r}")
@@ -188,7 +208,7 @@ async def map_ordered(
     results: list[Any] = [None] * len(todo)
     if not todo:
         return results
-    progress = Progress(len(todo), desc, log_every_s, log)
+    progress = Progress(len(todo), desc, log_every_s, log, usage=usage)
     queue = iter(enumerate(todo))
 
     async def worker() -> None:

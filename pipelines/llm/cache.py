@@ -1,8 +1,11 @@
 """Persistent, content-addressed store of LLM responses (SQLite in WAL mode).
 
-``cache_key`` hashes everything that determines a response: model id, messages, sampling
-parameters (temperature, top_p, max_tokens, stop, seed, n), the response format / schema, any
-extra request body and a caller ``sample_index``. ``ResponseCache`` maps that key to the
+``cache_key`` hashes everything that determines a response: which model answers (the endpoint's
+base URL, the served model name and, when the server reports it, the model's root: the weights
+vLLM loaded under that name), messages, sampling parameters (temperature, top_p, max_tokens,
+stop, seed, n), the response format / schema, any extra request body and a caller
+``sample_index``. A model redeployed under the same served name at the same URL therefore gets
+fresh answers when its root differs, and the same name at another URL never shares entries. ``ResponseCache`` maps that key to the
 response payload. Each ``put`` is its own committed transaction, so a crash loses at most the
 request in flight; several processes may read and write one file at once (WAL + busy timeout),
 and the first successful writer of a key wins (later writes of the same key are ignored).
@@ -33,9 +36,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipelines.llm.endpoint import redact_url
+
 logger = logging.getLogger(__name__)
 
-CACHE_KEY_VERSION = 1
+CACHE_KEY_VERSION = 2  # 2: the endpoint and the model root are part of the key
 BUSY_TIMEOUT_S = 60.0
 _SCHEMA_SQL = (
     "CREATE TABLE IF NOT EXISTS responses ("
@@ -51,6 +56,8 @@ def cache_key(
     model: str,
     messages: Sequence[Mapping[str, Any]],
     *,
+    endpoint: str,
+    model_root: str | None = None,
     temperature: float,
     top_p: float,
     max_tokens: int,
@@ -63,12 +70,21 @@ def cache_key(
 ) -> str:
     """sha256 (hex) over a canonical JSON of every input that determines the response.
 
-    Dict key order does not matter; 0 and 0.0 give the same key; base URL and API key are
-    deliberately not part of it (the same model served elsewhere answers the same request).
+    ``endpoint`` is the base URL the request goes to and ``model_root`` what the server says it
+    loaded under ``model`` (vLLM's ``root`` in ``GET /models``; None when it does not say).
+    Dict key order does not matter; 0 and 0.0 give the same key; a trailing ``/`` of the
+    endpoint and any ``user:password@`` in it do not count, and neither does the API key.
     """
+    if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
+        raise ValueError(
+            f"cache_key needs the endpoint's base URL (http(s)://...), got {endpoint!r}: the "
+            "same served name at two endpoints may be two different models"
+        )
     payload = {
         "v": CACHE_KEY_VERSION,
+        "endpoint": redact_url(endpoint.rstrip("/")),
         "model": model,
+        "model_root": model_root,
         "messages": list(messages),
         "temperature": float(temperature),
         "top_p": float(top_p),

@@ -4,7 +4,8 @@
 bounded concurrency, a per-request deadline, retries with exponential backoff and jitter on
 429 / 5xx / timeouts / dropped connections (never on other 4xx), a persistent
 content-addressed response cache (``pipelines.llm.cache``) so a re-run replays without
-requests, structured JSON output with one repair round (``chat_json``), one accounting record
+requests (keyed by the endpoint, the served name and the model root the server reports, so a
+different model behind the same name is never answered from another's entries), structured JSON output with one repair round (``chat_json``), one accounting record
 per call for the warehouse table ``llm_calls`` and a batch helper that logs progress.
 
 Guarantees: ``chat`` and ``chat_json`` never raise for a bad response or a failed request, they
@@ -18,12 +19,22 @@ and no reasoning) is retried like a 5xx, a response body over ``max_response_byt
 error of its row (not retried: the same request would produce it again), and a ``chat_json``
 reply still invalid after the repair round has its cache entries flagged failed, so a re-run
 asks the server again (``pipelines.llm.cache``). ``map`` logs progress (done/total, failures,
-tokens/s, ETA) to ``progress`` or the module logger at least every ``log_every_s``, also while
-nothing finishes, and with ``batch_timeout_s`` stops a batch that runs longer with
+generated tokens/s, cache hits, ETA) to ``progress`` or the module logger at least every
+``log_every_s``, also while nothing finishes, and with ``batch_timeout_s`` stops a batch that runs longer with
 ``BatchTimeout`` (the calls that completed stay cached and recorded).
 
+Model identity: before its first cache lookup the client reads ``GET {base_url}/models`` once
+and takes the ``root`` of its model's entry (vLLM: the weights loaded under the served name;
+None where the server does not say). Until the endpoint has answered that, calls neither read
+nor write the cache: a replay needs the endpoint to say which model it serves.
+
+Throughput: ``usage()`` counts generated calls and tokens, the wall-clock time spent waiting on
+the server, and cache hits apart from them, so a cached re-run reports no generation speed
+instead of replayed tokens over lookup time (``pipelines.llm.types.Usage``).
+
 Not guaranteed: identical requests issued concurrently in one run are both sent (the cache
-keeps the first answer); replayed responses are only as deterministic as what was stored; a
+keeps the first answer); a model redeployed under the same name from the same ``root`` path
+(weights overwritten in place) is taken for the same model; replayed responses are only as deterministic as what was stored; a
 server that ignores ``seed`` still gets distinct cache entries per ``sample_index``. With
 n > 1, one empty choice fails the whole request.
 """
@@ -62,6 +73,7 @@ from pipelines.llm.endpoint import (
     ResponseTooLarge,
     limit_response_bytes,
     list_models,
+    model_entry,
     redact_url,
 )
 from pipelines.llm.structured import (
@@ -75,6 +87,7 @@ from pipelines.llm.types import (
     ChatResult,
     JsonResult,
     SamplingParams,
+    Usage,
     backoff_delay,
     check_messages,
     default_timeout_s,
@@ -195,6 +208,14 @@ class LLMClient:
         self.progress = progress
         self.log_every_s = float(log_every_s)
         self._seen_up = False  # the endpoint has answered this client at least once
+        # what the server loaded under ``model`` (GET /models ``root``), part of the cache key
+        self.model_root: str | None = None
+        self._identity_known = False
+        self._identity_lock = threading.Lock()
+        self._usage = Usage()
+        self._usage_lock = threading.Lock()
+        self._in_flight = 0  # requests waiting on the server now
+        self._busy_since = 0.0  # when the current stretch with requests in flight began
         self.cache: ResponseCache | None = None
         if use_cache:
             self.cache = ResponseCache(
@@ -327,6 +348,57 @@ class LLMClient:
             latency_s=time.monotonic() - started,
         )
 
+    # ----------------------------------------------------------------- identity and usage
+    def _resolve_identity(self) -> bool:
+        """Learn the model root once per client (``GET /models``); False while the endpoint
+        gives no HTTP answer (then the caller skips the cache for this call)."""
+        with self._identity_lock:
+            if self._identity_known:
+                return True
+            try:
+                entry = model_entry(self.base_url, self._api_key, self.model)
+            except EndpointUnreachable:
+                return False
+            root = entry.get("root")
+            self.model_root = root if isinstance(root, str) and root else None
+            self._identity_known = True
+            return True
+
+    def usage(self) -> Usage:
+        """A snapshot of this client's generated and cached calls since it was built (see
+        ``pipelines.llm.types.Usage``); a stretch still in flight counts up to now."""
+        with self._usage_lock:
+            usage = self._usage
+            if self._in_flight:
+                usage = replace(usage, generating_s=usage.generating_s
+                                + time.monotonic() - self._busy_since)
+            return usage
+
+    def _count_cache_hit(self, completion_tokens: int) -> None:
+        with self._usage_lock:
+            self._usage = replace(self._usage, cache_hits=self._usage.cache_hits + 1,
+                                  cached_tokens=self._usage.cached_tokens + completion_tokens)
+
+    def _request_started(self) -> None:
+        with self._usage_lock:
+            if self._in_flight == 0:
+                self._busy_since = time.monotonic()
+            self._in_flight += 1
+
+    def _request_ended(self, completion_tokens: int | None) -> None:
+        """One request to the server ended: with its completion tokens, or None (failed)."""
+        with self._usage_lock:
+            self._in_flight -= 1
+            u = self._usage
+            busy = u.generating_s
+            if self._in_flight == 0:
+                busy += time.monotonic() - self._busy_since
+            if completion_tokens is None:
+                self._usage = replace(u, generating_s=busy, failed_calls=u.failed_calls + 1)
+            else:
+                self._usage = replace(u, generating_s=busy, generated_calls=u.generated_calls + 1,
+                                      generated_tokens=u.generated_tokens + completion_tokens)
+
     def drain_records(self) -> list[dict]:
         """Accounting records (one per ``chat`` call, cache hits included) since the last drain."""
         with self._records_lock:
@@ -416,9 +488,14 @@ class LLMClient:
         extra_body: Mapping[str, Any] | None = None,
     ) -> list[ChatResult]:
         check_messages(messages)
+        cacheable = self.cache is not None and (
+            self._identity_known or await asyncio.to_thread(self._resolve_identity)
+        )
         key = cache_key(
             self.model,
             messages,
+            endpoint=self.base_url,
+            model_root=self.model_root,
             temperature=params.temperature,
             top_p=params.top_p,
             max_tokens=params.max_tokens,
@@ -430,7 +507,7 @@ class LLMClient:
             sample_index=sample_index,
         )
         started = time.monotonic()
-        if self.cache is not None:
+        if cacheable:
             payload = await asyncio.to_thread(self.cache.get, key)
             # an empty reply stored by an older version is a miss: ask again
             if (
@@ -439,6 +516,7 @@ class LLMClient:
                 and not empty_choices(payload)
             ):
                 results = results_from_payload(payload, cached=True, key=key)
+                self._count_cache_hit(int(payload.get("completion_tokens", 0) or 0))
                 self._record(
                     tag=tag,
                     cached=True,
@@ -453,6 +531,8 @@ class LLMClient:
         kwargs = self._request_kwargs(messages, params, fmt, extra_body)
         timeout_s = self.request_timeout_s(messages, params)
         attempts, retry, outcome = 0, 0, _Attempt(error="not attempted")
+        generated: int | None = None  # completion tokens once the server has answered
+        self._request_started()
         try:
             while True:
                 attempts += 1
@@ -462,7 +542,8 @@ class LLMClient:
                     outcome, payload = self._check_payload(outcome, params, sent)
                 if outcome.error is None:
                     self._seen_up = True
-                    if self.cache is not None:
+                    generated = int(payload["completion_tokens"] or 0)
+                    if cacheable:
                         await asyncio.to_thread(self.cache.put, key, self.model, payload)
                     results = results_from_payload(payload, cached=False, key=key)
                     self._record(
@@ -493,6 +574,8 @@ class LLMClient:
         except EndpointUnreachable as exc:
             self._record_error(tag, key, attempts, started, str(exc))
             raise
+        finally:
+            self._request_ended(generated)
         error = self._scrub(
             f"{outcome.error} (after {attempts} attempt{'s' if attempts > 1 else ''})"
         )
@@ -630,7 +713,7 @@ class LLMClient:
         log_every_s: float | None = None,
     ) -> list[T]:
         """``await fn(item)`` for every item concurrently, results in input order, with progress
-        (done/total, failures, items/s, tokens/s, ETA) sent to the client's ``progress`` (or
+        (done/total, failures, items/s, generated tokens/s and cache hits from ``usage()``, ETA) sent to the client's ``progress`` (or
         logged) every ``log_every_s`` (None: the client's), even while nothing finishes. HTTP
         concurrency is bounded by the client's semaphore inside ``chat``; ``map`` keeps a few
         times that many items in flight. An exception from ``fn`` cancels the rest and is
@@ -648,6 +731,7 @@ class LLMClient:
             fatal=(EndpointUnreachable,),
             deadline_s=self.batch_timeout_s,
             log=self.progress,
+            usage=self.usage,
         )
 
     async def aclose(self) -> None:

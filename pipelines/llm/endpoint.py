@@ -176,6 +176,25 @@ def list_models(base_url: str, api_key: str, timeout_s: float = PROBE_TIMEOUT_S)
         ) from None
 
 
+def model_entry(base_url: str, api_key: str, model: str,
+                timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """The ``GET {base_url}/models`` entry whose id is ``model`` (vLLM's carries ``root``, the
+    weights it loaded, and ``max_model_len``); {} when the server answers with an error status,
+    with no model list or without that model. Raises EndpointUnreachable only when no HTTP
+    answer arrives at all."""
+    status, body = get_models(base_url, api_key, timeout_s)
+    if status != 200:
+        return {}
+    try:
+        data = json.loads(body).get("data", [])
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(data, list):
+        return {}
+    return next((dict(item) for item in data
+                 if isinstance(item, dict) and item.get("id") == model), {})
+
+
 class ReachabilityProbe:
     """Outage state of one endpoint within one event loop (one waiter probes for everyone).
 

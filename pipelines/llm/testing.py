@@ -14,7 +14,8 @@ for a reply whose content is JSON null, ``"huge:<bytes>"`` for a reply whose con
 many bytes, ``"hang"`` to hold the request open until the server stops); with the plan
 empty it answers through ``responder`` (default: an echo of the last user message), except
 that a share ``error_rate`` of those requests (drawn from ``random.Random(error_seed)``)
-get a 500. ``refuse_for(seconds)`` closes the listening socket and reopens it on the same
+get a 500. ``GET /v1/models`` lists ``models``, each with ``root`` = ``model_root`` when that
+is set (vLLM reports there the weights it loaded). ``refuse_for(seconds)`` closes the listening socket and reopens it on the same
 port after that long, like a server restart: connections in between are refused.
 
 What this does not guarantee: it is not a model and not a faithful OpenAI server; it only
@@ -56,6 +57,7 @@ class FakeLLMServer:
     responder: Responder = echo_responder
     latency_s: float = 0.0
     models: tuple[str, ...] = ("fake-model",)
+    model_root: str | None = None  # listed as every model's ``root`` (what vLLM loaded) when set
     models_status: int = 200
     plan: deque = field(default_factory=deque)
     requests: list[dict] = field(default_factory=list)
@@ -228,7 +230,10 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(
                 200,
-                {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]},
+                {"object": "list", "data": [
+                    {"id": m, "object": "model",
+                     **({"root": server.model_root} if server.model_root is not None else {})}
+                    for m in server.models]},
             )
 
         def do_POST(self) -> None:

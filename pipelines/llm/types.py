@@ -1,7 +1,8 @@
 """Value types of the LLM client: sampling settings, results, and the stored payload format.
 
 ``SamplingParams`` (validated on construction), ``ChatResult`` and ``JsonResult`` are what
-callers pass and get back; ``payload_from_completion`` turns an OpenAI ``ChatCompletion`` into
+callers pass and get back; ``Usage`` is a client's running count of generated and replayed
+(cached) calls and tokens, and of the time spent generating; ``payload_from_completion`` turns an OpenAI ``ChatCompletion`` into
 the plain dict kept in the response cache and ``results_from_payload`` turns it back into
 results, so a fresh response and a replayed one take the same path.
 
@@ -120,6 +121,60 @@ class ChatResult:
     error: str | None = None
     reasoning: str | None = None
     cache_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a client's calls produced, with generation and cache replays kept apart.
+
+    ``generated_calls`` / ``generated_tokens``: requests the server answered and their
+    completion tokens. ``generating_s``: wall-clock seconds during which at least one request
+    was waiting on the server (concurrent requests are not counted twice; retries, backoff and
+    failed requests are included, since that time was spent asking). ``cache_hits`` /
+    ``cached_tokens``: calls answered from the response cache and the completion tokens they
+    replayed; they cost no generation and never enter :attr:`tokens_per_s`. ``failed_calls``:
+    requests that ended without an answer. Subtract two snapshots (``LLMClient.usage()``) to get
+    one stretch of work; add them to combine clients."""
+
+    generated_calls: int = 0
+    generated_tokens: int = 0
+    generating_s: float = 0.0
+    cache_hits: int = 0
+    cached_tokens: int = 0
+    failed_calls: int = 0
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Generation throughput: generated tokens per second spent generating; None when
+        nothing was sent to the server (a fully cached run has no throughput)."""
+        if self.generating_s <= 0:
+            return None
+        return self.generated_tokens / self.generating_s
+
+    def _combine(self, other: Usage, sign: int) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(*(getattr(self, f) + sign * getattr(other, f) for f in _USAGE_FIELDS))
+
+    def __add__(self, other: Usage) -> Usage:
+        return self._combine(other, 1)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return self._combine(other, -1)
+
+    def describe(self) -> str:
+        """One line for logs, e.g. ``"1200 tokens generated in 6.0s (200.0 tokens/s); 3 cache
+        hits (90 tokens replayed)"``."""
+        rate = self.tokens_per_s
+        generated = ("nothing generated (no tokens/s: every call was a cache hit or failed)"
+                     if rate is None else
+                     f"{self.generated_tokens} tokens generated in {self.generating_s:.1f}s "
+                     f"({rate:.1f} tokens/s)")
+        return f"{generated}; {self.cache_hits} cache hits ({self.cached_tokens} tokens replayed)"
+
+
+_USAGE_FIELDS = ("generated_calls", "generated_tokens", "generating_s", "cache_hits",
+                 "cached_tokens", "failed_calls")
 
 
 @dataclass

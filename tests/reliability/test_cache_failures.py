@@ -61,13 +61,16 @@ def test_a_flaky_run_recovers_on_the_next_run(tmp_path):
 def test_an_empty_reply_stored_by_an_older_version_is_a_miss(tmp_path):
     path = tmp_path / "c.sqlite"
     params = SamplingParams()
-    key = cache_key("fake-model", USER, temperature=params.temperature, top_p=params.top_p,
-                    max_tokens=params.max_tokens, stop=params.stop, seed=params.seed, n=1)
-    ResponseCache(path).put(key, "fake-model", {
-        "choices": [{"text": "", "finish_reason": "stop", "reasoning": None}],
-        "prompt_tokens": 3, "completion_tokens": 0, "latency_s": 0.1, "n": 1})
     with FakeLLMServer() as server:
-        result = run(_client(server, path).chat(USER))[0]
+        key = cache_key("fake-model", USER, temperature=params.temperature, top_p=params.top_p,
+                        max_tokens=params.max_tokens, stop=params.stop, seed=params.seed, n=1,
+                        endpoint=server.base_url)
+        ResponseCache(path).put(key, "fake-model", {
+            "choices": [{"text": "", "finish_reason": "stop", "reasoning": None}],
+            "prompt_tokens": 3, "completion_tokens": 0, "latency_s": 0.1, "n": 1})
+        client = _client(server, path)
+        result = run(client.chat(USER))[0]
+        assert result.cache_key == key  # the stored entry was looked up, and was a miss
         assert result.error is None and result.text and not result.cached
         assert server.chat_count == 1
 

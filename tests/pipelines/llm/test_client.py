@@ -155,7 +155,8 @@ def test_cache_is_wal_and_holds_nothing_after_errors(fake, cache_path):
 
 
 def test_cache_key_covers_every_input():
-    base = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "stop": None, "seed": None, "n": 1}
+    base = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "stop": None, "seed": None, "n": 1,
+            "endpoint": "http://a:8000/v1"}
     key = cache_key("m", USER, **base)
     assert key == cache_key(
         "m", [{"content": "What is 2 + 2?", "role": "user"}], **base
@@ -173,8 +174,14 @@ def test_cache_key_covers_every_input():
         cache_key("m", USER, **base, response_format={"type": "json_object"}),
         cache_key("m", USER, **base, extra_body={"top_k": 5}),
         cache_key("m", USER, **base, sample_index=1),
+        cache_key("m", USER, **{**base, "endpoint": "http://b:8000/v1"}),
+        cache_key("m", USER, **base, model_root="/models/checkpoint-2"),
     ]
     assert len({key, *variants}) == len(variants) + 1
+    # a trailing slash or credentials in the URL do not name another model
+    assert key == cache_key("m", USER, **{**base, "endpoint": "http://u:pw@a:8000/v1/"})
+    with pytest.raises(ValueError, match="base URL"):
+        cache_key("m", USER, **{**base, "endpoint": ""})
 
 
 def test_cache_key_rejects_unserializable_messages():
@@ -188,6 +195,7 @@ def test_cache_key_rejects_unserializable_messages():
             stop=None,
             seed=None,
             n=1,
+            endpoint="http://a:8000/v1",
         )
 
 
@@ -277,7 +285,9 @@ def test_retry_on_timeout(fake, cache_path):
     result = run(client.chat(USER))[0]
     assert result.error is None
     assert fake.chat_count == 2 and len(sleeps) == 1
-    assert fake.models_count == 1  # the timeout triggered one reachability probe, which passed
+    # one GET /models for the model's identity (cache key), then the timeout triggered one
+    # reachability probe, which passed
+    assert fake.models_count == 2
 
 
 def test_default_timeout_has_a_prompt_length_term():
@@ -589,8 +599,10 @@ def test_cancellation_releases_the_slot_and_writes_no_cache_entry(fake, cache_pa
     result = run(scenario())[0]
     assert result.error is None
     slow_key = cache_key(
-        "fake-model", slow, temperature=0.0, top_p=1.0, max_tokens=512, stop=None, seed=None, n=1
+        "fake-model", slow, temperature=0.0, top_p=1.0, max_tokens=512, stop=None, seed=None, n=1,
+        endpoint=fake.base_url,
     )
+    assert client._identity_known and client.model_root is None  # the key the client used
     assert slow_key not in client.cache and len(client.cache) == 1
     records = client.drain_records()
     assert records[0]["error"] == "cancelled" and records[0]["status"] == "error"
