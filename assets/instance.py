@@ -18,8 +18,15 @@ Evaluation partitions are keyed ``benchmark|model`` (Dagster writes a two-dimens
 dimension values joined by ``|``, in dimension-name order); ``parse_eval_partition`` explains a
 malformed or unknown key. ``weft materialize`` checks the key of every partitioned asset it is
 given (``check_partition``: static keys such as ``ep_episodes``' ``assistant.ep`` or
-``mosaic_trajectories``' ``gsm8k`` against their lists) before Dagster starts. Not guaranteed: a
-port can be taken between the check and ``dagster dev`` binding it.
+``mosaic_trajectories``' ``gsm8k`` against their lists) before Dagster starts.
+
+``weft materialize`` and ``weft job`` end with what happened (:func:`run_summary`: each run's
+id and status, what it materialized with row counts, its UI page and a SQL line for its
+``runs`` rows). Stopping ``weft`` (Ctrl-C, SIGTERM) is a first-class outcome: the run is marked
+as canceling, ``dagster`` is interrupted so each step writes its calls and a ``canceled``
+``runs`` row, and ``dagster`` with everything it started is stopped (:func:`_stop_child`); the
+exit status is 128 + the signal. Not guaranteed: a port can be taken between the check and
+``dagster dev`` binding it.
 """
 
 from __future__ import annotations
@@ -287,11 +294,127 @@ def _dagster_bin() -> str:
     return found
 
 
-def _run_dagster(args: list[str]) -> int:
+STOP_GRACE_S = 60.0  # how long a stopped run gets to record itself before it is killed
+
+
+def _stop_child(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+    """Stop ``dagster`` and everything it started (its own session: the run, its step
+    processes, a local model server): SIGINT to ``dagster`` first, which Dagster forwards to
+    its steps as an interrupt, so each writes what it has (its calls, a ``canceled`` ``runs``
+    row) and closes its servers; SIGTERM, then SIGKILL, to the whole session when the run does
+    not end within ``grace`` seconds."""
+    import signal
+    import time
+
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if child.poll() is not None:
+            break
+        try:
+            if sig == signal.SIGINT:
+                os.kill(child.pid, sig)
+            else:
+                os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    try:  # anything the run left behind in its session (e.g. a model server) goes too
+        os.killpg(child.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run_dagster(args: list[str], summarize: bool = False) -> int:
+    """Run a ``dagster`` command on weft's instance. The child gets a session of its own, so
+    stopping ``weft`` (Ctrl-C, SIGTERM) stops it and whatever it started instead of leaving it
+    running (:func:`_stop_child`). With ``summarize``, the runs it made are summarized after."""
+    import signal
+    import time
+
     env = dict(os.environ, DAGSTER_HOME=str(ensure_dagster_home()))
     print(f"[weft] DAGSTER_HOME={env['DAGSTER_HOME']} (the instance `make ui` shows)",
           file=sys.stderr, flush=True)
-    return subprocess.call([_dagster_bin(), *args], env=env)
+    started = time.time()
+    child = subprocess.Popen([_dagster_bin(), *args], env=env, start_new_session=True)
+    stopped: list[int] = []
+
+    def stop(signum, _frame):
+        name = signal.Signals(signum).name
+        if not stopped:
+            print(f"[weft] stopping the run ({name}); what it has computed is kept and its "
+                  "runs row says canceled", file=sys.stderr, flush=True)
+            mark_canceling(started, f"weft received {name}")
+        stopped.append(signum)
+        _stop_child(child)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _stop_child(child)
+    if summarize:
+        print_run_summary(started)
+    if stopped:
+        return 128 + stopped[0]
+    return rc
+
+
+def _runs_since(instance, since: float) -> list:
+    """The runs created after ``since`` (epoch seconds), newest first."""
+    records = instance.get_run_records(limit=50)  # newest first
+    return [r.dagster_run for r in records if r.create_timestamp.timestamp() >= since - 1]
+
+
+def mark_canceling(since: float, reason: str) -> None:
+    """Mark the unfinished runs created after ``since`` as CANCELING (a user's termination
+    request), so the interrupt that follows ends them CANCELED rather than FAILURE."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        for run in _runs_since(instance, since):
+            if not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
+                instance.report_run_canceling(run, message=reason)
+
+
+def run_summary(instance, since: float) -> list[str]:
+    """Lines saying what the runs created after ``since`` (epoch seconds) did: run id, job,
+    status, each materialization (asset, partition, rows where the asset reports them) and where
+    to look (the run's UI page, a SQL line for the warehouse)."""
+    import dagster as dg
+
+    runs = _runs_since(instance, since)
+    lines: list[str] = []
+    for run in reversed(runs):
+        lines.append(f"[weft] run {run.run_id} ({run.job_name}): {run.status.value}")
+        records = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000).records
+        for record in records:
+            mat = record.event_log_entry.asset_materialization
+            if mat is None:
+                continue
+            name = mat.asset_key.to_user_string()
+            where = f" [{mat.partition}]" if mat.partition else ""
+            rows = mat.metadata.get("rows") or mat.metadata.get("dagster/row_count")
+            count = f": {rows.value} rows" if rows is not None else ""
+            lines.append(f"[weft]   materialized {name}{where}{count}")
+        if not records:
+            lines.append("[weft]   nothing was materialized")
+        lines.append(f"[weft]   UI: http://127.0.0.1:{DEFAULT_UI_PORT}/runs/{run.run_id} "
+                     "(`make ui`)")
+        lines.append("[weft]   SQL: python -m warehouse sql \"SELECT asset, partition, status, "
+                     f"rows_written, error FROM runs WHERE run_id = '{run.run_id}'\"")
+    return lines
+
+
+def print_run_summary(since: float) -> None:
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        for line in run_summary(instance, since):
+            print(line, flush=True)
 
 
 def _config_args(args: argparse.Namespace) -> list[str]:
@@ -338,7 +461,7 @@ def materialize(args: argparse.Namespace) -> int:
                 print(f"[weft] added model partition {model!r}", file=sys.stderr)
     extra = [] if args.partition is None else ["--partition", args.partition]
     return _run_dagster(["asset", "materialize", "-m", DEFINITIONS_MODULE,
-                         "--select", args.select, *extra, *_config_args(args)])
+                         "--select", args.select, *extra, *_config_args(args)], summarize=True)
 
 
 def ui(host: str, port: int) -> int:
@@ -391,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
             return materialize(args)
         if args.cmd == "job":
             return _run_dagster(["job", "execute", "-m", DEFINITIONS_MODULE, "-j", args.name,
-                                 *_job_config_args(args)])
+                                 *_job_config_args(args)], summarize=True)
         if args.cmd == "add-model-partition":
             import dagster as dg
 

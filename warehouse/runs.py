@@ -24,11 +24,14 @@ error is the one that propagates.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
+import signal
 import subprocess
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -89,6 +92,24 @@ def record_run(wh: Warehouse, lin: Lineage, *, started_at: dt.datetime, rows_wri
 def error_text(exc: BaseException) -> str:
     """``<type>: <message>`` of an exception, as the `runs` row's ``error`` holds it."""
     return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM are held off while the block runs (main thread only; elsewhere a
+    no-op): a stopped run's record is a few small writes, and an interrupt arriving in the
+    middle of them (a second Ctrl-C, or an orchestrator forwarding its own) would leave the run
+    with no record. The run is already stopping, so the held signals are dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class RunRecord:
@@ -176,18 +197,19 @@ class RunRecord:
         if self.status is not None:
             return
         self.status = "failed" if isinstance(exc, Exception) else "canceled"
-        try:
-            self.write_calls()
-        except Exception as err:  # noqa: BLE001 - the run's own error is the one to raise
-            log.warning("could not write the llm_calls of %s: %s", run_partition(self.lineage),
-                        error_text(err))
-        try:
-            record_run(self.wh, self.lineage, started_at=self.started_at,
-                       rows_written=self._counted, config=self.config, status=self.status,
-                       error=error_text(exc))
-        except Exception as err:  # noqa: BLE001
-            log.warning("could not write the %s runs row of %s: %s", self.status,
-                        run_partition(self.lineage), error_text(err))
+        with _interrupts_held():  # a second Ctrl-C (or the orchestrator's) must not cut it
+            try:
+                self.write_calls()
+            except Exception as err:  # noqa: BLE001 - the run's own error is the one to raise
+                log.warning("could not write the llm_calls of %s: %s",
+                            run_partition(self.lineage), error_text(err))
+            try:
+                record_run(self.wh, self.lineage, started_at=self.started_at,
+                           rows_written=self._counted, config=self.config, status=self.status,
+                           error=error_text(exc))
+            except Exception as err:  # noqa: BLE001
+                log.warning("could not write the %s runs row of %s: %s", self.status,
+                            run_partition(self.lineage), error_text(err))
 
     def _rows(self) -> int:
         return self._counted if self.rows_written is None else int(self.rows_written)

@@ -132,6 +132,70 @@ def test_shell_materialize_lands_in_the_ui_instance(weft_home, shared_data, monk
         assert len(runs) == 1 and runs[0].is_success
         event = instance.get_latest_materialization_event(dg.AssetKey("gsm8k_problems"))
         assert event is not None and event.run_id == runs[0].run_id
+    # On success it says what happened and where to look (run id, asset, rows, UI, SQL).
+    run_id = runs[0].run_id
+    assert f"[weft] run {run_id} (__ASSET_JOB): SUCCESS" in done.stdout
+    assert "[weft]   materialized gsm8k_problems: 3 rows" in done.stdout
+    assert f"/runs/{run_id}" in done.stdout and f"WHERE run_id = '{run_id}'" in done.stdout
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_stopping_weft_cancels_the_run_keeps_its_record_and_stops_dagster(weft_home):
+    """SIGTERM to `weft job` while an asset computes: the `dagster` child and what it started
+    stop, the Dagster run ends canceled, and the asset's `runs` row says canceled."""
+    import signal
+    import time
+
+    from warehouse.store import Warehouse
+
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["WEFT_HOME"] = str(weft_home)
+    proc = subprocess.Popen([sys.executable, "-m", "assets.instance", "job",
+                             "ep_deliberation_claim_job", "--config-json",
+                             json.dumps({"scale": "cpu"})], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    home = weft_home / "dagster"
+    deadline = time.monotonic() + 240
+    started = False
+    while time.monotonic() < deadline and proc.poll() is None and not started:
+        time.sleep(2)
+        if (home / "storage").exists():
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                runs = instance.get_runs()
+                started = bool(runs) and any(
+                    r.event_log_entry.step_key for r in instance.get_records_for_run(
+                        runs[0].run_id, of_type=dg.DagsterEventType.STEP_START).records)
+    assert started, "the run never reached its step"
+    time.sleep(5)  # inside the asset's computation now
+    dagster_children = _children(proc.pid)
+    assert dagster_children, "weft runs dagster as a child process"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "stopping the run (SIGTERM)" in out
+    assert not any(_alive(pid) for pid in dagster_children)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        run = instance.get_runs()[0]
+        assert run.status == dg.DagsterRunStatus.CANCELED
+    rows = Warehouse(weft_home / "warehouse").read("runs").to_pylist()
+    mine = [r for r in rows if r["run_id"] == run.run_id]
+    assert mine and all(r["status"] == "canceled" for r in mine), mine
+    assert not Warehouse(weft_home / "warehouse").read("claims").num_rows
 
 
 

@@ -88,3 +88,26 @@ def test_a_failed_calls_write_still_leaves_a_failed_runs_row(weft_home):
         raise ValueError("bad")
     (run,) = _rows(wh, "runs")
     assert run["status"] == "failed" and run["error"] == "ValueError: bad"
+
+
+def test_a_second_interrupt_while_recording_a_canceled_run_does_not_cut_the_record(weft_home):
+    # An orchestrator that forwards its own interrupt to a run already stopping (Dagster's
+    # multiprocess executor does) sends a second SIGINT while the record is being written.
+    import os
+    import signal
+
+    class InterruptedWrites(OrderedWarehouse):
+        def write(self, table, data, **kwargs):
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at once to this (main) thread
+            return super().write(table, data, **kwargs)
+
+    wh, client = InterruptedWrites(), Client()
+    with pytest.raises(KeyboardInterrupt, match="first"), RunRecord(wh, LIN) as rec:
+        rec.track(client)
+        client.call(2)
+        raise KeyboardInterrupt("first")
+    assert wh.order == ["llm_calls", "runs"]
+    assert len(_rows(wh, "llm_calls")) == 2
+    (run,) = _rows(wh, "runs")
+    assert run["status"] == "canceled" and run["error"] == "KeyboardInterrupt: first"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
