@@ -13,6 +13,13 @@ output excerpt, extracted answer, gold, correct; ``warehouse.samples``); ``pytho
 samples`` prints them whole. A registered endpoint that does not answer fails the run with
 advice about its registry entry (``eval.models.unreachable_advice``).
 
+Settings a run can change besides sampling: ``extraction`` (the math answer extraction rule,
+``strict`` by default, ``flexible`` for lm-eval's last-number rule; stored per row in
+``extraction_rule``) and ``use_cache`` (False sends every request to the server instead of
+replaying the LLM response cache). The metadata's ``tokens_per_s`` is generation speed only
+(``generated_tokens`` over ``generating_s``, 0 when every call was a cache hit);
+``cached_calls`` counts the replays.
+
 Reliability: request deadlines, retries, the refused-connection window, the response
 byte cap and the whole-batch watchdog come from the ``llm`` resource (deadlines scale with
 ``max_tokens``); progress (done/total, failures, tokens/s, ETA) goes to the Dagster run log at
@@ -70,6 +77,11 @@ class EvalSamplesConfig(dg.Config):
     tokenizer_path: str = ""
     # check_eval_samples_failure_share fails when a larger share of samples got no response
     max_failure_share: float = 0.01
+    # math answer extraction (eval.graders.EXTRACTION_RULES): "strict" credits only a stated
+    # final answer; "flexible" the last number in the text (lm-eval's GSM8K flexible-extract)
+    extraction: str = "strict"
+    # False: every request goes to the server (no replay from the LLM response cache)
+    use_cache: bool = True
 
 
 def table_partition(benchmark: str, model: str) -> str:
@@ -92,7 +104,8 @@ def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str =
                       tokenizer_path=config.tokenizer_path or tokenizer_path or None,
                       budget_prompt=config.budget_prompt)
     return EvalConfig(k=k, temperature=temperature, top_p=config.top_p,
-                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit, mode=mode)
+                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit, mode=mode,
+                      extraction=config.extraction)
 
 
 FAILURE_SHARE_CHECK = "check_eval_samples_failure_share"
@@ -171,7 +184,8 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
             config=config.model_dump(), started_at=started, write_scores=False,
             make_client=partial(llm.client_for, max_tokens=max_tokens, requests=n_jobs,
                                 progress=context.log.info,
-                                max_concurrency=config.max_concurrency),
+                                max_concurrency=config.max_concurrency,
+                                use_cache=config.use_cache),
             pool_factory=grader.pool, sandbox=sandbox.get_pool() if needs_sandbox else None,
             progress=context.log.info, heartbeat_s=llm.progress_every_s)
     except Exception as exc:
@@ -182,7 +196,9 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     if result.extra.get("budget_limit_warning"):
         context.log.warning(result.extra["budget_limit_warning"])
     answered = [r for r in result.samples if r.get("gen_error") is None]
-    tok_s = result.completion_tokens / result.generation_s if result.generation_s else 0.0
+    usage = result.usage
+    # generation speed counts only what the server generated, over the time spent generating
+    tok_s = usage.tokens_per_s if usage is not None and usage.tokens_per_s is not None else 0.0
     total_s = result.generation_s + result.grading_s
     return dg.MaterializeResult(check_results=[
         failure_share_result(result.samples, config.max_failure_share)], metadata={
@@ -198,8 +214,11 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,
         "samples_per_s": round(len(result.samples) / total_s, 3) if total_s else 0.0,
         "completion_tokens": result.completion_tokens,
+        "generated_tokens": usage.generated_tokens if usage is not None else 0,
+        "generating_s": round(usage.generating_s, 2) if usage is not None else 0.0,
         "tokens_per_s": round(tok_s, 1),
         "cached_calls": sum(1 for c in calls if c.get("cached")),
+        "extraction_rule": cfg.extraction if bench.grader == "math" else "n/a",
         "samples_preview": dg.MetadataValue.md(eval_samples_preview(
             result.samples,
             problems=None if bench.private_text else {p["problem_id"]: p["problem"] for p in rows})),

@@ -7,6 +7,12 @@ extracted, how (``method``), what both sides parsed to, and any error. Kinds:
   explicit :class:`ExtractionPolicy` (last ``\\boxed{}`` first, then "the answer is X" phrases,
   then — only when the policy says so — the last number in the text) and compared with the gold
   answer by math-verify (symbolic and numeric equality, gold first: math-verify is asymmetric).
+  Evaluations select a policy by name (:data:`EXTRACTION_RULES`): ``strict`` (the default: a
+  stated final answer, boxed or after an answer phrase) or ``flexible`` (the last number in the
+  text, lm-evaluation-harness's GSM8K "flexible-extract"). An answer phrase yields the right
+  side of an arithmetic equation ("25 + 50 = 55 kilograms" -> 55), a number without the words
+  after it, and nothing when only prose follows it ("the answer is unclear"), in which case an
+  earlier phrase is used.
 - ``"choice"`` (:func:`grade_choice`): a multiple-choice letter, see :func:`extract_choice`.
 - more kinds (``"code"``) are added with one :func:`register_grader` call.
 
@@ -37,9 +43,10 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from pipelines.text import last_boxed
@@ -99,6 +106,29 @@ class ExtractionPolicy:
 DEFAULT_POLICY = ExtractionPolicy()
 BOXED_ONLY = ExtractionPolicy(answer_phrase=False)
 LENIENT_POLICY = ExtractionPolicy(last_number=True)
+# The last number in the text and nothing else: lm-evaluation-harness's GSM8K
+# "flexible-extract" rule (its "strict-match" rule wants "#### N", which is weft's strict
+# "####" answer phrase).
+FLEXIBLE_POLICY = ExtractionPolicy(boxed=False, answer_phrase=False, last_number=True)
+
+# Named extraction rules an evaluation can select (``eval.runner.EvalConfig.extraction``); the
+# name is stored with every sample and score (``eval_samples.extraction_rule``).
+DEFAULT_RULE = "strict"
+EXTRACTION_RULES: Mapping[str, ExtractionPolicy] = MappingProxyType({
+    "strict": DEFAULT_POLICY,  # a stated final answer: the last \boxed{}, else an answer phrase
+    "flexible": FLEXIBLE_POLICY,  # the last number anywhere in the text
+})
+
+
+def extraction_policy(rule: str) -> ExtractionPolicy:
+    """The :class:`ExtractionPolicy` of a named rule (:data:`EXTRACTION_RULES`)."""
+    try:
+        return EXTRACTION_RULES[rule]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown answer extraction rule {rule!r}; use one of {', '.join(EXTRACTION_RULES)} "
+            "(strict: a stated final answer; flexible: the last number in the text)"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +140,18 @@ _ANSWER_ANCHOR_RE = re.compile(
 )
 _SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|\bI hope\b")
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\d])")
-_NUMBER_THEN_WORDS_RE = re.compile(r"^(-?\$?\d+(?:,\d{3})*(?:\.\d+)?)\s+[A-Za-z][A-Za-z\s]*$")
+# a number followed by a word ("18 dollars", "55 kilograms of flour", "18 because ..."): the number
+# ("3 x + 2" is no such case: the word is followed by an operator)
+_NUMBER_THEN_WORDS_RE = re.compile(
+    r"^(-?\$?\d+(?:,\d{3})*(?:\.\d+)?)\s+[A-Za-z]+\b(?!\s*[=+\-*/^(])")
+# the left side of "25 + 50 = 55": numbers, operators, brackets, currency and spacing only
+_ARITHMETIC_RE = re.compile(r"[\d\s.,+\-*/^×÷·()\[\]$=]*")
+_LATEX_OPERATOR_RE = re.compile(r"\\(?:times|cdot|div)(?![A-Za-z])")
+# text that is no answer: no digit and nothing mathematical ("unclear to me", "below")
+_MATH_CHARS_RE = re.compile(r"[\d\\{}^_=+*/()<>|\[\]]")
+_NON_ANSWERS = frozenset({"below", "above", "as follows", "follows", "unclear", "unknown",
+                          "not clear", "wrong", "incorrect", "correct", "right", "that", "this",
+                          "it", "there", "here", "simple", "easy", "clear", "obvious"})
 _SCI_RE = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
 _MATH_ENV_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"))
@@ -176,16 +217,44 @@ def _clean_phrase_answer(text: str, start: int = 0, end: int | None = None) -> s
     env = _first_math_env(s)
     if env is not None:  # "$5$ apples" -> "5"
         s = env
+    s = _right_of_arithmetic(s)
     words = _NUMBER_THEN_WORDS_RE.match(s)
     if words:  # "18 dollars" -> "18"
         s = words.group(1)
-    return s.strip()
+    s = s.strip()
+    return "" if _is_prose(s) else s
+
+
+def _right_of_arithmetic(s: str) -> str:
+    """``"25 + 50 = 55 kilograms"`` -> ``"55 kilograms"``: the part after the last ``=`` when
+    everything before it is arithmetic on numbers (``"x = 5"`` stays as it is)."""
+    if "=" not in s:
+        return s
+    left, _, right = s.rpartition("=")
+    right = _strip_wrappers(right)
+    if not right or not any(c.isdigit() for c in left):
+        return s
+    if not _ARITHMETIC_RE.fullmatch(_LATEX_OPERATOR_RE.sub("*", left)):
+        return s
+    env = _first_math_env(right)
+    return env if env is not None else right
+
+
+def _is_prose(s: str) -> bool:
+    """True for answer-phrase text that holds no answer: words without a digit or anything
+    mathematical, three or more of them ("unclear to me") or a known non-answer ("below")."""
+    if not s or _MATH_CHARS_RE.search(s):
+        return False
+    return len(s.split()) >= 3 or s.lower() in _NON_ANSWERS
 
 
 def extract_answer(text: str, policy: ExtractionPolicy = DEFAULT_POLICY) -> tuple[str | None, str]:
     """The final answer in ``text`` and how it was found: ``(answer, method)``.
 
     ``method`` is ``"boxed"``, ``"answer_phrase"``, ``"last_number"`` or ``"none"`` (answer None).
+    Answer phrases are tried last to first; one followed only by prose is skipped. The last
+    number has its thousands separators removed and never includes a currency sign or the
+    period ending a sentence.
     """
     if not isinstance(text, str):
         raise TypeError(f"prediction must be a str, got {type(text).__name__}")

@@ -142,6 +142,11 @@ class HandoffTeam:
     def client(self, author: str) -> Any:
         return self.senior if author == SENIOR else self.junior
 
+    def clients(self) -> list[Any]:
+        """The team's distinct clients (one when senior and junior share it); the runner sums
+        their ``usage()`` to report generation speed (``eval.runner.client_usage``)."""
+        return [self.senior] if self.junior is self.senior else [self.senior, self.junior]
+
     async def map(self, fn, items, **kwargs):
         return await self.senior.map(fn, items, **kwargs)
 

@@ -8,6 +8,14 @@ thread); code is run against the benchmark's tests in the sandbox (``eval.code_g
 Scores: avg@k, unbiased pass@k (k = 1, 2, 4, … ≤ n, and n), maj@k, each with a bootstrap 95%
 CI over problems; per budget and per thinking cap when the mode has them.
 
+Math answers are extracted by the evaluation's named rule (``EvalConfig.extraction``, a key of
+``eval.graders.EXTRACTION_RULES``): ``strict`` (default) credits only a stated final answer,
+``flexible`` the last number in the text (lm-evaluation-harness's GSM8K "flexible-extract").
+Every sample and score row of a math benchmark carries the rule in ``extraction_rule`` (NULL
+for choice and code benchmarks, which the rule does not apply to). Generation speed is the
+client's ``usage()`` (``pipelines.llm.Usage``): tokens the server generated over the time spent
+generating them; cache hits are reported apart and never count as throughput.
+
 Not guaranteed: identical outputs across different servers or hardware (sampling differs).
 """
 
@@ -44,6 +52,7 @@ class EvalConfig:
     seed: int = 0
     limit: int | None = None
     mode: Mode = field(default_factory=SingleMode)
+    extraction: str = "strict"  # math answer extraction rule (eval.graders.EXTRACTION_RULES)
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -60,6 +69,9 @@ class EvalConfig:
                             f"mode=...) or a Mode class), got {type(self.mode).__name__}")
         if self.temperature == 0:
             object.__setattr__(self, "top_p", 1.0)
+        from eval.graders import extraction_policy
+
+        extraction_policy(self.extraction)  # ValueError naming the known rules
 
 
 @dataclass
@@ -71,6 +83,9 @@ class EvalResult:
     completion_tokens: int = 0
     errors: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # what generation cost: generated vs cached calls and tokens, time spent generating (None
+    # when the client does not count it, e.g. a test double without ``usage``)
+    usage: Any = None
 
 
 def select_problems(problems: Iterable[Mapping[str, Any]], limit: int | None) -> list[dict]:
@@ -154,9 +169,11 @@ def code_problem(problem: Mapping[str, Any]) -> dict[str, Any]:
 
 def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None, *,
           problems: Mapping[str, Mapping[str, Any]] | None = None,
-          sandbox: Any | None = None) -> list[dict[str, Any]]:
-    """Fill extracted / extraction_method / correct / grade_error in place (and return rows).
-    ``correct`` stays None for a failed generation (``gen_error`` set): it is not an answer.
+          sandbox: Any | None = None, extraction: str = "strict") -> list[dict[str, Any]]:
+    """Fill extracted / extraction_method / extraction_rule / correct / grade_error in place
+    (and return rows). ``correct`` stays None for a failed generation (``gen_error`` set): it
+    is not an answer. ``extraction`` names the math extraction rule
+    (``eval.graders.EXTRACTION_RULES``); rows of other graders get ``extraction_rule`` None.
 
     The graded text is ``graded_text`` when the mode produced one (speak projection, tool
     answer), else the raw output; the benchmark's normaliser is applied first. Answers are
@@ -180,23 +197,30 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
         for row, res in zip(rows, results):
             row["extracted"] = None
             row["extraction_method"] = "code_block"
+            row["extraction_rule"] = None
             row["correct"] = None if row.get("gen_error") is not None else bool(res.passed)
             row["grade_error"] = None if res.passed else res.reason
         return rows
+    from eval.graders import extraction_policy
     from eval.graders import grade as grade_one
 
+    kw: dict[str, Any] = {}
+    rule = None
+    if bench.grader == "math":
+        rule, kw = extraction, {"policy": extraction_policy(extraction)}
     pairs = [(t, r["gold"]) for t, r in zip(texts, rows)]
     if pool is None and not multiprocessing.current_process().daemon:
         from eval.grading_pool import shared_pool
 
         pool = shared_pool()
     if pool is not None:
-        results = pool.grade_many(pairs, kind=bench.grader)
+        results = pool.grade_many(pairs, kind=bench.grader, **kw)
     else:
-        results = [grade_one(bench.grader, pred, gold) for pred, gold in pairs]
+        results = [grade_one(bench.grader, pred, gold, **kw) for pred, gold in pairs]
     for row, res in zip(rows, results):
         row["extracted"] = res.extracted
         row["extraction_method"] = res.method
+        row["extraction_rule"] = rule
         row["correct"] = None if row.get("gen_error") is not None else bool(res.correct)
         row["grade_error"] = res.error
     return rows
@@ -213,7 +237,17 @@ def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
     sample failed yields no score rows. With failures, problems have unequal sample counts:
     avg@k averages each problem's answered samples, pass@k uses each problem's own n (k up to
     the smallest), maj@k votes among the answered samples; ``k`` of avg@k / maj@k is the
-    number of samples asked per problem."""
+    number of samples asked per problem.
+
+    Each score row carries the rows' ``extraction_rule`` (None where they have none); rows
+    graded by different rules cannot be scored together (ValueError)."""
+    rules = {r.get("extraction_rule") for r in rows}
+    if len(rules) > 1:
+        raise ValueError(
+            f"samples of {model_label} on {benchmark} were graded by different extraction rules "
+            f"{sorted(rules, key=str)}; score each rule's samples on their own (re-grade them "
+            "with one rule)")
+    rule = next(iter(rules), None)
     groups: dict[str, list[dict]] = {}
     for r in rows:
         suffix = "".join(f"|{name}={r[name]}" for name in ("budget", "thinking_cap")
@@ -222,6 +256,8 @@ def score(rows: list[dict[str, Any]], *, model_label: str, benchmark: str,
     out: list[dict[str, Any]] = []
     for suffix, group in sorted(groups.items()):
         out.extend(_score_group(group, suffix, model_label, benchmark, n_boot, seed))
+    for row in out:
+        row["extraction_rule"] = rule
     return out
 
 
@@ -274,10 +310,13 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
                    sandbox: Any | None = None, checkpoint_id: str | None = None,
                    progress: Callable[[str], None] | None = None,
                    heartbeat_s: float = 20.0) -> EvalResult:
-    """Generate, grade and score. Generation progress (done/total, failures, tokens/s, ETA)
-    goes where the client sends it (``LLMClient.progress``); the grading phase logs its start,
-    a heartbeat every ``heartbeat_s`` and its duration to ``progress`` (default: this module's
-    logger, which reaches the Dagster run log or stderr, ``pipelines.progress``)."""
+    """Generate, grade and score. Generation progress (done/total, failures, generated
+    tokens/s, cache hits, ETA) goes where the client sends it (``LLMClient.progress``); the
+    summary line after generation gives the tokens generated, the time spent generating them
+    and the cache hits apart (``client_usage``), and ``EvalResult.usage`` keeps them; the
+    grading phase logs its start, a heartbeat every ``heartbeat_s`` and its duration to
+    ``progress`` (default: this module's logger, which reaches the Dagster run log or stderr,
+    ``pipelines.progress``). Math answers are extracted by ``cfg.extraction``."""
     from pipelines.progress import heartbeat
 
     emit = progress or log.info
@@ -286,16 +325,21 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
         raise ValueError(
             f"no problems for benchmark {bench.name!r}: ingest its source {bench.source!r} first"
         )
+    before = client_usage(client)
     t0 = time.perf_counter()
     rows = await generate(client, bench, chosen, cfg, model_label=model_label, sandbox=sandbox)
     t1 = time.perf_counter()
+    after = client_usage(client)
+    usage = None if before is None or after is None else after - before
     failed = sum(1 for r in rows if r.get("gen_error") is not None)
-    tokens = sum(int(r.get("completion_tokens") or 0) for r in rows)
+    speed = ("generation speed not measured: the client does not count usage" if usage is None
+             else usage.describe())
     emit(f"generated {len(rows)} samples of {model_label} on {bench.name} in {t1 - t0:.1f}s "
-         f"({failed} failed, {tokens / max(t1 - t0, 1e-9):.1f} tokens/s)")
+         f"({failed} failed; {speed})")
     with heartbeat(f"grading {len(rows)} {bench.name} samples ({bench.grader} grader)", emit,
                    every_s=heartbeat_s):
-        grade(rows, bench, pool, problems={p["problem_id"]: p for p in chosen}, sandbox=sandbox)
+        grade(rows, bench, pool, problems={p["problem_id"]: p for p in chosen}, sandbox=sandbox,
+              extraction=cfg.extraction)
     t2 = time.perf_counter()
     for row in rows:
         row["checkpoint_id"] = checkpoint_id
@@ -306,7 +350,22 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
         completion_tokens=sum(int(r.get("completion_tokens") or 0) for r in rows),
         errors=sum(1 for r in rows if r.get("gen_error")),
         extra={"config": config_dict(cfg), **cfg.mode.run_extra(rows)},
+        usage=usage,
     )
+
+
+def client_usage(client: Any) -> Any:
+    """The ``pipelines.llm.Usage`` snapshot of ``client`` (its ``usage()``), summed over the
+    distinct clients of a team that exposes ``clients()`` (``eval.handoff.HandoffTeam``); None
+    when a client does not count usage."""
+    clients = client.clients() if callable(getattr(client, "clients", None)) else [client]
+    total = None
+    for one in clients:
+        usage = getattr(one, "usage", None)
+        if not callable(usage):
+            return None
+        total = usage() if total is None else total + usage()
+    return total
 
 
 def config_dict(cfg: EvalConfig) -> dict[str, Any]:

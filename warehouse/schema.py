@@ -123,6 +123,9 @@ TABLES: dict[str, pa.Schema] = {
         ("output", pa.string()),
         ("extracted", pa.string()),
         ("extraction_method", pa.string()),
+        # the evaluation's math extraction rule, strict | flexible (eval.graders.EXTRACTION_RULES;
+        # NULL for choice and code benchmarks and for rows written before it was recorded)
+        ("extraction_rule", pa.string()),
         ("gold", pa.string()),
         ("correct", pa.bool_()),
         ("grade_error", pa.string()),
@@ -163,6 +166,7 @@ TABLES: dict[str, pa.Schema] = {
         ("n_samples", pa.int64()),  # answered samples the score is computed from
         ("checkpoint_id", pa.string()),
         ("failed", pa.int64()),  # samples left out because their generation failed
+        ("extraction_rule", pa.string()),  # the samples' extraction rule (as in eval_samples)
     ),
     # budget curves from eval.budget.budget_curve (per-problem means, bootstrap CIs over
     # problems), written by eval_reports; view budget_curve (warehouse/views)
