@@ -5,8 +5,8 @@ base URL, the served model name and, when the server reports it, the model's roo
 vLLM loaded under that name), messages, sampling parameters (temperature, top_p, max_tokens,
 stop, seed, n), the response format / schema, any extra request body and a caller
 ``sample_index``. A model redeployed under the same served name at the same URL therefore gets
-fresh answers when its root differs, and the same name at another URL never shares entries. ``ResponseCache`` maps that key to the
-response payload. Each ``put`` is its own committed transaction, so a crash loses at most the
+fresh answers when its root differs, and the same name at another URL never shares entries.
+``ResponseCache`` maps that key to the response payload. Each ``put`` is its own committed transaction, so a crash loses at most the
 request in flight; several processes may read and write one file at once (WAL + busy timeout),
 and the first successful writer of a key wins (later writes of the same key are ignored).
 

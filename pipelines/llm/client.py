@@ -5,8 +5,9 @@ bounded concurrency, a per-request deadline, retries with exponential backoff an
 429 / 5xx / timeouts / dropped connections (never on other 4xx), a persistent
 content-addressed response cache (``pipelines.llm.cache``) so a re-run replays without
 requests (keyed by the endpoint, the served name and the model root the server reports, so a
-different model behind the same name is never answered from another's entries), structured JSON output with one repair round (``chat_json``), one accounting record
-per call for the warehouse table ``llm_calls`` and a batch helper that logs progress.
+different model behind the same name is never answered from another's entries), structured
+JSON output with one repair round (``chat_json``), one accounting record per call for the
+warehouse table ``llm_calls`` and a batch helper that logs progress.
 
 Guarantees: ``chat`` and ``chat_json`` never raise for a bad response or a failed request, they
 return results with ``error`` set; the one exception is ``EndpointUnreachable``, raised within
@@ -20,8 +21,8 @@ error of its row (not retried: the same request would produce it again), and a `
 reply still invalid after the repair round has its cache entries flagged failed, so a re-run
 asks the server again (``pipelines.llm.cache``). ``map`` logs progress (done/total, failures,
 generated tokens/s, cache hits, ETA) to ``progress`` or the module logger at least every
-``log_every_s``, also while nothing finishes, and with ``batch_timeout_s`` stops a batch that runs longer with
-``BatchTimeout`` (the calls that completed stay cached and recorded).
+``log_every_s``, also while nothing finishes, and with ``batch_timeout_s`` stops a batch that
+runs longer with ``BatchTimeout`` (the calls that completed stay cached and recorded).
 
 Model identity: before its first cache lookup the client reads ``GET {base_url}/models`` once
 and takes the ``root`` of its model's entry (vLLM: the weights loaded under the served name;
@@ -34,9 +35,9 @@ instead of replayed tokens over lookup time (``pipelines.llm.types.Usage``).
 
 Not guaranteed: identical requests issued concurrently in one run are both sent (the cache
 keeps the first answer); a model redeployed under the same name from the same ``root`` path
-(weights overwritten in place) is taken for the same model; replayed responses are only as deterministic as what was stored; a
-server that ignores ``seed`` still gets distinct cache entries per ``sample_index``. With
-n > 1, one empty choice fails the whole request.
+(weights overwritten in place) is taken for the same model; replayed responses are only as
+deterministic as what was stored; a server that ignores ``seed`` still gets distinct cache
+entries per ``sample_index``. With n > 1, one empty choice fails the whole request.
 """
 
 from __future__ import annotations
@@ -713,9 +714,9 @@ class LLMClient:
         log_every_s: float | None = None,
     ) -> list[T]:
         """``await fn(item)`` for every item concurrently, results in input order, with progress
-        (done/total, failures, items/s, generated tokens/s and cache hits from ``usage()``, ETA) sent to the client's ``progress`` (or
-        logged) every ``log_every_s`` (None: the client's), even while nothing finishes. HTTP
-        concurrency is bounded by the client's semaphore inside ``chat``; ``map`` keeps a few
+        (done/total, failures, items/s, generated tokens/s and cache hits from ``usage()``,
+        ETA) sent to the client's ``progress`` (or logged) every ``log_every_s`` (None: the
+        client's), even while nothing finishes. HTTP concurrency is bounded by the client's semaphore inside ``chat``; ``map`` keeps a few
         times that many items in flight. An exception from ``fn`` cancels the rest and is
         raised, unless ``return_exceptions`` (then it takes the item's place); EndpointUnreachable
         always raises, and so does ``BatchTimeout`` when the batch outlives the client's
