@@ -47,7 +47,9 @@ formulas); the direction of Table 3 is what the tests and the CLI check.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +66,8 @@ from eval.engagement.core import (
 from eval.engagement.deliberation import sub_seed
 from eval.engagement.texts import EMAILS, MAIN_TASKS, URGENCIES, TaskSpec, scripted_units
 from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
+
+_log = logging.getLogger(__name__)
 
 AGENTLOOP, POLL, EP = "agentloop", "poll", "ep"
 METHODS = (AGENTLOOP, POLL, EP)
@@ -584,7 +588,10 @@ def run_method(cfg: AssistantConfig, outputs: Sequence[MainOutput], method: str,
     on (cfg.seed, seed, episode), so all methods see the same tasks and email streams."""
     result = AssistantResult(method)
     env, agent = AssistantEnv(cfg, outputs, method), AssistantAgent(cfg, method, triage)
+    started = time.monotonic()
     for s in range(cfg.n_seeds):
+        _log.info("assistant %s (%s): seed %d/%d, %.0fs elapsed", method, cfg.setting, s + 1,
+                  cfg.n_seeds, time.monotonic() - started)
         for e in range(cfg.episodes_per_seed):
             ep = run_episode(env, agent, episode_seed(cfg, s, e), cfg.horizon, log=log)
             row = {"method": method, "setting": cfg.setting, "seed": s, "episode": e,

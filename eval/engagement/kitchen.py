@@ -48,6 +48,8 @@ scores tutoring (App. E: tutoring counts by completed problems).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +57,8 @@ from typing import Any
 from eval.engagement.core import Event, Intervention, TickEnvironment, run_episode
 from eval.engagement.deliberation import sub_seed
 from eval.metrics import CI, bootstrap_ci, bootstrap_ratio_ci
+
+_log = logging.getLogger(__name__)
 
 AGENTLOOP, POLL, REFLEX, EP = "agentloop", "poll", "reflexpatch", "ep"
 METHODS = (AGENTLOOP, POLL, REFLEX, EP)
@@ -548,12 +552,17 @@ def run_method(cfg: KitchenConfig, method: str, policy: Policy = scripted_policy
                cases: Sequence[Case] | None = None, log: bool = False) -> KitchenResult:
     """Every case of ``cfg`` under one interface; cases and seeds are shared by all methods."""
     result = KitchenResult(method, controller=controller_name(policy))
-    for i, case in enumerate(make_cases(cfg) if cases is None else cases):
+    todo = list(make_cases(cfg) if cases is None else cases)
+    started = time.monotonic()
+    for i, case in enumerate(todo):
         env, agent = KitchenEnv(cfg, case, method), KitchenAgent(cfg, method, policy)
         ep = run_episode(env, agent, sub_seed(cfg.seed, i), cfg.time_budget, log=log)
         result.rows.append({"method": method, "setting": cfg.setting, "case_id": case.case_id,
                             "family": case.family, "episode": i,
                             "utility": float(sum(ep.utilities)), **env.metrics()})
+        _log.info("kitchen %s (%s, %s): case %d/%d, utility %.2f, %.0fs elapsed", method,
+                  cfg.setting, result.controller, i + 1, len(todo),
+                  result.rows[-1]["utility"], time.monotonic() - started)
         if log:
             result.timelines.append(ep.rows(method=method, episode=i))
     return result

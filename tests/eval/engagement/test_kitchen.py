@@ -84,6 +84,17 @@ def test_cases_are_shared_and_seeded():
     assert a.rows == b.rows and a.timelines == b.timelines
 
 
+def test_a_run_reports_progress_after_every_case(caplog):
+    cfg = K.KitchenConfig(setting=K.ONE, cases_per_cell=1)
+    n = len(K.make_cases(cfg))
+    with caplog.at_level("INFO", logger="eval.engagement.kitchen"):
+        result = K.run_method(cfg, K.EP)
+    lines = [r.getMessage() for r in caplog.records if r.name == "eval.engagement.kitchen"]
+    assert len(lines) == n == len(result.rows)
+    assert lines[-1].startswith(f"kitchen ep (one, scripted): case {n}/{n}, utility "
+                                f"{result.rows[-1]['utility']:.2f}")
+
+
 def test_bad_inputs_get_clear_errors():
     with pytest.raises(ValueError, match="method must be one of"):
         K.KitchenEnv(CFG, CASE, "patch")
