@@ -5,8 +5,10 @@ the file named after the view. They hold no data, so every catalog refresh drops
 creates them again: first one view per stored or declared table (``Warehouse``), then the view
 files in dependency order (a view that selects from another view file's view comes after it;
 ties by name). Editing a file changes the view at the next refresh; deleting a file removes the
-view. ``{warehouse}`` in a file stands for the warehouse folder (quotes doubled, for use inside a
-SQL string). A view over tables that have no rows yet still answers, empty and typed, because
+view. ``{warehouse}`` in a file stands for the warehouse folder as an absolute path at the time
+of the refresh (quotes doubled, for use inside a SQL string); views that read Parquet files read
+the tables' views, whose globs are relative to the warehouse folder (``warehouse.store``), so
+the catalog goes with its folder when it is copied or moved. A view over tables that have no rows yet still answers, empty and typed, because
 every table a view reads is declared in ``warehouse/schema.py``.
 
 Migrations (``warehouse/migrations/NNN_<name>.sql``) are for changes to stored data: each runs
@@ -15,6 +17,14 @@ once per warehouse, in version order, and is recorded in the catalog table ``wef
 views before views had their own files, and warehouses built then have them recorded as
 applied; a new migration takes version 9 or above. Migrations run only on the catalog file,
 never on the in-memory copy built while the file is busy (the next refresh applies them).
+
+The catalog file is written in DuckDB's storage format of ``STORAGE_VERSION`` (v1.1.0), so
+every DuckDB client from 1.1 on opens it, although weft itself runs a newer DuckDB (whose own
+default format older clients refuse). DuckDB never changes the format of an existing file, so a
+catalog written in a newer format (by weft before this was set) is rebuilt at the next refresh:
+its record of applied migrations is carried into a new file in the older format, which then
+replaces it (``needs_rebuild``, ``migration_record``). Processes that have the old file open
+keep reading it until they close it.
 """
 
 from __future__ import annotations
@@ -36,6 +46,10 @@ RETIRED_MIGRATIONS = {
     1: "001_scores_views", 2: "002_eval_views", 3: "003_budget_views", 4: "004_duet",
     5: "005_tandem", 6: "006_models", 7: "007_engagement", 8: "008_ep_budget",
 }
+# The oldest DuckDB release that must open the catalog file; DuckDB names storage formats after
+# the release that introduced them (this one is readable from DuckDB 1.0 on).
+STORAGE_VERSION = "v1.1.0"
+_VERSION_RE = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _CREATE_RE = re.compile(r"^CREATE\s+OR\s+REPLACE\s+VIEW\s+(\"?)([A-Za-z0-9_]+)\1\s+AS\s+(.*)$",
@@ -207,10 +221,7 @@ def apply_migrations(con: duckdb.DuckDBPyConnection, root: Path,
                      migrations: Iterable[Migration]) -> list[str]:
     """Run each migration not yet recorded in ``weft_migrations`` and record it; returns the
     names applied. The caller holds the transaction."""
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS weft_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
-        "applied_at TIMESTAMPTZ DEFAULT now())"
-    )
+    _create_migration_table(con)
     done = {row[0] for row in con.execute("SELECT version FROM weft_migrations").fetchall()}
     applied = []
     for migration in migrations:
@@ -226,3 +237,56 @@ def apply_migrations(con: duckdb.DuckDBPyConnection, root: Path,
                     [migration.version, migration.name])
         applied.append(migration.name)
     return applied
+
+
+def open_catalog_file(path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-write connection to the catalog file ``path``; a file it creates is written in
+    the storage format of ``STORAGE_VERSION`` (an existing file keeps its own format)."""
+    return duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION})
+
+
+def storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The storage format of ``con``'s own database as DuckDB tags it (``'v1.0.0+'``: readable
+    by DuckDB 1.0 and later), or None for a database without one (in memory)."""
+    row = con.execute("SELECT tags FROM duckdb_databases() "
+                      "WHERE database_name = current_database()").fetchone()
+    tags = dict(row[0]) if row and row[0] else {}
+    return tags.get("storage_version")
+
+
+def needs_rebuild(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when ``con``'s catalog file is in a storage format that a DuckDB client of
+    ``STORAGE_VERSION`` cannot open (a newer or unrecognised one)."""
+    tag = storage_version(con)
+    match = _VERSION_RE.match(tag or "")
+    if match is None:
+        return tag is not None
+    wanted = tuple(int(x) for x in _VERSION_RE.match(STORAGE_VERSION).groups())
+    return tuple(int(x) for x in match.groups()) > wanted
+
+
+def migration_record(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """The rows of ``weft_migrations`` (version, name, applied_at); empty when it has none."""
+    exists = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'weft_migrations' "
+        "AND database_name = current_database() AND schema_name = 'main'").fetchone()[0]
+    if not exists:
+        return []
+    return con.execute(
+        "SELECT version, name, applied_at FROM weft_migrations ORDER BY version").fetchall()
+
+
+def restore_migration_record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple]) -> None:
+    """Create ``weft_migrations`` on ``con`` holding ``rows`` (from ``migration_record``)."""
+    _create_migration_table(con)
+    rows = [tuple(r) for r in rows]
+    if rows:
+        con.executemany(
+            "INSERT INTO weft_migrations (version, name, applied_at) VALUES (?, ?, ?)", rows)
+
+
+def _create_migration_table(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS weft_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
+        "applied_at TIMESTAMPTZ DEFAULT now())"
+    )

@@ -6,13 +6,34 @@ reader sees either the previous file or the new one, never a partial file, and w
 partition again replaces its rows instead of adding to them.
 
 The DuckDB catalog (``<root>/catalog.duckdb``) holds only views plus the record of applied
-data migrations (``warehouse.catalog``). A refresh drops every view and, in one transaction,
+data migrations (``warehouse.catalog``), in a storage format DuckDB clients from 1.1 on open
+(``warehouse.catalog.STORAGE_VERSION``). A refresh drops every view and, in one transaction,
 creates one view per stored or declared table over its Parquet files (typed and empty from
 ``warehouse/schema.py`` while it has none), applies pending data migrations, then creates the
 derived views of ``warehouse/views/*.sql`` in dependency order. Writers never open it: DuckDB
 allows one writing process per file. Whoever queries refreshes the catalog when it can take the
 write lock; otherwise it reads the catalog as it is (read-only), or, if that is locked too,
 builds the same views in memory (without applying migrations).
+
+The catalog goes with its folder: copied or moved (``cp -a``), a warehouse reads its own Parquet
+files, never those of the folder it came from. Each table's view reads a glob relative to the
+warehouse folder (``eval_samples/*/data.parquet``; with a partition quarantined, one pattern per
+readable file, written as a glob too, e.g. ``eval_samples/b@m/[d]ata.parquet``). DuckDB resolves
+a relative glob against the folders of its ``file_search_path`` setting, or, when that is
+empty, against the working directory; never against the catalog file's folder. So:
+
+- weft sets ``file_search_path`` to the warehouse folder on every connection it builds or
+  queries views with, whatever the working directory;
+- a plain DuckDB client either starts in the warehouse folder, or runs
+  ``SET file_search_path = '<warehouse folder>'`` before querying (the DuckDB CLI:
+  ``duckdb -readonly -cmd "SET file_search_path = '<folder>'" <folder>/catalog.duckdb``).
+  Opened from elsewhere without it, a table's view fails with "No files found that match the
+  pattern" (it never reads another folder's files); views of tables without rows still
+  answer, empty.
+
+Only values a view file computes from ``{warehouse}`` (the ``models`` view's path of the
+embedded model) name the folder of the last catalog refresh: a copy shows its own folder there
+after weft's first query on it.
 
 Temp files of killed writers (``.data.parquet.<pid>.<host tag>.<uuid>.tmp``) are removed by the
 next write to the same table: a temp file is stale when its writer process is gone (same host
@@ -25,7 +46,10 @@ and confined: exactly one statement, of the SELECT family (SELECT/WITH/FROM/VALU
 SUMMARIZE, or EXPLAIN of one of those), checked with DuckDB's own parser; on a connection that
 opens the catalog read-only (or the in-memory fallback) with DuckDB's external access disabled
 except for the warehouse folder (``allowed_directories``; DuckDB canonicalises paths, so ``..``
-and symlinks out of it are refused), extension install/autoload off, and the configuration
+and symlinks out of it are refused) and the views' relative globs, allowed one by one as exact
+strings (``allowed_paths``; a relative path that is not one of them is refused, since DuckDB
+would look for it in the working directory first; the files a glob matches are checked
+against the warehouse folder too), extension install/autoload off, and the configuration
 locked so the query cannot undo any of it. Refusals raise ``UnsafeQueryError`` saying why. It
 is also bounded (``warehouse.limits``): memory, threads, disk spill (to a folder under
 ``WEFT_HOME``, not the warehouse folder) and wall-clock time, each with a default and
@@ -77,12 +101,17 @@ import pyarrow.parquet as pq
 from pipelines.settings import weft_home
 from warehouse.catalog import (
     MIGRATIONS_DIR,
+    STORAGE_VERSION,
     VIEWS_DIR,
     apply_migrations,
     create_views,
     drop_views,
     load_migrations,
     load_views,
+    migration_record,
+    needs_rebuild,
+    open_catalog_file,
+    restore_migration_record,
 )
 from warehouse.limits import QueryLimits, enforce, limit_settings
 from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
@@ -383,7 +412,32 @@ class Warehouse:
         return _retry_replaced_files(query, self.root)
 
     def glob(self, table: str) -> str:
+        """Absolute glob of ``table``'s data files (for readers outside the catalog)."""
         return str(self.root / table / "*" / DATA_FILE)
+
+    def relative_glob(self, table: str) -> str:
+        """Glob of ``table``'s data files relative to the warehouse folder, as its view reads
+        them (resolved through ``file_search_path``; module docstring)."""
+        _check_table(table)
+        return f"{table}/*/{DATA_FILE}"
+
+    def _relative_file(self, path: Path) -> str:
+        """A data file under the warehouse folder as a relative glob that matches only it: a
+        plain relative path would be looked up in the working directory first."""
+        rel = path.relative_to(self.root).as_posix()
+        escaped = "".join(f"[{c}]" if c in "*?[]" else c for c in rel[:-len(DATA_FILE)])
+        return f"{escaped}[{DATA_FILE[0]}]{DATA_FILE[1:]}"
+
+    def view_patterns(self) -> list[str]:
+        """Every relative glob a table's view may read: one per stored or declared table and
+        one per partition file (the allow-list of the confined connection)."""
+        names = sorted(set(TABLES) | {p.name for p in self.root.iterdir()
+                                      if p.is_dir() and _TABLE_RE.match(p.name)}
+                       if self.root.is_dir() else set(TABLES))
+        patterns = [self.relative_glob(t) for t in names]
+        patterns += [self._relative_file(f) for f in sorted(self.root.glob(f"*/*/{DATA_FILE}"))
+                     if _TABLE_RE.match(f.parent.parent.name)]
+        return patterns
 
     # ---- the catalog ----------------------------------------------------------------------
     def _view_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str | None:
@@ -395,7 +449,8 @@ class Warehouse:
         if files:
             # the glob keeps a read-only catalog current as partitions are added; with a
             # partition quarantined, the view lists the readable files instead
-            paths = [self.glob(table)] if not quarantined else [str(f) for f in files]
+            paths = ([self.relative_glob(table)] if not quarantined
+                     else [self._relative_file(f) for f in files])
             listed = ", ".join(_sql_string(p) for p in paths)
             source = f"read_parquet([{listed}], union_by_name=true, hive_partitioning=false)"
             # Files written before a column was declared lack it: the view still has every
@@ -425,7 +480,9 @@ class Warehouse:
     def _install_views(self, con: duckdb.DuckDBPyConnection, *, migrate: bool) -> None:
         """Drop every view, then create the tables' views, apply pending data migrations
         (``migrate``: on the catalog file only) and create the derived views, all in one
-        transaction: a failure leaves the catalog as it was."""
+        transaction: a failure leaves the catalog as it was. Sets ``con``'s
+        ``file_search_path`` to the warehouse folder (the views' globs are relative to it)."""
+        _search_warehouse(con, self.root)
         views = load_views(self.views_dir)
         migrations = load_migrations(self.migrations_dir) if migrate else []
         names = {v.name for v in views}
@@ -459,23 +516,50 @@ class Warehouse:
 
     def refresh_catalog(self) -> bool:
         """Re-create every view and apply pending data migrations (``warehouse.catalog``);
-        False if another process holds the catalog. Raises ``CatalogDefinitionError`` for a
-        view file or migration that cannot be used (the catalog is then left as it was)."""
+        False if another process holds the catalog. A catalog file in a storage format newer
+        than ``warehouse.catalog.STORAGE_VERSION`` is first rebuilt in that format, keeping its
+        record of applied migrations. Raises ``CatalogDefinitionError`` for a view file or
+        migration that cannot be used (the catalog is then left as it was)."""
         with self._catalog_lock() as locked:
             if not locked:
                 return False
             try:
                 with _OPEN_LOCK:
-                    con = duckdb.connect(str(self.catalog_path))
+                    con = open_catalog_file(self.catalog_path)
             except duckdb.Error:
                 # another process writes it, or this process has it open read-only for a query
                 return False
             try:
+                record = migration_record(con) if needs_rebuild(con) else None
+                if record is None:
+                    self._install_views(con, migrate=True)
+                    con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            if record is not None:
+                self._rebuild_catalog(record)
+            return True
+
+    def _rebuild_catalog(self, record: list[tuple]) -> None:
+        """Write a new catalog file (in ``STORAGE_VERSION``'s format) holding ``record`` as its
+        applied migrations and every view, then move it over the old one. The caller holds the
+        catalog lock and has closed the old file."""
+        tmp = self.root / f".catalog.{os.getpid()}.{uuid.uuid4().hex}.duckdb"
+        try:
+            with _OPEN_LOCK:
+                con = open_catalog_file(tmp)
+            try:
+                restore_migration_record(con, record)
                 self._install_views(con, migrate=True)
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
-            return True
+            os.replace(tmp, self.catalog_path)
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        log.info("catalog %s rebuilt in DuckDB's %s storage format (%d applied migration(s) "
+                 "kept)", self.catalog_path, STORAGE_VERSION, len(record))
 
     @contextmanager
     def connect(self, limits: QueryLimits | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -501,7 +585,8 @@ class Warehouse:
                     con = None
                 else:
                     try:
-                        _confine(con, self.root, limits, shared=str(self.catalog_path))
+                        _confine(con, self.root, limits, self.view_patterns(),
+                                 shared=str(self.catalog_path))
                     except _OtherLimits:
                         con.close()
                         con, why = None, "catalog open in this process with other limits"
@@ -518,7 +603,7 @@ class Warehouse:
             con = duckdb.connect()
             try:
                 self._install_views(con, migrate=False)
-                _confine(con, self.root, limits)
+                _confine(con, self.root, limits, self.view_patterns())
             except BaseException:
                 con.close()
                 raise
@@ -591,10 +676,21 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _search_warehouse(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    """Resolve ``con``'s relative globs (the views') against ``root`` only."""
+    if "," in str(root):
+        raise ValueError(
+            f"the warehouse folder {root} has a comma in its path, which DuckDB's "
+            "file_search_path cannot hold (it separates folders); move the warehouse to a "
+            "folder without one (WEFT_HOME)")
+    con.execute(f"SET GLOBAL file_search_path = {_sql_string(str(root))}")
+
+
 def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
-             shared: str | None = None) -> None:
+             patterns: Iterable[str] = (), shared: str | None = None) -> None:
     """Lock ``con``'s database down: ``limits`` (resolved) on memory, threads and spill, files
-    only under ``root``, no extension downloads or autoloading, configuration locked. A database
+    only under ``root`` or through the relative globs ``patterns`` (resolved against ``root``
+    alone), no extension downloads or autoloading, configuration locked. A database
     instance shared with an earlier connection to the path ``shared`` may already be locked
     down; then it is only verified, and ``_OtherLimits`` raised if its limits differ."""
     settings = dict(con.execute(
@@ -611,6 +707,8 @@ def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
             raise _OtherLimits(shared)
         return
     dirs = sorted({os.path.abspath(root), os.path.realpath(root)})
+    _search_warehouse(con, root)
+    allowed = ", ".join(_sql_string(p) for p in sorted(set(patterns)))
     for statement in (
         "SET autoinstall_known_extensions = false",
         "SET autoload_known_extensions = false",
@@ -618,6 +716,7 @@ def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
         # memory, threads and the spill folder and its size (DuckDB allows its temp directory)
         *limit_settings(limits),
         f"SET allowed_directories = [{', '.join(_sql_string(d) for d in dirs)}]",
+        f"SET allowed_paths = [{allowed}]",
         "SET enable_external_access = false",
         "SET lock_configuration = true",
     ):
