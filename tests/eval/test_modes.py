@@ -474,7 +474,7 @@ def test_config_json_keeps_the_keys_stored_configs_have(mode, stored):
 
     cfg = EvalConfig(max_tokens=256, mode=mode)
     expected = {"k": 1, "temperature": 0.0, "top_p": 1.0, "max_tokens": 256, "seed": 0,
-                "limit": None, "mode": {**STORED_DEFAULTS, **stored}}
+                "limit": None, "extraction": "strict", "mode": {**STORED_DEFAULTS, **stored}}
     assert json.loads(config_json(cfg)) == expected
 
 
