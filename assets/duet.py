@@ -27,7 +27,7 @@ import dagster as dg
 from assets.common import md_table, now, run_record
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.training import TrainerLauncher, check_recipe, launch_arm
+from assets.training import TrainerLauncher, check_recipe, launch_arm, start_from_overrides
 from training.duet.sweep import (
     DEFAULT_BUDGETS,
     SWEEP_TABLE,
@@ -198,12 +198,8 @@ def duet_sweep(context: dg.AssetExecutionContext, config: DuetSweepConfig,
 
     started = now()
     if config.start_from:
-        from assets.training import latest_checkpoint
-
-        start, _ = latest_checkpoint(context, config.start_from)
-        context.log.info(f"every arm starts from {config.start_from}: {start}")
-        config = config.model_copy(update={
-            "overrides": [*config.overrides, f"model_name_or_path={start}"]})
+        config = config.model_copy(update={"overrides": start_from_overrides(
+            context, config.start_from, list(config.overrides))})
     plan = sweep_plan(config)
     arms = checked_arms(plan)
     wh = warehouse.get()

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from assets.common import md_table, now, run_record
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.training import TrainerLauncher, check_recipe, launch_arm
+from assets.training import TrainerLauncher, check_recipe, launch_arm, start_from_overrides
 from training.arms import Arm, train_summary
 from training.ep_budget import (
     ARM_BASE,
@@ -65,6 +65,9 @@ class EpBudgetTableConfig(dg.Config):
     dataset_limit: int | None = 64
     max_completion_length: int | None = None  # the EP arm's training cap; None: the recipe's
     overrides: list[str] = []  # key=value for every arm (e.g. "learning_rate=1e-5")
+    # a checkpoint asset (e.g. "sft_checkpoint") whose latest materialization every arm (and
+    # the base row) starts from; "" = the recipes' model
+    start_from: str = ""
     heldout_dataset: str = ""  # test problems; "" = the EP recipe's dataset (training's left out)
     heldout_seed: int = 1000
     heldout_n: int = 32
@@ -196,6 +199,9 @@ def ep_budget_table(context: dg.AssetExecutionContext, config: EpBudgetTableConf
     from training.data import DatasetError, fingerprint
 
     started = now()
+    if config.start_from:
+        config = config.model_copy(update={"overrides": start_from_overrides(
+            context, config.start_from, list(config.overrides))})
     plan = table_plan(config)
     wh = warehouse.get()
     ep_config = check_recipe("grpo", plan.ep_recipe, Arm("ep", plan.ep_recipe, {

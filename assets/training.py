@@ -318,6 +318,22 @@ def _run(context: dg.AssetExecutionContext, kind: str, recipe: str, overrides: l
     return dg.MaterializeResult(metadata=metadata)
 
 
+def start_from_overrides(context: dg.AssetExecutionContext, start_from: str,
+                         overrides: list[str]) -> list[str]:
+    """``overrides`` plus ``model_name_or_path=<path>`` of the latest materialization of the
+    checkpoint asset ``start_from`` (e.g. ``sft_checkpoint``), so every arm of a comparison
+    starts from that one checkpoint; ``overrides`` unchanged when ``start_from`` is empty."""
+    if not start_from:
+        return list(overrides)
+    if context.instance.get_latest_materialization_event(dg.AssetKey(start_from)) is None:
+        raise dg.Failure(f"start_from={start_from!r}: it has no materialization yet; "
+                         f"materialize {start_from} first (`make demo` trains the SFT "
+                         "checkpoint), or set start_from to '' to start from the recipe's model")
+    start, _ = latest_checkpoint(context, start_from)
+    context.log.info(f"every arm starts from {start_from}: {start}")
+    return [*overrides, f"model_name_or_path={start}"]
+
+
 def latest_checkpoint(context: dg.AssetExecutionContext, asset: str) -> tuple[str, str]:
     """(path, checkpoint id) from the latest materialization of a checkpoint asset."""
     event = context.instance.get_latest_materialization_event(dg.AssetKey(asset))

@@ -18,6 +18,7 @@ from assets.training import (
     grpo_checkpoint,
     k8s_client,
     sft_checkpoint,
+    start_from_overrides,
     trainer_for,
 )
 from warehouse import Warehouse
@@ -164,6 +165,19 @@ def test_bad_recipe_fails_in_the_asset_naming_the_field(weft_home):
     failure = result.failure_data_for_node("sft_checkpoint")
     assert "unknown field `learning_rat`" in str(failure.error.message) + str(failure.user_failure_data)
     assert not (weft_home / "checkpoints").exists()  # nothing was launched
+
+
+def test_start_from_points_every_arm_at_the_latest_checkpoint(weft_home):
+    with dg.DagsterInstance.ephemeral() as instance:
+        context = dg.build_asset_context(instance=instance)
+        assert start_from_overrides(context, "", ["a=1"]) == ["a=1"]
+        with pytest.raises(dg.Failure, match="materialize sft_checkpoint first"):
+            start_from_overrides(context, "sft_checkpoint", ["a=1"])
+        for path in ("/ck/old", "/ck/new"):
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                "sft_checkpoint", metadata={"checkpoint_path": path, "checkpoint_id": "x"}))
+        assert start_from_overrides(context, "sft_checkpoint", ["a=1"]) == [
+            "a=1", "model_name_or_path=/ck/new"]
 
 
 def test_grpo_needs_an_sft_materialization(weft_home):
