@@ -5,17 +5,20 @@ The evaluation suite is ``WEFT_EVAL_SUITE`` (comma-separated benchmark names; de
 that has not been evaluated on a suite benchmark yet (models added since the last run), and
 re-evaluates the baseline models (``WEFT_BASELINE_MODELS``, or models registered with
 ``baseline=True``; the embedded model is one). ``models_sensor`` watches the model registry
-(``eval.models``; training registers each checkpoint there) and, when a model appears, adds its
-partition and requests its evaluation on the suite right away. Run keys are per day, benchmark
-and model, so a retried tick never evaluates twice.
+(``eval.models``; training registers each checkpoint there) with one rule: every registered
+model without samples on a suite benchmark is evaluated there (the pairs of
+``plan_evaluations``, baselines not re-run), whether its partition is new or was added by hand;
+a registered model's missing partition is added. Its run keys are per benchmark and model, so it
+requests each evaluation once (a failed one is retried by the nightly schedule, whose run keys
+are per day, benchmark and model, so a retried tick never evaluates twice).
 
 Both are off until switched on in the UI (Automation). Their runs evaluate the first
 ``WEFT_NIGHTLY_LIMIT`` problems (by problem id) of each suite benchmark, default 20 (``all``:
 whole benchmarks: full GSM8K and MATH-500 for every checkpoint take hours on a CPU), with the
 benchmark's default k. Turning the sensor on right after `make demo` queues one such run per
-suite benchmark for every registered model the instance has no partition for yet (the demo's
-checkpoints); turning the schedule on adds, every night, those runs for models never evaluated
-on a suite benchmark plus re-runs for the baselines (the embedded model is one).
+suite benchmark for every registered model without samples there (the demo scores its models
+on GSM8K, so MATH-500); turning the schedule on adds, every night, those runs for models never
+evaluated on a suite benchmark plus re-runs for the baselines (the embedded model is one).
 """
 
 import os
@@ -127,19 +130,20 @@ def nightly_eval(context: dg.ScheduleEvaluationContext):
 
 
 @dg.sensor(job=eval_job, minimum_interval_seconds=60,
-           description="New model in the registry (e.g. a checkpoint from training): add its "
-                       "partition and evaluate it on the suite.")
+           description="A registered model (e.g. a checkpoint from training) without samples "
+                       "on a suite benchmark: add its partition if missing and evaluate it "
+                       "there.")
 def models_sensor(context: dg.SensorEvaluationContext):
     from eval.models import list_models
     from warehouse import Warehouse
 
     wh = Warehouse()
     known = set(context.instance.get_dynamic_partitions(model_partitions.name))
-    new = [spec.model_id for spec in list_models(wh) if spec.model_id not in known]
-    if not new:
-        return dg.SkipReason("no new models")
-    suite = eval_suite()
+    pairs = plan_evaluations(wh, eval_suite(), include_baselines=False)
+    new = sorted({spec.model_id for spec in list_models(wh)} - known)
+    if not pairs and not new:
+        return dg.SkipReason("every registered model has a score on every suite benchmark")
     return dg.SensorResult(
-        dynamic_partitions_requests=[model_partitions.build_add_request(new)],
-        run_requests=[_request(bench, model, "new-model") for model in new for bench in suite],
+        dynamic_partitions_requests=[model_partitions.build_add_request(new)] if new else [],
+        run_requests=[_request(bench, model, "new-model") for bench, model in pairs],
     )

@@ -45,19 +45,29 @@ def test_nightly_schedule_evaluates_new_models_and_baselines(monkeypatch, weft_h
     assert partitions == {"remote-a", "remote-b", "smollm2-135m-instruct"}
 
 
-def test_models_sensor_adds_partitions_for_new_models(monkeypatch, weft_home):
+def test_models_sensor_evaluates_every_registered_model_without_scores(monkeypatch, weft_home):
+    """One rule: a registered model without samples on a suite benchmark is evaluated there,
+    whether its partition is new (ckpt-1) or was added by hand (the embedded model); one with
+    samples is not; only missing partitions are added."""
     from assets.definitions import defs
+    from assets.evaluation import table_partition
     from assets.schedules import models_sensor
     from eval.models import ModelSpec, register_model
+    from warehouse import Warehouse
 
     monkeypatch.setenv("WEFT_EVAL_SUITE", "gsm8k")
     register_model(ModelSpec(model_id="ckpt-1", kind="endpoint", base_url="http://x/v1", served_model="c"))
+    register_model(ModelSpec(model_id="ckpt-2", kind="endpoint", base_url="http://y/v1", served_model="d"))
+    Warehouse().write("eval_samples", [{"benchmark": "gsm8k", "model": "ckpt-2",
+                                        "problem_id": "p1", "sample_idx": 0}],
+                      partition=table_partition("gsm8k", "ckpt-2"))
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("models", ["smollm2-135m-instruct"])
+        instance.add_dynamic_partitions("models", ["smollm2-135m-instruct", "ckpt-2"])
         ctx = dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
         result = models_sensor(ctx)
-    assert [r.partition_key.keys_by_dimension for r in result.run_requests] == [
-        {"benchmark": "gsm8k", "model": "ckpt-1"}]
+    assert sorted(r.partition_key.keys_by_dimension["model"] for r in result.run_requests) == [
+        "ckpt-1", "smollm2-135m-instruct"]
+    assert {r.partition_key.keys_by_dimension["benchmark"] for r in result.run_requests} == {"gsm8k"}
     assert result.dynamic_partitions_requests[0].partition_keys == ["ckpt-1"]
 
 
