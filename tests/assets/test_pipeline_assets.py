@@ -139,3 +139,33 @@ def test_chain_against_the_real_local_server(weft_home, shared_data, local_serve
     assert {(s["metric"], s["k"]) for s in scores} >= {("avg@k", 2), ("pass@k", 1), ("pass@k", 2), ("maj@k", 2)}
     tokens = wh.sql("SELECT sum(completion_tokens) AS t FROM llm_calls").to_pylist()[0]["t"]
     assert tokens == sum(s["completion_tokens"] for s in samples)
+
+
+def test_reingesting_identical_data_keeps_downstream_fresh(weft_home, shared_data):
+    """Ingest assets report a content hash as their Dagster data version: re-ingesting the same
+    rows leaves `problems` FRESH; different rows make it STALE."""
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.loader import LoadingContextForTest
+
+    resources = _resources("http://127.0.0.1:9/v1", "none")
+    defs = dg.Definitions(assets=ALL, resources=resources)
+    graph = defs.resolve_asset_graph()
+
+    def run(selection, limit):
+        cfg = {"ops": {"gsm8k_problems": {"config": {"limit": limit}}}}
+        assert dg.materialize(ALL, selection=selection, resources=resources, run_config=cfg,
+                              instance=instance).success
+        event = instance.get_latest_materialization_event(dg.AssetKey("gsm8k_problems"))
+        return event.asset_materialization.tags["dagster/data_version"]
+
+    def status():
+        resolver = CachingStaleStatusResolver(instance, graph, LoadingContextForTest(instance))
+        return resolver.get_status(dg.AssetKey("problems"))
+
+    with dg.instance_for_test() as instance:
+        first = run(["gsm8k_problems", "problems"], 3)
+        assert status() == StaleStatus.FRESH
+        assert run(["gsm8k_problems"], 3) == first  # byte-identical re-ingest
+        assert status() == StaleStatus.FRESH
+        assert run(["gsm8k_problems"], 4) != first  # one more problem: new data
+        assert status() == StaleStatus.STALE
