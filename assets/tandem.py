@@ -172,6 +172,44 @@ def _model_specs(context: dg.AssetExecutionContext, model: str, junior: str, wh:
     raise dg.Failure(f"junior {target!r} is neither a registered model id nor a model folder")
 
 
+def tandem_evaluations(senior: Any, junior: Any, *, decoding: dict[str, Any],
+                       starts: list[str] | tuple[str, ...] = STARTS,
+                       schedule: str = "alternate", handoff_p: float = 0.5, solo: bool = True,
+                       solo_junior: bool = True, senior_key: str = "senior",
+                       junior_key: str = "junior") -> list[Any]:
+    """The ``eval.recorded.Evaluation`` items of Tandem RL §4.2-4.3 for one senior and its
+    junior (``eval.models.ModelSpec`` each): with ``solo``, the senior alone and (with
+    ``solo_junior``) the junior alone; then the two as a handoff team, once per
+    entry of ``starts``. ``decoding`` holds the ``eval.runner.EvalConfig`` fields shared by
+    every run (k, temperature, top_p, max_tokens, seed, limit); ``senior_key`` and
+    ``junior_key`` are the served models' keys in ``evaluate_recorded``'s specs. Rows are
+    labelled with the senior's model id, the junior's, and ``eval.handoff.handoff_label``
+    for the team. ValueError for bad handoff settings."""
+    from eval.handoff import handoff_label
+    from eval.modes import ModeConfig
+    from eval.recorded import Evaluation
+    from eval.runner import EvalConfig
+
+    bad = [s for s in starts if s not in STARTS]
+    if bad or not starts:
+        raise ValueError(f"starts must be a non-empty list of {STARTS}, got {list(starts)}")
+    senior_ck = senior.checkpoint_id or None
+    out = []
+    if solo:
+        out.append(Evaluation(senior.model_id, EvalConfig(**decoding, mode=ModeConfig()),
+                              senior_key, checkpoint_id=senior_ck))
+        if solo_junior:
+            out.append(Evaluation(junior.model_id, EvalConfig(**decoding, mode=ModeConfig()),
+                                  junior_key, checkpoint_id=junior.checkpoint_id or None))
+    for who in starts:
+        mode = ModeConfig(mode="handoff", handoff_partner=junior.model_id, handoff_starts=who,
+                          handoff_schedule=schedule, handoff_p=handoff_p)
+        label = handoff_label(senior.model_id, junior.model_id, who, schedule, handoff_p)
+        out.append(Evaluation(label, EvalConfig(**decoding, mode=mode), senior_key,
+                              partner=junior_key, checkpoint_id=senior_ck))
+    return out
+
+
 @dg.asset(
     deps=[tandem_checkpoint, problems],
     group_name="evaluate",
@@ -183,10 +221,7 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
                 warehouse: WarehouseResource, grader: GraderResource,
                 llm: LLMResource) -> dg.MaterializeResult:
     from eval.benchmarks import get as get_benchmark
-    from eval.handoff import handoff_label
-    from eval.modes import ModeConfig
-    from eval.recorded import Evaluation, evaluate_recorded
-    from eval.runner import EvalConfig
+    from eval.recorded import evaluate_recorded
 
     started = now()
     wh = warehouse.get()
@@ -195,34 +230,16 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
     if not rows:
         raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
                          "and `problems` first")
-    bad = [s for s in config.starts if s not in STARTS]
-    if bad or not config.starts:
-        raise dg.Failure(f"starts must be a non-empty list of {STARTS}, got {config.starts}")
     senior_spec, junior_spec = _model_specs(context, config.model, config.junior, wh)
-    runs: list[tuple[str, ModeConfig]] = []
-    if config.solo:
-        runs += [("senior", ModeConfig()), ("junior", ModeConfig())]
-    for who in config.starts:
-        try:
-            runs.append(("team", ModeConfig(mode="handoff", handoff_partner=junior_spec.model_id,
-                                            handoff_starts=who, handoff_schedule=config.schedule,
-                                            handoff_p=config.handoff_p)))
-        except ValueError as exc:
-            raise dg.Failure(f"bad handoff settings: {exc}") from exc
-    evaluations = []
-    for who, mode in runs:
-        if who == "team":
-            label = handoff_label(senior_spec.model_id, junior_spec.model_id,
-                                  mode.handoff_starts, mode.handoff_schedule, mode.handoff_p)
-        else:
-            label = (senior_spec if who == "senior" else junior_spec).model_id
-        checkpoint = (senior_spec if who != "junior" else junior_spec).checkpoint_id or None
-        cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
-                         max_tokens=config.max_tokens, seed=config.seed, limit=config.limit,
-                         mode=mode)
-        evaluations.append(Evaluation(label, cfg, "junior" if who == "junior" else "senior",
-                                      partner="junior" if who == "team" else None,
-                                      checkpoint_id=checkpoint))
+    try:
+        evaluations = tandem_evaluations(
+            senior_spec, junior_spec, decoding={
+                "k": config.k, "temperature": config.temperature, "top_p": config.top_p,
+                "max_tokens": config.max_tokens, "seed": config.seed, "limit": config.limit},
+            starts=config.starts, schedule=config.schedule, handoff_p=config.handoff_p,
+            solo=config.solo)
+    except ValueError as exc:
+        raise dg.Failure(f"bad handoff settings: {exc}") from exc
     context.log.info("tandem_eval on " + bench.name + ": "
                      + ", ".join(f"{e.label} ({e.cfg.mode.mode})" for e in evaluations))
     done = evaluate_recorded(
@@ -282,6 +299,69 @@ def _load_pair(senior_path: str, junior_path: str):
     return tok, senior, junior
 
 
+def legibility_and_drift(pair: tuple[Any, Any, Any], bench: Any, problems: dict[str, Any],
+                         senior_samples: list[dict[str, Any]],
+                         junior_samples: list[dict[str, Any]], *, model: str, junior: str,
+                         max_samples: int | None, min_count: int, smoothing: float
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Tandem RL §4.4-4.5 for one senior against its junior, from their solo samples:
+    (``tandem_legibility`` rows, ``tandem_drift`` rows, the ``tandem_summary`` row).
+
+    ``pair`` is (tokenizer, senior model, junior model); legibility scores the senior's first
+    ``max_samples`` samples by (problem, index) (None: all), each under the prompt it answered
+    (``problems`` by id); drift compares the token marginals of all of both models' samples
+    (``eval.tandem_metrics``)."""
+    from eval.tandem_metrics import (
+        drift_rows,
+        drift_summary,
+        legibility,
+        legibility_rows,
+        marginal_drift,
+        token_counts,
+    )
+
+    tok, senior, junior_model = pair
+    scored = sorted(senior_samples, key=lambda r: (r["problem_id"], r["sample_index"]))
+    if max_samples is not None:
+        scored = scored[:max_samples]
+    prompts = [_prompt_ids(tok, bench, problems, r) for r in scored]
+    completions = [tok.encode(r["output"] or "", add_special_tokens=False) for r in scored]
+    stats = legibility(senior, junior_model, prompts, completions)
+    vocab = int(senior.config.vocab_size)
+    counts = {name: token_counts([tok.encode(r["output"] or "", add_special_tokens=False)
+                                  for r in rows], vocab)
+              for name, rows in (("senior", senior_samples), ("junior", junior_samples))}
+    drift = marginal_drift(counts["senior"], counts["junior"], min_count=min_count,
+                           smoothing=smoothing)
+    leg_rows = legibility_rows(scored, stats, model=model, junior=junior)
+    d_rows = drift_rows(drift, counts["senior"], counts["junior"], model=model, junior=junior,
+                        benchmark=bench.name, decode=lambda t: tok.decode([t]))
+    summary = drift_summary(drift, stats, model=model, junior=junior, benchmark=bench.name,
+                            min_count=min_count)
+    return leg_rows, d_rows, summary
+
+
+def write_legibility(context: dg.AssetExecutionContext, wh: Any, config: dict[str, Any],
+                     benchmark: str, leg_rows: list[dict[str, Any]],
+                     d_rows: list[dict[str, Any]], summary: dict[str, Any], *,
+                     started: Any) -> None:
+    """Write one senior's §4.4-4.5 rows (partition ``<benchmark>@<senior>@<junior>``) and
+    their `runs` row; no drift rows (nothing frequent in the junior's outputs) clears the
+    partition's old ones, with a warning."""
+    part = f"{benchmark}@{summary['model']}@{summary['junior']}"
+    lin = lineage(context, config, partition=part)
+    wh.write("tandem_legibility", leg_rows, lineage=lin)
+    if d_rows:
+        wh.write("tandem_drift", d_rows, lineage=lin)
+    else:
+        wh.delete_partition("tandem_drift", part)
+        context.log.warning(f"no token occurs {summary['min_count']}+ times in the junior's "
+                            "outputs: no drift rows (lower min_count or evaluate more problems)")
+    wh.write("tandem_summary", [summary], lineage=lin)
+    record_run(wh, lin, started_at=started, rows_written=len(leg_rows) + len(d_rows) + 1,
+               config=config)
+
+
 @dg.asset(
     deps=[tandem_eval],
     group_name="evaluate",
@@ -293,14 +373,6 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
     from eval.benchmarks import get as get_benchmark
     from eval.models import get_model
-    from eval.tandem_metrics import (
-        drift_rows,
-        drift_summary,
-        legibility,
-        legibility_rows,
-        marginal_drift,
-        token_counts,
-    )
 
     started = now()
     wh = warehouse.get()
@@ -325,35 +397,13 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
             raise dg.Failure(f"no solo eval_samples of {m} on {bench.name}: materialize "
                              "tandem_eval (solo: true) for this senior and junior first")
     problems = {p["problem_id"]: p for p in wh.read("problems", partition=bench.source).to_pylist()}
-    tok, senior, junior_model = _load_pair(specs[0].path, specs[1].path)
-    scored = sorted(samples[model], key=lambda r: (r["problem_id"], r["sample_index"]))
-    scored = scored[:max(1, config.max_samples)]
-    prompts = [_prompt_ids(tok, bench, problems, r) for r in scored]
-    completions = [tok.encode(r["output"] or "", add_special_tokens=False) for r in scored]
-    stats = legibility(senior, junior_model, prompts, completions)
-    vocab = int(senior.config.vocab_size)
-    counts = {m: token_counts([tok.encode(r["output"] or "", add_special_tokens=False)
-                               for r in samples[m]], vocab) for m in (model, junior)}
-    drift = marginal_drift(counts[model], counts[junior], min_count=config.min_count,
-                           smoothing=config.smoothing)
-    part = f"{bench.name}@{model}@{junior}"
-    lin = lineage(context, config.model_dump(), partition=part)
-    leg_rows = legibility_rows(scored, stats, model=model, junior=junior)
-    d_rows = drift_rows(drift, counts[model], counts[junior], model=model, junior=junior,
-                        benchmark=bench.name, decode=lambda t: tok.decode([t]))
-    summary = drift_summary(drift, stats, model=model, junior=junior, benchmark=bench.name,
-                            min_count=config.min_count)
+    leg_rows, d_rows, summary = legibility_and_drift(
+        _load_pair(specs[0].path, specs[1].path), bench, problems, samples[model],
+        samples[junior], model=model, junior=junior, max_samples=max(1, config.max_samples),
+        min_count=config.min_count, smoothing=config.smoothing)
     summary["checkpoint_id"] = specs[0].checkpoint_id or None
-    wh.write("tandem_legibility", leg_rows, lineage=lin)
-    if d_rows:
-        wh.write("tandem_drift", d_rows, lineage=lin)
-    else:
-        wh.delete_partition("tandem_drift", part)
-        context.log.warning(f"no token occurs {config.min_count}+ times in the junior's outputs: "
-                            "no drift rows (lower min_count or evaluate more problems)")
-    wh.write("tandem_summary", [summary], lineage=lin)
-    record_run(wh, lin, started_at=started, rows_written=len(leg_rows) + len(d_rows) + 1,
-               config=config.model_dump())
+    write_legibility(context, wh, config.model_dump(), bench.name, leg_rows, d_rows, summary,
+                     started=started)
     plots = _tandem_plots(wh, bench.name, junior, context.run_id)
     meta: dict[str, Any] = {
         "model": model, "junior": junior, "benchmark": bench.name,

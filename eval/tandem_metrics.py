@@ -145,10 +145,14 @@ def token_counts(completions: Iterable[Sequence[int]], vocab_size: int) -> torch
 
 
 def marginal_drift(senior_counts: torch.Tensor, junior_counts: torch.Tensor, *,
-                   min_count: int = 20, smoothing: float = 0.5) -> Drift:
+                   min_count: int = 20, smoothing: float = 0.5,
+                   tokens: Sequence[int] | None = None) -> Drift:
     """§4.4 signed log-ratios on the junior's frequent tokens (``smoothing`` added to the two
     counts of each token, the totals left as the corpus sizes) and the smoothing-free KL on the
-    shared support with its coverage (see the module docstring)."""
+    shared support with its coverage (see the module docstring). ``tokens``: compute the
+    log-ratios on these token ids instead (a fixed set, e.g. the full corpus's frequent tokens
+    when the counts are recomputed with part of the corpus left out); ``min_count`` is then
+    unused."""
     if senior_counts.shape != junior_counts.shape:
         raise ValueError(f"count vectors differ in size: {tuple(senior_counts.shape)} vs "
                          f"{tuple(junior_counts.shape)}")
@@ -161,7 +165,8 @@ def marginal_drift(senior_counts: torch.Tensor, junior_counts: torch.Tensor, *,
     if n_s <= 0 or n_j <= 0:
         raise ValueError(f"marginal drift needs tokens from both models: the senior's outputs "
                          f"hold {n_s:g} tokens and the junior's {n_j:g}; evaluate both first")
-    frequent = (c_j >= min_count).nonzero().flatten()
+    frequent = ((c_j >= min_count).nonzero().flatten() if tokens is None
+                else torch.tensor(list(tokens), dtype=torch.long))
     ratio = ((c_s[frequent] + smoothing) / n_s).log() - ((c_j[frequent] + smoothing) / n_j).log()
     shared = (c_s > 0) & (c_j > 0)
     p_s, p_j = c_s[shared], c_j[shared]
