@@ -295,30 +295,42 @@ def _dagster_bin() -> str:
 
 
 STOP_GRACE_S = 60.0  # how long a stopped run gets to record itself before it is killed
+ENV_STOP_GRACE = "WEFT_STOP_GRACE_S"  # overrides STOP_GRACE_S
 
 
-def _stop_child(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+def stop_grace_s() -> float:
+    raw = os.environ.get(ENV_STOP_GRACE, "").strip()
+    try:
+        return float(raw) if raw else STOP_GRACE_S
+    except ValueError:
+        raise WeftUsageError(f"{ENV_STOP_GRACE}={raw!r} must be a number of seconds") from None
+
+
+def _stop_child(child: subprocess.Popen, since: float | None = None,
+                grace: float | None = None) -> None:
     """Stop ``dagster`` and everything it started (its own session: the run, its step
-    processes, a local model server): SIGINT to ``dagster`` first, which Dagster forwards to
-    its steps as an interrupt, so each writes what it has (its calls, a ``canceled`` ``runs``
-    row) and closes its servers; SIGTERM, then SIGKILL, to the whole session when the run does
-    not end within ``grace`` seconds."""
+    processes, a local model server) when it has not ended ``grace`` seconds after it was
+    interrupted at ``since`` (monotonic clock; None: now, without waiting): SIGTERM to the
+    whole session, then SIGKILL 10 s later; once ``dagster`` has ended, anything it left in its
+    session is sent SIGTERM. Call it outside a signal handler: ``Popen.poll`` cannot reap the
+    child while the interrupted ``wait`` holds its lock."""
     import signal
     import time
 
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+    grace = stop_grace_s() if grace is None else grace
+    since = time.monotonic() - grace if since is None else since
+    for sig, after in ((signal.SIGTERM, grace), (signal.SIGKILL, grace + 10.0)):
+        while child.poll() is None and time.monotonic() - since < after:
+            time.sleep(0.2)
         if child.poll() is not None:
             break
         try:
-            if sig == signal.SIGINT:
-                os.kill(child.pid, sig)
-            else:
-                os.killpg(child.pid, sig)
+            os.killpg(child.pid, sig)
         except ProcessLookupError:
             break
-        deadline = time.monotonic() + wait
-        while child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+    deadline = time.monotonic() + 5.0
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
     try:  # anything the run left behind in its session (e.g. a model server) goes too
         os.killpg(child.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -328,7 +340,11 @@ def _stop_child(child: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
 def _run_dagster(args: list[str], summarize: bool = False) -> int:
     """Run a ``dagster`` command on weft's instance. The child gets a session of its own, so
     stopping ``weft`` (Ctrl-C, SIGTERM) stops it and whatever it started instead of leaving it
-    running (:func:`_stop_child`). With ``summarize``, the runs it made are summarized after."""
+    running: the run is marked canceling, ``dagster`` gets SIGINT (Dagster forwards it to its
+    steps as an interrupt, so each writes what it has and a ``canceled`` ``runs`` row), and
+    :func:`_stop_child` ends what is still there after :data:`STOP_GRACE_S` (or
+    ``WEFT_STOP_GRACE_S``). With
+    ``summarize``, the runs it made are summarized after."""
     import signal
     import time
 
@@ -337,28 +353,37 @@ def _run_dagster(args: list[str], summarize: bool = False) -> int:
           file=sys.stderr, flush=True)
     started = time.time()
     child = subprocess.Popen([_dagster_bin(), *args], env=env, start_new_session=True)
-    stopped: list[int] = []
+    stopped: list[tuple[int, float]] = []
 
-    def stop(signum, _frame):
+    def stop(signum, _frame):  # quick and non-blocking: the waiting happens below
         name = signal.Signals(signum).name
         if not stopped:
             print(f"[weft] stopping the run ({name}); what it has computed is kept and its "
                   "runs row says canceled", file=sys.stderr, flush=True)
             mark_canceling(started, f"weft received {name}")
-        stopped.append(signum)
-        _stop_child(child)
+            try:
+                os.kill(child.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        stopped.append((signum, time.monotonic()))
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = child.wait()
+        while True:
+            try:
+                rc = child.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if stopped:
+                    _stop_child(child, since=stopped[0][1])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _stop_child(child)
+        _stop_child(child, since=stopped[0][1] if stopped else None)
     if summarize:
         print_run_summary(started)
     if stopped:
-        return 128 + stopped[0]
+        return 128 + stopped[0][0]
     return rc
 
 

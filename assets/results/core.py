@@ -149,11 +149,14 @@ def _slug(text: str) -> str:
 
 def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: Experiment,
                   scale: str, compute: Callable[[], list[dict[str, Any]]],
-                  config: Mapping[str, Any] | None = None) -> dg.MaterializeResult:
+                  config: Mapping[str, Any] | None = None,
+                  clients: Sequence[Any] = ()) -> dg.MaterializeResult:
     """Run ``compute`` (returns ``eval.claims.judge`` rows) inside the asset's `runs` record,
     stamp each row with the experiment, scale and config, write them to ``claims`` (partition
     = the experiment) and return the page's metadata. A ``compute`` that raises records a
-    failed run and fails the asset with its message (nothing already in ``claims`` is lost)."""
+    failed run and fails the asset with its message (nothing already in ``claims`` is lost); a
+    stopped one (Ctrl-C, Dagster's interrupt) records a canceled run. The LLM calls of
+    ``clients`` (LLM clients ``compute`` uses) are written with the run either way."""
     import json
 
     from eval.claims import ClaimError
@@ -162,6 +165,8 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
     settings = {"scale": scale, **dict(config or {})}
     with run_record(context, wh, settings, partition=experiment.name,
                     started_at=started) as rec:
+        for client in clients:
+            rec.track(client)
         try:
             rows = compute()
         except (ClaimError, ValueError) as exc:

@@ -126,8 +126,9 @@ def ep_assistant_claim(context: dg.AssetExecutionContext, config: AssistantClaim
     if config.policy not in ("scripted", "llm"):
         raise dg.Failure(description=f"policy must be scripted or llm, got {config.policy!r}")
 
+    client = llm.client(max_tokens=300) if config.policy == "llm" else None
+
     def compute():
-        client = llm.client(max_tokens=300) if config.policy == "llm" else None
         rows = []
         for setting in ("single", "milestones"):
             context.log.info(f"Table 3, {setting}: {config.policy} policies ...")
@@ -138,7 +139,7 @@ def ep_assistant_claim(context: dg.AssetExecutionContext, config: AssistantClaim
         return rows
 
     return record_claims(context, warehouse.get(), ASSISTANT, config.scale, compute,
-                         config.model_dump())
+                         config.model_dump(), clients=[client] if client is not None else [])
 
 
 @dg.asset(name=KITCHEN.name, group_name="results", kinds={"python"},
@@ -148,8 +149,9 @@ def ep_kitchen_claim(context: dg.AssetExecutionContext, config: KitchenClaimConf
     from eval.engagement.claims import kitchen_claims
     from eval.engagement.llm_runs import run_comparison
 
+    client = llm.client(max_tokens=config.max_tokens)
+
     def compute():
-        client = llm.client(max_tokens=config.max_tokens)
         rows = []
         for setting in ("one", "multi"):
             context.log.info(f"Table 4, {setting}: LLM controller {client.model} ...")
@@ -160,7 +162,7 @@ def ep_kitchen_claim(context: dg.AssetExecutionContext, config: KitchenClaimConf
         return rows
 
     return record_claims(context, warehouse.get(), KITCHEN, config.scale, compute,
-                         config.model_dump())
+                         config.model_dump(), clients=[client])
 
 
 EXPERIMENTS = [DELIBERATION, PATROL, ASSISTANT, KITCHEN]

@@ -165,6 +165,8 @@ def test_stopping_weft_cancels_the_run_keeps_its_record_and_stops_dagster(weft_h
 
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     env["WEFT_HOME"] = str(weft_home)
+    # a long grace: weft must return as soon as the interrupted run has ended, not wait it out
+    env["WEFT_STOP_GRACE_S"] = "900"
     proc = subprocess.Popen([sys.executable, "-m", "assets.instance", "job",
                              "ep_deliberation_claim_job", "--config-json",
                              json.dumps({"scale": "cpu"})], cwd=ROOT, env=env,

@@ -176,3 +176,43 @@ def test_weft_job_runs_a_claim_job_from_the_shell_with_json_config(weft_home):
                           "--config-json", "{scale: cpu"], check=False, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "not valid JSON" in bad.stderr
+
+
+class _CallsClient:
+    """Holds LLM call records the way pipelines.llm.LLMClient does until drained."""
+
+    def __init__(self) -> None:
+        self.pending: list[dict] = []
+
+    def call(self) -> None:
+        self.pending.append({"call_id": f"c{len(self.pending)}", "tag": "ep_controller",
+                             "status": "ok"})
+
+    def drain_records(self) -> list[dict]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def test_a_stopped_claim_keeps_its_llm_calls_and_a_canceled_runs_row(weft_home):
+    from assets.results.core import record_claims
+    from assets.results.engagement import KITCHEN
+
+    client = _CallsClient()
+
+    @dg.asset(name="ep_kitchen_claim")
+    def stopped(context: dg.AssetExecutionContext):
+        def compute():
+            client.call()
+            client.call()
+            raise KeyboardInterrupt("stopped by the user")
+
+        return record_claims(context, Warehouse(), KITCHEN, "cpu", compute, {}, clients=[client])
+
+    with pytest.raises(KeyboardInterrupt):
+        stopped(dg.build_asset_context())
+    wh = Warehouse()
+    (run,) = wh.read("runs").to_pylist()
+    assert run["status"] == "canceled" and run["asset"] == "ep_kitchen_claim"
+    assert run["error"] == "KeyboardInterrupt: stopped by the user"
+    assert [c["call_id"] for c in wh.read("llm_calls").to_pylist()] == ["c0", "c1"]
+    assert wh.read("claims").num_rows == 0
