@@ -25,6 +25,12 @@ significantly worse" alone is met by any run too small to see anything:
       drop of ``δ`` or more;
     - ``inconclusive``    otherwise (the CI still admits a drop of ``δ`` or more).
 
+Before either rule: when every problem scores the same value in both arms (both arms' CIs are
+that single point, e.g. accuracy 0 against 0 with a model too small to solve any problem), the
+run has no variation to compare and the verdict is ``inconclusive``, whatever the kind: a floor
+or a ceiling says nothing about the claim. :func:`row_verdict` applies the whole rule to a
+``claims`` row, and ``python -m eval.claims --rejudge`` re-applies it to the rows stored.
+
 A claim with several parts (DUET: accuracy no worse *and* fewer tokens *and* less wall clock)
 is ``reproduced`` when every part is, ``not reproduced`` when any part is not, and
 ``inconclusive`` otherwise (:func:`combine`).
@@ -105,6 +111,33 @@ def verdict(claim: Claim, ci_low: float, ci_high: float) -> str:
     return REPRODUCED if lo > -float(claim.margin) else INCONCLUSIVE
 
 
+def no_variation(row: Mapping[str, Any]) -> bool:
+    """True when both arms of a ``claims`` row are one and the same point: each arm's 95% CI
+    has zero width and both sit at the same value (every problem scored the same in both)."""
+    points = [row.get(k) for k in ("reference_ci_low", "reference_ci_high",
+                                   "treatment_ci_low", "treatment_ci_high")]
+    if any(p is None or not math.isfinite(float(p)) for p in points):
+        return False
+    return max(points) - min(points) <= 1e-12 * max(1.0, abs(float(points[0])))
+
+
+def row_verdict(row: Mapping[str, Any]) -> str:
+    """The verdict of one ``claims`` row (as :func:`judge` returns and the warehouse stores it)
+    under the rule in the module docstring: ``inconclusive`` when the arms show no variation,
+    else :func:`verdict` on the row's difference CI."""
+    if no_variation(row):
+        return INCONCLUSIVE
+    margin = row.get("margin")
+    margin = None if margin is None or (isinstance(margin, float) and math.isnan(margin)) \
+        else float(margin)
+    claim = Claim(paper=str(row["paper"]), section=str(row["section"]),
+                  statement=str(row["claim"]), metric=str(row["metric"]),
+                  reference=str(row["reference"]), treatment=str(row["treatment"]),
+                  kind=str(row["kind"]), higher_is_better=bool(row["higher_is_better"]),
+                  margin=margin if row["kind"] == "no_worse" else None)
+    return verdict(claim, float(row["diff_ci_low"]), float(row["diff_ci_high"]))
+
+
 def combine(verdicts: Iterable[str]) -> str:
     """One verdict for a claim of several parts: all reproduced, any not, else inconclusive."""
     parts = list(verdicts)
@@ -141,7 +174,7 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
                                alternative=alternative).p_value
     ref_mean, ref_lo, ref_hi = bootstrap_ci(ref, n_boot=n_boot, seed=seed)
     treat_mean, treat_lo, treat_hi = bootstrap_ci(treat, n_boot=n_boot, seed=seed)
-    return {
+    row = {
         "paper": claim.paper, "section": claim.section, "claim": claim.statement,
         "metric": claim.metric, "kind": claim.kind, "higher_is_better": claim.higher_is_better,
         "margin": claim.margin, "reference": claim.reference, "treatment": claim.treatment,
@@ -149,9 +182,10 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
         "treatment_value": treat_mean, "treatment_ci_low": treat_lo,
         "treatment_ci_high": treat_hi, "diff": paired.diff, "diff_ci_low": paired.ci_low,
         "diff_ci_high": paired.ci_high, "p_value": p_value, "n": paired.n,
-        "verdict": verdict(claim, paired.ci_low, paired.ci_high),
         "paper_value": claim.paper_value,
     }
+    row["verdict"] = row_verdict(row)
+    return row
 
 
 # ---- the claim as a picture small enough for the UI's inline Markdown -------------------------
@@ -340,6 +374,33 @@ def latest_claims(wh: Any) -> list[dict[str, Any]]:
     return wh.sql(LATEST_CLAIMS_SQL).to_pylist()
 
 
+def rejudge(wh: Any) -> list[tuple[str, str, str, str, str]]:
+    """Re-apply the verdict rule to every row stored in ``wh``'s ``claims`` table (after the rule
+    changed) and rewrite the experiments whose verdicts moved; every other column, the run id
+    and the time stamp included, is kept. Returns ``(experiment, section, metric, old, new)``
+    for each row that changed."""
+    if CLAIMS_TABLE not in wh.tables():
+        return []
+    changed: list[tuple[str, str, str, str, str]] = []
+    for partition in wh.partitions(CLAIMS_TABLE):
+        table = wh.read(CLAIMS_TABLE, partition)
+        rows = table.to_pylist()
+        moved = False
+        for row in rows:
+            new = row_verdict(row)
+            if new != row["verdict"]:
+                changed.append((str(row.get("experiment")), str(row["section"]),
+                                str(row["metric"]), str(row["verdict"]), new))
+                row["verdict"] = new
+                moved = True
+        if moved:
+            import pyarrow as pa
+
+            wh.write(CLAIMS_TABLE, pa.Table.from_pylist(rows, schema=table.schema),
+                     partition=partition)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m eval.claims``: print the Results table from the warehouse."""
     import argparse
@@ -353,8 +414,15 @@ def main(argv: list[str] | None = None) -> int:
                     "as a Markdown table (the README's Results section).")
     parser.add_argument("--warehouse", help="warehouse folder (default: WEFT_HOME/warehouse)")
     parser.add_argument("--digits", type=int, default=3, help="decimals shown (default 3)")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="first re-apply the current verdict rule to the stored rows and "
+                             "rewrite those whose verdict changed (prints each change)")
     args = parser.parse_args(argv)
-    rows = latest_claims(Warehouse(args.warehouse))
+    wh = Warehouse(args.warehouse)
+    if args.rejudge:
+        for experiment, section, metric, old, new in rejudge(wh):
+            print(f"rejudged {experiment} {section} {metric}: {old} -> {new}", file=sys.stderr)
+    rows = latest_claims(wh)
     if not rows:
         print("no claims recorded yet in this warehouse: materialize an asset of the `results` "
               "group (the Dagster UI, or `weft materialize`), then run this again",

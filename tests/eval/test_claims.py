@@ -11,6 +11,8 @@ from eval.claims import (
     ClaimError,
     combine,
     judge,
+    rejudge,
+    row_verdict,
     verdict,
 )
 
@@ -136,6 +138,37 @@ def test_judge_no_worse_p_value_is_against_a_drop_of_the_margin():
     assert row["p_value"] == pytest.approx(1 / 201)
 
 
+@pytest.mark.parametrize("claim", [better(), better(higher=False), no_worse(0.05),
+                                   no_worse(0.05, higher=False)], ids=str)
+@pytest.mark.parametrize("level", [0.0, 1.0, 37.5])
+def test_both_arms_at_one_point_is_inconclusive_whatever_the_kind(claim, level):
+    # 0 vs 0 accuracy on every problem: the CI [0, 0] alone would say "not reproduced" for a
+    # better claim and "reproduced" for a no_worse one; neither is supported by the data
+    row = judge(claim, [level] * 40, [level] * 40, n_boot=200)
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == (0.0, 0.0)
+    assert row["verdict"] == INCONCLUSIVE
+    # one problem solved in one arm is variation: the CI rule applies again
+    moved = judge(claim, [level] * 40, [level] * 39 + [level + 1], n_boot=200)
+    assert moved["verdict"] == verdict(claim, moved["diff_ci_low"], moved["diff_ci_high"])
+    # both arms constant but at different levels is a clear difference, not a floor
+    apart = judge(claim, [level] * 40, [level + 1] * 40, n_boot=200)
+    assert apart["verdict"] == verdict(claim, 1.0, 1.0)
+
+
+def test_row_verdict_reads_a_stored_row_like_judge():
+    import random
+
+    rng = random.Random(7)
+    for trial in range(60):
+        claim = [better(), better(False), no_worse(0.1), no_worse(0.1, False)][trial % 4]
+        ref = [rng.choice([0.0, 1.0]) for _ in range(30)]
+        treat = [min(1.0, max(0.0, r + rng.choice([-1, 0, 0, 1]))) for r in ref]
+        row = judge(claim, ref, treat, n_boot=300, seed=trial)
+        assert row_verdict(row) == row["verdict"]
+        if len(set(ref) | set(treat)) > 1:
+            assert row["verdict"] == verdict(claim, row["diff_ci_low"], row["diff_ci_high"])
+
+
 # ---- the Results table from a real warehouse -------------------------------------------------
 
 def _row(experiment, claim, verdict_, diff, run_id):
@@ -204,3 +237,38 @@ def test_claim_svg_is_inline_sized_and_places_each_arm_on_one_axis():
     assert xs == [round(150 + 0.2 * 258), round(150 + 0.8 * 258)]
     assert re.findall(r'd="M(\d+) \d+H(\d+)"', svg)[1] == (str(round(150 + 0.6 * 258)), "408")
     assert inline_svg("<svg>" + "x" * 2000 + "</svg>") is None  # too long: not inline
+
+
+def test_rejudge_rewrites_only_rows_whose_verdict_moved(weft_home, capsys):
+    from eval.claims import main
+    from warehouse import Lineage, Warehouse
+
+    wh = Warehouse()
+    floor = dict(_row("sxs_claim", "accuracy", NOT_REPRODUCED, 0.0, "r1"),
+                 reference_value=0.0, reference_ci_low=0.0, reference_ci_high=0.0,
+                 treatment_value=0.0, treatment_ci_low=0.0, treatment_ci_high=0.0,
+                 diff_ci_low=0.0, diff_ci_high=0.0)
+    good = _row("sxs_claim", "latency", REPRODUCED, 0.12, "r1")
+    other = _row("duet_claim", "tokens", INCONCLUSIVE, 0.01, "r2")
+    wh.write("claims", [floor, good], lineage=Lineage(run_id="r1", partition="sxs_claim"))
+    wh.write("claims", [other], lineage=Lineage(run_id="r2", partition="duet_claim"))
+    before = {r["claim"]: r for r in wh.read("claims").to_pylist()}
+    [duet_file] = [f for f in wh.files("claims") if "duet_claim" in str(f)]
+    duet_stamp = duet_file.stat().st_mtime_ns
+
+    assert rejudge(wh) == [("sxs_claim", "Table 2", "accuracy", NOT_REPRODUCED, INCONCLUSIVE)]
+    after = {r["claim"]: r for r in wh.read("claims").to_pylist()}
+    assert after["accuracy"]["verdict"] == INCONCLUSIVE
+    for name, row in before.items():        # everything else, run id and time included, kept
+        keep = {k: v for k, v in row.items() if k != "verdict"}
+        assert {k: v for k, v in after[name].items() if k != "verdict"} == keep
+    assert after["latency"]["verdict"] == REPRODUCED
+    assert after["tokens"]["verdict"] == INCONCLUSIVE
+    assert duet_file.stat().st_mtime_ns == duet_stamp   # an unchanged experiment is not rewritten
+    assert rejudge(wh) == []                # idempotent
+
+    wh.write("claims", [floor], lineage=Lineage(run_id="r1", partition="sxs_claim"))
+    assert main(["--rejudge"]) == 0
+    captured = capsys.readouterr()
+    assert "rejudged sxs_claim Table 2 accuracy: not reproduced -> inconclusive" in captured.err
+    assert "**inconclusive**" in captured.out
