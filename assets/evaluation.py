@@ -33,6 +33,7 @@ partitions whose rows come from a run without a successful `runs` row or without
 """
 
 from functools import partial
+from typing import Any
 
 import dagster as dg
 
@@ -222,6 +223,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         "samples_preview": dg.MetadataValue.md(eval_samples_preview(
             result.samples,
             problems=None if bench.private_text else {p["problem_id"]: p["problem"] for p in rows})),
+        **_trained_from(wh, model_id),
     })
 
 
@@ -255,7 +257,17 @@ def eval_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
             "scores": md_table(scores, ["metric", "k", "value", "ci_low", "ci_high", "failed"])}
     for s in scores:
         meta[f"{s['metric'].replace('@k', '')}@{s['k']}"] = float(s["value"])
+    meta.update(_trained_from(wh, model))
     return dg.MaterializeResult(metadata=meta)
+
+
+def _trained_from(wh: Any, model_id: str) -> dict[str, Any]:
+    """What trained the evaluated model, as links on the evaluation's page (the graph has no
+    edge from a checkpoint to the partitions that evaluate it): the training asset, the data
+    and the asset that wrote it, the run. Empty for a model weft did not train."""
+    from assets.training import lineage_metadata, model_lineage
+
+    return lineage_metadata(model_lineage(wh, model_id))
 
 
 @dg.asset_check(asset=eval_samples, description="Every sample with a response has been graded "
