@@ -19,6 +19,15 @@ thread (:func:`training_threads`); ``--train-only`` runs just this part.
 The last lines say whether the trained model is measurably better than the base model, and
 whether GRPO itself added anything over its SFT start; neither is assumed.
 
+What it prints (:mod:`assets.console`): the terminal gets the demo's own lines only: each stage
+as it starts and what it produced (problems per source, each model's scores, what the base
+model's GSM8K answers state and why they score what they do, one line per finished training
+step, the held-out comparison, where to look). Everything else (Dagster's event lines, the
+training scripts' output, vLLM's server log, warnings, progress bars) goes to
+``WEFT_HOME/logs/demo-<time>.log``, named on the first and last line; a failure shows its error
+and that path on the terminal and exits non-zero. ``--verbose`` (or ``WEFT_VERBOSE=1``) leaves
+all output on the terminal.
+
 Not guaranteed: that a few CPU steps of GRPO move held-out accuracy beyond noise; the demo
 reports what it measured either way.
 """
@@ -27,12 +36,16 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+
+from assets import console
+from assets.console import say, stage
 
 # DAGSTER_HOME preparation lives in assets.instance (shared with `make ui` and `weft`)
 from assets.instance import (  # noqa: F401 - re-exported for callers of assets.demo
@@ -115,6 +128,188 @@ def demo_sources() -> list[str]:
         if (root / spec.local_path).exists():
             sources.append(name)
     return sources
+
+
+# ------------------------------------------------------------------ what the demo says
+
+# a training step as the training script reports it through Pipes (training.callbacks
+# RunRecorder) and Dagster's console logger writes it: "... - <checkpoint> step 3/8: k=v, ..."
+STEP_LINE = re.compile(r" - (?P<checkpoint>[\w.:-]+) step (?P<step>\d+)/(?P<total>\d+): "
+                       r"(?P<metrics>.+)$")
+STEP_LABELS = {"reward_mean": "reward", "filtered_group_share": "dropped groups",
+               "loss": "loss", "kl": "kl", "seconds_per_step": "s/step"}
+
+
+def step_summary(line: str) -> str | None:
+    """The terminal line for one finished training step found in a log line, or None when the
+    line is not one: ``[demo]   <checkpoint> step 3/8  reward 0.625, dropped groups 0.5, ...``
+    (the metrics of :data:`STEP_LABELS`, reward first)."""
+    m = STEP_LINE.search(line)
+    if m is None:
+        return None
+    metrics = dict(part.split("=", 1) for part in m["metrics"].split(", ") if "=" in part)
+    shown = [f"{label} {metrics[key]}" for key, label in STEP_LABELS.items() if key in metrics]
+    return (f"[demo]   {m['checkpoint']} step {m['step']}/{m['total']}  "
+            + (", ".join(shown) or m["metrics"]))
+
+
+def follow_log(line: str) -> None:
+    """The demo's :class:`assets.console.Console` follower: one short terminal line per
+    finished training step."""
+    summary = step_summary(line)
+    if summary is not None:
+        say(summary)
+
+
+def ingest_summary(sources: list[str]) -> list[str]:
+    """Problems per ingested source in the warehouse's ``problems`` table, and rejected rows
+    (``rejects``), as the demo's ingestion lines."""
+    from warehouse import Warehouse
+
+    wh = Warehouse()
+    counts = {r["source"]: int(r["n"]) for r in wh.sql(
+        "SELECT source, count(*) AS n FROM problems WHERE list_contains($s, source) "
+        "GROUP BY source", {"s": sources}).to_pylist()}
+    try:
+        rejected = int(wh.sql("SELECT count(*) AS n FROM rejects WHERE list_contains($s, source)",
+                              {"s": sources}).to_pylist()[0]["n"])
+    except Exception:  # noqa: BLE001 - no rejects table yet: nothing was rejected
+        rejected = 0
+    parts = [f"{s} {counts.get(s, 0):,}" for s in sources]
+    kept = (f" ({rejected:,} rows rejected: SELECT * FROM rejects)" if rejected else
+            " (no rows rejected)")
+    out = [f"[demo] ingested {sum(counts.values()):,} problems from {len(sources)} sources{kept}:"]
+    line = "[demo]  "
+    for part in parts:
+        if len(line) + len(part) > 98:
+            out.append(line.rstrip(","))
+            line = "[demo]  "
+        line += f" {part},"
+    out.append(line.rstrip(","))
+    return out
+
+
+def score_line(benchmark: str, model: str, label: str) -> str:
+    """One line of a model's latest scores on a benchmark (``latest_scores``): pass@1 with its
+    95% CI, then the other metrics."""
+    from warehouse import Warehouse
+
+    rows = Warehouse().sql("SELECT metric, k, value, ci_low, ci_high, n_problems, n_samples "
+                           "FROM latest_scores WHERE benchmark = $b AND model = $m "
+                           "ORDER BY metric DESC, k", {"b": benchmark, "m": model}).to_pylist()
+    if not rows:
+        return f"[demo] {label} on {benchmark}: no scores were written"
+    parts = []
+    for r in rows:
+        name = r["metric"].replace("@k", f"@{r['k']}")
+        text = f"{name} {r['value']:.3f}"
+        if name == "pass@1" and r["ci_low"] is not None:
+            text += f" (95% CI {r['ci_low']:.3f}-{r['ci_high']:.3f})"
+        parts.append(text)
+    return (f"[demo] {label} on {benchmark} ({rows[0]['n_problems']} problems): "
+            + ", ".join(parts))
+
+
+@dataclass(frozen=True)
+class AnswerDiagnosis:
+    """How a model's answers on a math benchmark were read by the strict extraction rule."""
+
+    samples: int
+    stated: int  # a final answer the strict rule reads (\\boxed{} or an answer phrase)
+    stated_right: int
+    unstated: int
+    cut_off: int  # of the unstated: generation stopped at the token limit
+    flexible_right: int  # right when the last number of the output is taken (flexible rule)
+
+
+def diagnose_answers(rows: list[dict[str, Any]]) -> AnswerDiagnosis:
+    """Count, over ``eval_samples`` rows (``output``, ``gold``, ``extraction_method``,
+    ``correct``, ``finish_reason``), the answers the strict rule read and how many were right,
+    the answers with no readable final answer (and how many of those were cut off at the
+    token limit), and how many the flexible rule (``eval.graders.FLEXIBLE_POLICY``, the last
+    number in the whole output) would grade right."""
+    from eval.graders import FLEXIBLE_POLICY, grade_math
+
+    stated = [r for r in rows if r.get("extraction_method") not in (None, "none")]
+    unstated = [r for r in rows if r.get("extraction_method") in (None, "none")]
+    flexible = 0
+    for r in rows:
+        try:
+            flexible += bool(grade_math(r.get("output") or "", str(r["gold"]),
+                                        FLEXIBLE_POLICY).correct)
+        except (TypeError, ValueError):
+            pass  # an unusable gold grades as wrong under every rule
+    return AnswerDiagnosis(
+        samples=len(rows), stated=len(stated),
+        stated_right=sum(bool(r.get("correct")) for r in stated), unstated=len(unstated),
+        cut_off=sum(r.get("finish_reason") == "length" for r in unstated),
+        flexible_right=flexible)
+
+
+def describe_answers(d: AnswerDiagnosis, benchmark: str, score: float, max_tokens: int) -> str:
+    """Why the base model scores what it does on ``benchmark``, from :func:`diagnose_answers`:
+    what its answers state, and whether reading them leniently would change the score."""
+    head = (f"[demo] why the base model scores {score:.3f} on {benchmark}:" if score == 0 else
+            f"[demo] how the base model's {benchmark} answers were read:")
+    facts = (f" {d.stated} of its {d.samples} answers state a final answer the strict rule reads "
+             f"(\\boxed{{}} or 'the answer is N'), {d.stated_right} of them right; {d.unstated} "
+             f"state none ({d.cut_off} cut off at the {max_tokens}-token limit); taking the last "
+             f"number instead (the flexible rule) would make {d.flexible_right} right.")
+    if d.stated == 0 and d.flexible_right == 0:
+        why = " It never states a final answer the strict rule accepts, and its numbers are wrong too."
+    elif d.stated == 0:
+        why = " It never states a final answer the strict rule accepts: the zero is about format."
+    elif d.flexible_right > d.stated_right:
+        why = " Part of the gap is format: the flexible rule finds more right answers."
+    elif d.stated_right == 0:
+        why = " It does state answers; they are wrong (arithmetic and reasoning, not format)."
+    else:
+        why = ""
+    return head + facts + why
+
+
+def answer_story(benchmark: str, model: str, max_tokens: int) -> str | None:
+    """:func:`describe_answers` for the latest samples of ``model`` on ``benchmark`` and its
+    latest avg@k, or None when there are no samples."""
+    from warehouse import Warehouse
+
+    wh = Warehouse()
+    rows = wh.sql("SELECT output, gold, extraction_method, correct, finish_reason FROM "
+                  "eval_samples WHERE benchmark = $b AND model = $m",
+                  {"b": benchmark, "m": model}).to_pylist()
+    if not rows:
+        return None
+    score = wh.sql("SELECT value FROM latest_scores WHERE benchmark = $b AND model = $m AND "
+                   "metric = 'avg@k'", {"b": benchmark, "m": model}).to_pylist()
+    return describe_answers(diagnose_answers(rows), benchmark,
+                            float(score[0]["value"]) if score else 0.0, max_tokens)
+
+
+def training_story(sft_id: str, grpo_id: str) -> list[str]:
+    """The training stage's result lines from ``train_metrics``: SFT steps and loss, GRPO
+    steps, reward of the first and last third of its steps, and the share of dropped groups."""
+    from warehouse import Warehouse
+
+    rows = Warehouse().sql(
+        "SELECT checkpoint_id, step, loss, reward_mean, filtered_group_share FROM train_metrics "
+        "WHERE checkpoint_id IN ($s, $g) ORDER BY step", {"s": sft_id, "g": grpo_id}).to_pylist()
+    sft = [r for r in rows if r["checkpoint_id"] == sft_id]
+    out = []
+    if sft:
+        losses = [r["loss"] for r in sft if r["loss"] is not None]
+        loss = f", loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else ""
+        out.append(f"[demo] SFT {sft_id}: {len(sft)} steps{loss}")
+    steps, first, last = reward_thirds(grpo_id)
+    dropped = [r["filtered_group_share"] for r in rows
+               if r["checkpoint_id"] == grpo_id and r["filtered_group_share"] is not None]
+    line = f"[demo] GRPO {grpo_id}: {steps} steps"
+    if first is not None and last is not None:
+        line += f", reward {first:.3f} (first third) -> {last:.3f} (last third)"
+    if dropped:
+        line += (f", {sum(dropped) / len(dropped):.0%} of groups dropped (all right or all "
+                 "wrong)")
+    out.append(line)
+    return out
 
 
 # ------------------------------------------------------------------ did training help?
@@ -296,8 +491,8 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
 
     stages = stages if stages is not None else {}
     threads = training_threads(threads)
-    print(f"[demo] training and held-out scoring with {threads} torch thread(s) (all cores only "
-          f"when they are idle; set {ENV_THREADS} or --threads to choose)", flush=True)
+    stage(f"[demo] training: SFT ({DEMO_SFT_RECIPE}) then GRPO ({DEMO_GRPO_RECIPE}) through "
+          f"Dagster Pipes, {threads} torch thread(s) (--threads or {ENV_THREADS} to choose) ...")
     started = time.perf_counter()
     sft_overrides = grpo_overrides = [f"torch_threads={threads}"]  # not part of checkpoint ids
     if not demo_chain(instance, sft_recipe=DEMO_SFT_RECIPE, grpo_recipe=DEMO_GRPO_RECIPE,
@@ -305,17 +500,18 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
         return False
     stages["train"] = time.perf_counter() - started
     started = time.perf_counter()
-    sft_path, _ = checkpoint_of(instance, "sft_checkpoint")
+    sft_path, sft_id = checkpoint_of(instance, "sft_checkpoint")
     trained_path, trained_id = checkpoint_of(instance, "grpo_checkpoint")
+    say("\n".join(training_story(sft_id, trained_id)))
     rows = heldout_arith(n_heldout, exclude=training_problems(
         [(DEMO_SFT_RECIPE, []), (DEMO_GRPO_RECIPE, grpo_overrides)]))
-    print(f"\n[demo] measuring the base, SFT and trained models on {len(rows)} held-out "
-          f"arithmetic problems x {k} samples ...", flush=True)
+    stage(f"[demo] measuring the base, SFT and trained models on {len(rows)} held-out "
+          f"arithmetic problems x {k} samples ...")
     check = learning_check(resolve_model("embedded"), sft_path, trained_path, rows, k=k,
                            temperature=HELDOUT_TEMPERATURE, max_new_tokens=HELDOUT_MAX_TOKENS,
                            threads=threads)
     steps, first, last = reward_thirds(trained_id)
-    print("\n".join(describe_learning(check, steps, first, last)))
+    say("\n".join(describe_learning(check, steps, first, last)))
     stages["heldout_eval"] = time.perf_counter() - started
     out = weft_home() / "reports" / "demo_learning.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -326,7 +522,7 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
         "trained_vs_sft": check.trained_vs_sft.as_dict(),
         "scores": {"base": check.base, "sft": check.sft, "trained": check.trained},
     }, indent=2, sort_keys=True))
-    print(f"[demo] per-problem scores and both comparisons: {out}")
+    say(f"[demo] per-problem scores and both comparisons: {out}")
     record_heldout_claims(check, {"base": resolve_model("embedded"), "sft": sft_path,
                                   "trained": trained_path}, trained_id)
     return True
@@ -364,8 +560,8 @@ def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_
     Warehouse().write("claims", rows, lineage=Lineage(
         run_id=f"demo-{trained_id}", asset=HELDOUT_EXPERIMENT, partition=HELDOUT_EXPERIMENT))
     for r in rows:
-        print(f"[demo] claims row: {r['claim']}: {r['verdict']} (diff {r['diff']:+.3f}, 95% CI "
-              f"{r['diff_ci_low']:+.3f} to {r['diff_ci_high']:+.3f})")
+        say(f"[demo] claims row: {r['claim']}: {r['verdict']} (diff {r['diff']:+.3f}, 95% CI "
+            f"{r['diff_ci_low']:+.3f} to {r['diff_ci_high']:+.3f})")
 
 
 def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
@@ -378,8 +574,8 @@ def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_
     if not train_and_measure(dg.DagsterInstance.get(), heldout, heldout_k, stages=stages,
                              threads=threads):
         return 1
-    print("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items())
-          + f"; total {time.perf_counter() - started:.0f}")
+    say("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items())
+        + f"; total {time.perf_counter() - started:.0f}")
     return 0
 
 
@@ -402,9 +598,11 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     port = port or DEFAULT_PORT
     if served_models(f"http://127.0.0.1:{port}/v1") not in (None, [EMBEDDED_SERVED_NAME]):
         port = free_port()  # something else answers there; the assets start their own
+    stage("[demo] starting the local vLLM server (the first run converts the embedded model) ...")
     server = LocalModelServer(port=port)
-    print(f"[demo] starting the local vLLM server for {server.model_path} on port {port} ...", flush=True)
+    server_log = server.log_path.stat().st_size if server.log_path.exists() else 0
     server.start()
+    say(f"[demo] serving {server.model_path} on port {port} (server log: {server.log_path})")
     try:
         resources = {
             "llm": LLMResource(base_url=server.base_url, model=str(server.served_name)),
@@ -420,21 +618,23 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
                   reports.check_eval_reports_pairwise_valid]
         quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
         sources = demo_sources()
-        print(f"[demo] ingesting: {', '.join(sources)}", flush=True)
+        stage(f"[demo] ingesting {len(sources)} sources (the built-in generator and the "
+              "benchmark files under WEFT_DATA_DIR) ...")
         selection = [f"{s}_problems" for s in sources] + ["problems"]
         result = dg.materialize([*all_assets, *checks], selection=selection, resources=resources,
                                 instance=instance, tags={"weft/demo": "ingest"}, run_config=quiet)
         if not result.success:
             return 1
+        say("\n".join(ingest_summary(sources)))
         from eval.models import embedded_spec
 
         model_id = embedded_spec().model_id
         instance.add_dynamic_partitions("models", [model_id])
         for bench in DEMO_BENCHMARKS:
             if bench not in sources:
-                print(f"[demo] skipping {bench}: its file is not under WEFT_DATA_DIR", flush=True)
+                say(f"[demo] skipping {bench}: its file is not under WEFT_DATA_DIR")
                 continue
-            print(f"[demo] evaluating on {bench}: {limit} problems x k={k} ...", flush=True)
+            stage(f"[demo] evaluating the base model on {bench}: {limit} problems x k={k} ...")
             run_config = {**quiet, "ops": {"eval_samples": {"config": {
                 "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}}}
             result = dg.materialize(
@@ -445,6 +645,11 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
             )
             if not result.success:
                 return 1
+            say(score_line(bench, model_id, "base model"))
+            if bench == CHECKPOINT_BENCHMARK:
+                story = answer_story(bench, model_id, max_tokens)
+                if story:
+                    say(story)
         result = dg.materialize([*all_assets, *checks], selection=["eval_reports"], resources=resources,
                                 instance=instance, tags={"weft/demo": "report"}, run_config=quiet)
         if not result.success:
@@ -458,6 +663,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         print(format_table(wh.sql("SELECT * FROM sample_stats ORDER BY benchmark")))
     finally:
         server.stop()  # free the CPU for training
+        console.include(server.log_path, server_log, "vLLM server output")
     stages["ingest_and_eval"] = time.perf_counter() - started
     if train and not train_and_measure(instance, heldout, heldout_k, stages=stages,
                                        threads=threads):
@@ -467,8 +673,8 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         mark = time.perf_counter()
         for asset in ("sft_checkpoint", "grpo_checkpoint"):
             _, checkpoint_id = checkpoint_of(instance, asset)
-            print(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
-                  f"{limit} problems x k={k} ...", flush=True)
+            stage(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
+                  f"{limit} problems x k={k} ...")
             run_config = {**quiet, "ops": {"eval_samples": {"config": {
                 "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}}}
             result = dg.materialize(
@@ -485,13 +691,16 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         if not result.success:
             return 1
         stages["checkpoint_eval"] = time.perf_counter() - mark
+        say(score_line(CHECKPOINT_BENCHMARK, model_id, "base model"))
+        for asset in ("sft_checkpoint", "grpo_checkpoint"):
+            say(score_line(CHECKPOINT_BENCHMARK, checkpoint_of(instance, asset)[1], asset))
         print("\n[demo] leaderboard (python -m warehouse sql \"" + LEADERBOARD_SQL + "\"):\n")
         print(format_table(Warehouse().sql(LEADERBOARD_SQL)))
-    print("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items()))
-    print(f"\n[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
-    print(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
-    print("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
-    print("[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
+    say("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items()))
+    say(f"[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
+    say(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
+    say("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
+    say("[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
     return 0
 
 
@@ -514,6 +723,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"core when they are idle, else 1; or {ENV_THREADS})")
     parser.add_argument("--prepare-dagster-home", action="store_true",
                         help="only create WEFT_HOME/dagster (used by `make ui`) and exit")
+    parser.add_argument("--verbose", action="store_true",
+                        help=f"show every library line (Dagster events, training scripts, "
+                             f"warnings, progress bars) on the terminal instead of only in "
+                             f"WEFT_HOME/logs/demo-<time>.log (or {console.ENV_VERBOSE}=1)")
     args = parser.parse_args(argv)
     if args.prepare_dagster_home:
         print(ensure_dagster_home())
@@ -525,10 +738,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--threads needs at least 1 thread, got {args.threads}")
     if args.train_only and args.no_train:
         parser.error("--train-only and --no-train together leave nothing to run")
+    try:
+        verbose = console.verbose_from_env(args.verbose)
+    except ValueError as exc:
+        parser.error(str(exc))
+    log_path = None if verbose else console.run_log_path("demo")
     if args.train_only:
-        return run_training_only(args.heldout, args.heldout_k, args.threads)
-    return run(args.limit, args.k, args.max_tokens, args.port, train=not args.no_train,
-               heldout=args.heldout, heldout_k=args.heldout_k, threads=args.threads)
+        return console.run_logged(
+            lambda: run_training_only(args.heldout, args.heldout_k, args.threads), log_path,
+            follow=follow_log)
+    return console.run_logged(
+        lambda: run(args.limit, args.k, args.max_tokens, args.port, train=not args.no_train,
+                    heldout=args.heldout, heldout_k=args.heldout_k, threads=args.threads),
+        log_path, follow=follow_log)
 
 
 if __name__ == "__main__":
