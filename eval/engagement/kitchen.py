@@ -549,20 +549,74 @@ class KitchenResult:
 
 
 def run_method(cfg: KitchenConfig, method: str, policy: Policy = scripted_policy,
-               cases: Sequence[Case] | None = None, log: bool = False) -> KitchenResult:
-    """Every case of ``cfg`` under one interface; cases and seeds are shared by all methods."""
+               cases: Sequence[Case] | None = None, log: bool = False, *,
+               more_policies: Sequence[Policy] = ()) -> KitchenResult:
+    """Every case of ``cfg`` under one interface; cases and seeds are shared by all methods.
+
+    ``more_policies``: further controllers of the same kind (e.g. LLM controllers, each with a
+    client of its own) to run cases concurrently, one thread per controller; a case runs start
+    to end on one controller, its seed is the case's own, and rows come back in case order, so
+    the result is the sequential run's (an LLM server that batches requests makes it faster)."""
     result = KitchenResult(method, controller=controller_name(policy))
     todo = list(make_cases(cfg) if cases is None else cases)
+    policies = [policy, *more_policies]
+    names = {controller_name(p) for p in policies}
+    if len(names) > 1:
+        raise ValueError(f"run_method: the controllers must be of one kind, got {sorted(names)}")
     started = time.monotonic()
-    for i, case in enumerate(todo):
-        env, agent = KitchenEnv(cfg, case, method), KitchenAgent(cfg, method, policy)
+    done = 0
+
+    def one(i: int, case: Case, controller: Policy) -> tuple[dict[str, Any], Any]:
+        env, agent = KitchenEnv(cfg, case, method), KitchenAgent(cfg, method, controller)
         ep = run_episode(env, agent, sub_seed(cfg.seed, i), cfg.time_budget, log=log)
-        result.rows.append({"method": method, "setting": cfg.setting, "case_id": case.case_id,
-                            "family": case.family, "episode": i,
-                            "utility": float(sum(ep.utilities)), **env.metrics()})
+        row = {"method": method, "setting": cfg.setting, "case_id": case.case_id,
+               "family": case.family, "episode": i, "utility": float(sum(ep.utilities)),
+               **env.metrics()}
+        return row, ep
+
+    def progress(row: dict[str, Any]) -> None:
         _log.info("kitchen %s (%s, %s): case %d/%d, utility %.2f, %.0fs elapsed", method,
-                  cfg.setting, result.controller, i + 1, len(todo),
-                  result.rows[-1]["utility"], time.monotonic() - started)
+                  cfg.setting, result.controller, done, len(todo), row["utility"],
+                  time.monotonic() - started)
+
+    outcomes: list[tuple[dict[str, Any], Any] | None] = [None] * len(todo)
+    if len(policies) == 1:
+        for i, case in enumerate(todo):
+            outcomes[i] = one(i, case, policy)
+            done += 1
+            progress(outcomes[i][0])
+    else:
+        import queue
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        free: queue.Queue[Policy] = queue.Queue()
+        for p in policies:
+            free.put(p)
+
+        def on_a_free_controller(i: int, case: Case) -> tuple[dict[str, Any], Any]:
+            controller = free.get()
+            try:
+                return one(i, case, controller)
+            finally:
+                free.put(controller)
+
+        with ThreadPoolExecutor(max_workers=len(policies),
+                                thread_name_prefix=f"kitchen-{method}") as pool:
+            futures = {pool.submit(on_a_free_controller, i, case): i
+                       for i, case in enumerate(todo)}
+            try:
+                for future in as_completed(futures):
+                    outcomes[futures[future]] = future.result()
+                    done += 1
+                    progress(outcomes[futures[future]][0])
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    for i, outcome in enumerate(outcomes):
+        assert outcome is not None
+        row, ep = outcome
+        result.rows.append(row)
         if log:
             result.timelines.append(ep.rows(method=method, episode=i))
     return result

@@ -51,9 +51,13 @@ def run_comparison(environment: str, methods: Sequence[str] | None = None, *,
                    episodes_per_seed: int | None = None, cases_per_cell: int | None = None,
                    main_tokens: int = 300, log: bool = True, seed: int = 42,
                    config: A.AssistantConfig | K.KitchenConfig | None = None,
-                   main_tasks: tuple[TaskSpec, ...] = MAIN_TASKS) -> Comparison:
+                   main_tasks: tuple[TaskSpec, ...] = MAIN_TASKS,
+                   more_clients: Sequence[Any] = ()) -> Comparison:
     """Run ``methods`` (default: all of the environment's) and score them (see module doc).
-    ``main_tasks`` are the assistant's main tasks (the built-in four by default)."""
+    ``main_tasks`` are the assistant's main tasks (the built-in four by default).
+    ``more_clients`` (kitchen, with ``client``): further clients of the same server, so that
+    kitchen cases run concurrently, one LLM controller per client (same results, in case
+    order; see ``kitchen.run_method``)."""
     allowed = methods_for(environment)
     methods = tuple(methods or allowed)
     bad = [m for m in methods if m not in allowed]
@@ -86,16 +90,19 @@ def run_comparison(environment: str, methods: Sequence[str] | None = None, *,
         comp = Comparison(environment, cfg.setting, policy)
         cases = K.make_cases(cfg)
         results = {}
+        if more_clients and client is None:
+            raise ValueError("more_clients needs client: they add LLM controllers to it")
         for m in methods:
-            controller: Any = K.scripted_policy
+            controllers: list[Any] = [K.scripted_policy]
             if client is not None:
                 from eval.engagement.llm_policies import LLMController
 
-                controller = LLMController(client, m)
-            results[m] = K.run_method(cfg, m, controller, cases, log)
+                controllers = [LLMController(c, m) for c in (client, *more_clients)]
+            results[m] = K.run_method(cfg, m, controllers[0], cases, log,
+                                      more_policies=controllers[1:])
             if client is not None:
-                comp.llm["calls"] += controller.calls
-                comp.llm["failures"] += controller.failures
+                comp.llm["calls"] += sum(c.calls for c in controllers)
+                comp.llm["failures"] += sum(c.failures for c in controllers)
     for m, res in results.items():
         comp.episodes.extend({"environment": environment, "policy": policy, **row}
                              for row in res.rows)

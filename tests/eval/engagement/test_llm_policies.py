@@ -79,6 +79,54 @@ def test_llm_comparison_shares_main_outputs_across_methods():
     assert [r["method"] for r in score_table(comp)] == list(A.METHODS)
 
 
+class PromptClient:
+    """A controller client whose choice is a fixed function of the prompt it is sent (so any
+    order of calls gives the same answers); records the threads that called it."""
+
+    model = "prompt-fn"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.threads: set[str] = set()
+        self._lock = threading.Lock()
+
+    async def chat_json(self, messages, schema, params, **kw):
+        import hashlib
+        import threading
+
+        with self._lock:
+            self.threads.add(threading.current_thread().name)
+        text = "".join(m["content"] for m in messages)
+        n = schema["properties"]["choice"]["maximum"] + 1
+        choice = int(hashlib.sha256(text.encode()).hexdigest(), 16) % n
+        return JsonResult({"choice": choice}, [f'{{"choice": {choice}}}'], 5, None)
+
+
+def test_kitchen_cases_on_several_controllers_give_the_sequential_result():
+    cfg = K.KitchenConfig(setting=K.ONE, cases_per_cell=1, time_budget=400)
+    sequential = run_comparison("kitchen", [K.EP, K.REFLEX], config=cfg,
+                                client=PromptClient())
+    clients = [PromptClient() for _ in range(3)]
+    concurrent = run_comparison("kitchen", [K.EP, K.REFLEX], config=cfg,
+                                client=clients[0], more_clients=clients[1:])
+    assert len(sequential.episodes) == 2 * len(K.make_cases(cfg)) > 6
+    assert concurrent.episodes == sequential.episodes          # same rows, in case order
+    assert concurrent.llm == sequential.llm and sequential.llm["calls"] > 0
+    assert concurrent.scores == sequential.scores
+    used = set().union(*(c.threads for c in clients))
+    assert len(used) >= 2 and all(name.startswith("kitchen-") for name in used)
+    with pytest.raises(ValueError, match="more_clients needs client"):
+        run_comparison("kitchen", [K.EP], config=cfg, more_clients=clients)
+
+
+def test_kitchen_controllers_of_different_kinds_are_refused():
+    cfg = K.KitchenConfig(setting=K.ONE, cases_per_cell=1, time_budget=100)
+    with pytest.raises(ValueError, match="of one kind"):
+        K.run_method(cfg, K.EP, K.scripted_policy,
+                     more_policies=[LLMController(PromptClient(), K.EP)])
+
+
 @pytest.fixture
 def real_client(local_server, weft_home):
     from pipelines.llm import LLMClient
@@ -109,6 +157,14 @@ def test_real_server_runs_both_experiments_and_replays_from_cache(real_client):
     row = res.rows[0]
     assert ctl.calls >= 2 and 0 <= ctl.failures <= ctl.calls
     assert row["ticks"] > 5 + 3  # the controller's reply tokens spend ticks too
+    # two cases at once on two clients of the same server: each case is the one-client run's
+    from pipelines.llm import LLMClient
+
+    other = LLMClient(real_client.base_url, real_client.model, json_mode="schema")
+    both = K.run_method(kcfg, K.EP, LLMController(real_client, K.EP), [case, case],
+                        more_policies=[LLMController(other, K.EP)])
+    assert [r["case_id"] for r in both.rows] == ["tiny", "tiny"]
+    assert both.rows[0]["ticks"] > 5 + 3 and both.rows[1]["ticks"] > 5 + 3
 
 
 def test_tutor_segment_sends_the_tutor_messages_and_returns_text_and_tokens():
