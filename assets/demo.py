@@ -179,13 +179,14 @@ def ingest_summary(sources: list[str]) -> list[str]:
     kept = (f" ({rejected:,} rows rejected: SELECT * FROM rejects)" if rejected else
             " (no rows rejected)")
     out = [f"[demo] ingested {sum(counts.values()):,} problems from {len(sources)} sources{kept}:"]
-    line = "[demo]  "
-    for part in parts:
-        if len(line) + len(part) > 98:
-            out.append(line.rstrip(","))
-            line = "[demo]  "
-        line += f" {part},"
-    out.append(line.rstrip(","))
+    line = ""
+    for i, part in enumerate(parts):
+        piece = part + ("," if i < len(parts) - 1 else "")
+        if line and len(line) + 1 + len(piece) > 88:
+            out.append(f"[demo]   {line}")
+            line = ""
+        line = f"{line} {piece}" if line else piece
+    out.append(f"[demo]   {line}")
     return out
 
 
@@ -247,25 +248,24 @@ def diagnose_answers(rows: list[dict[str, Any]]) -> AnswerDiagnosis:
 
 
 def describe_answers(d: AnswerDiagnosis, benchmark: str, score: float, max_tokens: int) -> str:
-    """Why the base model scores what it does on ``benchmark``, from :func:`diagnose_answers`:
-    what its answers state, and whether reading them leniently would change the score."""
-    head = (f"[demo] why the base model scores {score:.3f} on {benchmark}:" if score == 0 else
-            f"[demo] how the base model's {benchmark} answers were read:")
-    facts = (f" {d.stated} of its {d.samples} answers state a final answer the strict rule reads "
-             f"(\\boxed{{}} or 'the answer is N'), {d.stated_right} of them right; {d.unstated} "
-             f"state none ({d.cut_off} cut off at the {max_tokens}-token limit); taking the last "
-             f"number instead (the flexible rule) would make {d.flexible_right} right.")
-    if d.stated == 0 and d.flexible_right == 0:
-        why = " It never states a final answer the strict rule accepts, and its numbers are wrong too."
-    elif d.stated == 0:
-        why = " It never states a final answer the strict rule accepts: the zero is about format."
+    """Why the base model scores what it does on ``benchmark`` (two lines), from
+    :func:`diagnose_answers`: what its answers state, and whether reading them leniently would
+    change the score."""
+    if d.stated == 0:
+        why = ("it never states a final answer the strict rule accepts" +
+               (": the score is about format." if d.flexible_right else
+                ", and its numbers are wrong too."))
     elif d.flexible_right > d.stated_right:
-        why = " Part of the gap is format: the flexible rule finds more right answers."
-    elif d.stated_right == 0:
-        why = " It does state answers; they are wrong (arithmetic and reasoning, not format)."
+        why = "part of the gap is format: the last numbers are right more often."
+    elif d.stated_right < d.stated:
+        why = "its stated answers are wrong (the arithmetic fails, not the format)."
     else:
-        why = ""
-    return head + facts + why
+        why = "every answer it states is right."
+    return (f"[demo] why the base model scores {score:.3f} on {benchmark}: {d.stated} of "
+            f"{d.samples} answers state one (\\boxed{{}} or 'the answer is N'), "
+            f"{d.stated_right} right;\n"
+            f"[demo]   {d.unstated} state none ({d.cut_off} cut off at {max_tokens} tokens); the "
+            f"last number (flexible rule) is right in {d.flexible_right}: {why}")
 
 
 def answer_story(benchmark: str, model: str, max_tokens: int) -> str | None:

@@ -193,18 +193,19 @@ def test_answer_diagnosis_counts_what_the_strict_rule_read():
 def test_answer_story_names_the_reason_the_counts_show():
     wrong = AnswerDiagnosis(samples=24, stated=16, stated_right=0, unstated=8, cut_off=2,
                             flexible_right=0)
-    line = describe_answers(wrong, "gsm8k", 0.0, 384)
-    assert line.startswith("[demo] why the base model scores 0.000 on gsm8k:")
-    assert "16 of its 24 answers state a final answer" in line and "0 of them right" in line
-    assert "8 state none (2 cut off at the 384-token limit)" in line
-    assert "they are wrong" in line and "format:" not in line
+    assert describe_answers(wrong, "gsm8k", 0.0, 384).splitlines() == [
+        ("[demo] why the base model scores 0.000 on gsm8k: 16 of 24 answers state one "
+        "(\\boxed{} or 'the answer is N'), 0 right;"),
+        ("[demo]   8 state none (2 cut off at 384 tokens); the last number (flexible rule) is "
+        "right in 0: its stated answers are wrong (the arithmetic fails, not the format).")]
     silent = AnswerDiagnosis(samples=4, stated=0, stated_right=0, unstated=4, cut_off=0,
                              flexible_right=3)
-    assert "the zero is about format" in describe_answers(silent, "gsm8k", 0.0, 384)
+    assert describe_answers(silent, "gsm8k", 0.0, 384).endswith(
+        "it never states a final answer the strict rule accepts: the score is about format.")
     mixed = AnswerDiagnosis(samples=4, stated=2, stated_right=1, unstated=2, cut_off=0,
                             flexible_right=3)
-    assert describe_answers(mixed, "gsm8k", 0.25, 384).startswith(
-        "[demo] how the base model's gsm8k answers were read:")
+    assert describe_answers(mixed, "gsm8k", 0.25, 384).endswith(
+        "part of the gap is format: the last numbers are right more often.")
 
 
 def test_error_excerpts_find_the_last_traceback_and_error_record():
@@ -253,3 +254,31 @@ def test_verbose_setting_and_log_names(tmp_path, monkeypatch):
     first.parent.mkdir()
     first.write_text("")
     assert run_log_path("demo", when) == tmp_path / "logs" / "demo-20260102-030405-2.log"
+
+
+def test_ingest_and_score_lines_read_the_warehouse(weft_home):
+    from assets.demo import ingest_summary, score_line
+    from warehouse import Lineage, Warehouse
+
+    wh = Warehouse()
+    for source, n in (("gsm8k", 3), ("math500", 2), ("old_source", 4)):
+        wh.write("problems", [{"problem_id": f"{source}-{i}", "source": source, "split": "test",
+                               "problem": f"q{i}", "answer": "1"} for i in range(n)],
+                 lineage=Lineage(partition=source), partition=source)
+    # old_source is in the table from an earlier run but not ingested by this one
+    assert ingest_summary(["gsm8k", "math500"]) == [
+        "[demo] ingested 5 problems from 2 sources (no rows rejected):",
+        "[demo]   gsm8k 3, math500 2"]
+    wh.write("eval_scores", [
+        {"model": "m", "benchmark": "gsm8k", "metric": "pass@k", "k": 1, "value": 0.25,
+         "ci_low": 0.0, "ci_high": 0.5, "n_problems": 12},
+        {"model": "m", "benchmark": "gsm8k", "metric": "avg@k", "k": 2, "value": 0.125,
+         "ci_low": 0.0, "ci_high": 0.3, "n_problems": 12},
+        {"model": "other", "benchmark": "gsm8k", "metric": "pass@k", "k": 1, "value": 0.9,
+         "ci_low": 0.8, "ci_high": 1.0, "n_problems": 12},
+    ], lineage=Lineage(partition="gsm8k@m"), partition="gsm8k@m")
+    assert score_line("gsm8k", "m", "base model") == (
+        "[demo] base model on gsm8k (12 problems): pass@1 0.250 (95% CI 0.000-0.500), "
+        "avg@2 0.125")
+    assert score_line("math500", "m", "base model") == (
+        "[demo] base model on math500: no scores were written")
