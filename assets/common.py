@@ -54,8 +54,8 @@ def runs_disagreements(asset: str, data_rows: Iterable[Mapping[str, Any]],
     run_id, status) of `runs`, ``call_rows`` (asset, partition, run_id) of `llm_calls` (None:
     not checked). A data partition agrees when all its rows come from one run, that run has a
     ``success`` row in `runs` for this asset and partition, and (when checked) that run wrote
-    `llm_calls` records for it. `runs` and `llm_calls` partitions are ``run_partition`` keys;
-    `llm_calls` written before calls were kept per run used the data partition itself."""
+    `llm_calls` records for it. `runs` and `llm_calls` rows hold the data partition they
+    belong to (``warehouse.runs``)."""
     writers: dict[str, set[str]] = {}
     for row in data_rows:
         writers.setdefault(row["partition"], set()).add(row["run_id"])
@@ -69,11 +69,11 @@ def runs_disagreements(asset: str, data_rows: Iterable[Mapping[str, Any]],
             problems.append(f"{asset} {partition}: rows from {len(runs)} runs {sorted(runs)}")
             continue
         (run_id,) = runs
-        key = (f"{asset}/{partition}/{run_id}", run_id)
+        key = (partition, run_id)
         if key not in committed:
             problems.append(f"{asset} {partition}: written by run {run_id}, which has no "
                             "successful `runs` row (it crashed or failed after writing)")
-        elif called is not None and key not in called and (partition, run_id) not in called:
+        elif called is not None and key not in called:
             problems.append(f"{asset} {partition}: run {run_id} recorded no llm_calls")
     return problems
 

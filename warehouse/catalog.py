@@ -13,9 +13,15 @@ every table a view reads is declared in ``warehouse/schema.py``.
 
 Migrations (``warehouse/migrations/NNN_<name>.sql``) are for changes to stored data: each runs
 once per warehouse, in version order, and is recorded in the catalog table ``weft_migrations``
-(version, name, applied_at) in the same transaction. Versions 1–8 are retired: they defined
+(version, name, applied_at) in the same transaction. Changes SQL cannot make (renaming
+partition folders) are data migrations written in Python (:class:`DataMigration`, registered in
+``warehouse.migrations``): they share the version numbers, order and record; their file
+changes are not part of the transaction, so each is idempotent, leaves every partition whole
+when interrupted, and is recorded only once it has finished (an interrupted one runs again at
+the next refresh). Versions 1–8 are retired: they defined
 views before views had their own files, and warehouses built then have them recorded as
-applied; a new migration takes version 9 or above. Migrations run only on the catalog file,
+applied; a new migration takes the next free version (9 is
+``warehouse.migrations.partition_spelling``). Migrations run only on the catalog file,
 never on the in-memory copy built while the file is busy (the next refresh applies them).
 
 The catalog file is written in DuckDB's storage format of ``STORAGE_VERSION`` (v1.1.0), so
@@ -32,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +92,21 @@ class Migration:
 
     def statements(self, root: Path) -> str:
         return self.path.read_text().replace("{warehouse}", str(root).replace("'", "''"))
+
+
+@dataclass(frozen=True)
+class DataMigration:
+    """A data migration written in Python: ``run(root)`` changes the warehouse folder ``root``
+    (idempotent; every partition whole at every moment, see the module docstring)."""
+
+    version: int
+    name: str
+    run: Callable[[Path], Any]
+
+    @property
+    def path(self) -> str:
+        """Where it is defined, for messages."""
+        return f"{self.run.__module__}.{self.run.__qualname__}"
 
 
 def load_views(folder: Path = VIEWS_DIR) -> list[ViewFile]:
@@ -173,11 +194,18 @@ def _dependency_order(views: dict[str, ViewFile]) -> list[ViewFile]:
     return ordered
 
 
-def load_migrations(folder: Path = MIGRATIONS_DIR) -> list[Migration]:
-    """The data migrations of ``folder`` in version order. Raises ``CatalogDefinitionError``
-    for a ``.sql`` file not named ``NNN_<name>.sql``, a retired version (1–8) or a version used
-    twice."""
-    found: dict[int, Migration] = {}
+def load_migrations(folder: Path = MIGRATIONS_DIR, data_migrations: Iterable[DataMigration] = ()
+                    ) -> list[Migration | DataMigration]:
+    """The data migrations of ``folder`` and ``data_migrations`` (Python ones) in version order.
+    Raises ``CatalogDefinitionError`` for a ``.sql`` file not named ``NNN_<name>.sql``, a
+    retired version (1–8) or a version used twice."""
+    found: dict[int, Migration | DataMigration] = {}
+    for migration in data_migrations:
+        if migration.version in RETIRED_MIGRATIONS or migration.version in found:
+            raise CatalogDefinitionError(
+                f"data migration {migration.name} ({migration.path}): version "
+                f"{migration.version} is retired or used twice; give it a new number")
+        found[migration.version] = migration
     for path in sorted(folder.glob("*.sql")):
         match = _MIGRATION_RE.match(path.name)
         if match is None:
@@ -190,8 +218,10 @@ def load_migrations(folder: Path = MIGRATIONS_DIR) -> list[Migration]:
                 f"migration {path}: version {version} is retired (it once defined views, now in "
                 f"warehouse/views); number it {max(RETIRED_MIGRATIONS) + 1:03d} or above")
         if version in found:
+            other = found[version]
             raise CatalogDefinitionError(
-                f"migrations {found[version].path.name} and {path.name} share version {version}")
+                f"migrations {getattr(other.path, 'name', other.path)} and {path.name} share "
+                f"version {version}; renumber {path.name}")
         found[version] = Migration(version, path.stem, path)
     return [found[v] for v in sorted(found)]
 
@@ -218,14 +248,27 @@ def create_views(con: duckdb.DuckDBPyConnection, views: Iterable[ViewFile], root
 
 
 def apply_migrations(con: duckdb.DuckDBPyConnection, root: Path,
-                     migrations: Iterable[Migration]) -> list[str]:
+                     migrations: Iterable[Migration | DataMigration]) -> list[str]:
     """Run each migration not yet recorded in ``weft_migrations`` and record it; returns the
-    names applied. The caller holds the transaction."""
+    names applied. The caller holds the transaction (a Python migration's file changes are
+    outside it)."""
     _create_migration_table(con)
     done = {row[0] for row in con.execute("SELECT version FROM weft_migrations").fetchall()}
     applied = []
     for migration in migrations:
         if migration.version in done:
+            continue
+        if isinstance(migration, DataMigration):
+            try:
+                migration.run(root)
+            except Exception as err:
+                raise CatalogDefinitionError(
+                    f"data migration {migration.name} ({migration.path}) stopped: "
+                    f"{type(err).__name__}: {err}. Every partition is still whole; fix the "
+                    "cause and query again (it resumes at the next catalog refresh)") from err
+            con.execute("INSERT INTO weft_migrations (version, name) VALUES (?, ?)",
+                        [migration.version, migration.name])
+            applied.append(migration.name)
             continue
         try:
             con.execute(migration.statements(root))

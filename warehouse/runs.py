@@ -4,9 +4,12 @@ Write order and the commit marker: a run that writes several tables writes its `
 first, then its data tables, and its `runs` row last. The `runs` row with status ``success`` is
 the commit marker: a partition whose rows come from a run without one was written by a run
 that crashed before it finished (``assets.common.runs_disagreements`` finds such partitions).
-`llm_calls` and `runs` are partitioned by run (``<asset>/<partition>/<run_id>``,
-:func:`run_partition`), so a re-run adds its records next to the earlier runs' instead of
-replacing them: every real endpoint call stays counted for cost accounting.
+`llm_calls` and `runs` rows hold the run's partition key in ``partition`` (for an evaluation,
+Dagster's ``gsm8k|smollm2-135m-instruct``, ``warehouse.partitions``), so they join the data
+tables and the run's ``dagster/partition`` tag on it. They are stored in one folder per run
+(folder key ``<asset>/<partition>/<run_id>``, :func:`run_partition`), so a re-run adds its
+records next to the earlier runs' instead of replacing them: every real endpoint call stays
+counted for cost accounting.
 
 :class:`RunRecord` holds that order for every stage that calls an LLM: it drains the call
 records of the clients it tracks, writes them before the first data table, and writes the
@@ -55,24 +58,28 @@ def git_sha() -> str:
 
 
 def run_partition(lin: Lineage, name: str | None = None) -> str:
-    """The per-run warehouse partition ``<name or asset>/<partition>/<run_id>``."""
+    """The key of a run's own `runs` / `llm_calls` folder, ``<name or asset>/<partition>/
+    <run_id>`` (``Warehouse.read("runs", partition=...)`` takes it); the rows in it hold
+    ``lin.partition`` in their ``partition`` column."""
     return f"{name or lin.asset}/{lin.partition}/{lin.run_id}"
 
 
 def write_llm_calls(wh: Warehouse, calls: list[Mapping[str, Any]], lin: Lineage,
                     name: str | None = None) -> int:
-    """Write one run's `llm_calls` records into its own partition (``run_partition``), so
-    re-runs never replace the records of earlier runs; nothing is written for no calls.
-    Writing again replaces this run's partition: pass every call of the run each time."""
+    """Write one run's `llm_calls` records into its own folder (``run_partition``), so
+    re-runs never replace the records of earlier runs; their ``partition`` is
+    ``lin.partition``. Nothing is written for no calls. Writing again replaces this run's
+    folder: pass every call of the run each time."""
     if calls:
-        wh.write("llm_calls", list(calls), lineage=lin, partition=run_partition(lin, name))
+        wh.write("llm_calls", list(calls), lineage=lin, folder=run_partition(lin, name))
     return len(calls)
 
 
 def record_run(wh: Warehouse, lin: Lineage, *, started_at: dt.datetime, rows_written: int,
                config: Mapping[str, Any] | None = None, status: str = "success",
                error: str | None = None) -> None:
-    """One row in `runs` per run (partition ``run_partition(lin)``). Write it last: a
+    """One row in `runs` per run (``partition`` = ``lin.partition``, in the run's own folder
+    ``run_partition(lin)``). Write it last: a
     ``success`` row marks the run's other writes as complete. A failed run records
     ``status='failed'`` and the reason in ``error``; a cancelled one ``'canceled'``."""
     if status not in RUN_STATUSES:
@@ -86,7 +93,7 @@ def record_run(wh: Warehouse, lin: Lineage, *, started_at: dt.datetime, rows_wri
         "config_json": json.dumps(dict(config or {}), sort_keys=True, default=str),
         "git_sha": git_sha(),
     }
-    wh.write("runs", [row], lineage=lin, partition=run_partition(lin))
+    wh.write("runs", [row], lineage=lin, folder=run_partition(lin))
 
 
 def error_text(exc: BaseException) -> str:
@@ -125,7 +132,7 @@ class RunRecord:
 
     ``track`` registers clients (anything with ``drain_records()``) whose call records belong
     to this run; ``add_calls`` adds records drained elsewhere. Calls go to the `llm_calls`
-    partition ``run_partition(lin, calls_name)``; every later flush rewrites that partition
+    folder ``run_partition(lin, calls_name)``; every later flush rewrites that folder
     with all of the run's calls, so calls made after a data write are kept too.
     ``rows_written`` in the `runs` row is the number of rows written with ``counted=True``
     unless set explicitly (attribute ``rows_written`` or :meth:`commit`'s argument).

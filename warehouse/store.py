@@ -1,6 +1,8 @@
 """Parquet store with atomic partition replacement, and the DuckDB catalog over it.
 
-Layout: ``<root>/<table>/<partition dir>/data.parquet`` (zstd). A partition is written to a
+Layout: ``<root>/<table>/<partition dir>/data.parquet`` (zstd), the folder named after the
+partition key (``warehouse.partitions``: Dagster's spelling, ``gsm8k|smollm2-135m-instruct``;
+reads and writes of old warehouses first apply the data migration that respells them). A partition is written to a
 temporary file in the same folder and moved into place with ``os.replace``, so a concurrent
 reader sees either the previous file or the new one, never a partial file, and writing a
 partition again replaces its rows instead of adding to them.
@@ -18,7 +20,7 @@ builds the same views in memory (without applying migrations).
 The catalog goes with its folder: copied or moved (``cp -a``), a warehouse reads its own Parquet
 files, never those of the folder it came from. Each table's view reads a glob relative to the
 warehouse folder (``eval_samples/*/data.parquet``; with a partition quarantined, one pattern per
-readable file, written as a glob too, e.g. ``eval_samples/b@m/[d]ata.parquet``). DuckDB resolves
+readable file, written as a glob too, e.g. ``eval_samples/b|m/[d]ata.parquet``). DuckDB resolves
 a relative glob against the folders of its ``file_search_path`` setting, or, when that is
 empty, against the working directory; never against the catalog file's folder. So:
 
@@ -92,7 +94,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
 
 import duckdb
 import pyarrow as pa
@@ -103,6 +104,7 @@ from warehouse.catalog import (
     MIGRATIONS_DIR,
     STORAGE_VERSION,
     VIEWS_DIR,
+    CatalogDefinitionError,
     apply_migrations,
     create_views,
     drop_views,
@@ -114,6 +116,8 @@ from warehouse.catalog import (
     restore_migration_record,
 )
 from warehouse.limits import QueryLimits, enforce, limit_settings
+from warehouse.migrations import DATA_MIGRATIONS
+from warehouse.partitions import partition_dir_name, partition_from_dir
 from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
 
 log = logging.getLogger(__name__)
@@ -135,6 +139,9 @@ _OPEN_LOCK = threading.Lock()
 # fresh instance is confined): a query asking for other limits cannot change a locked instance,
 # so it builds its views in memory instead.
 _CONFINED_LIMITS: dict[str, tuple] = {}
+# Warehouse folders whose pending data migrations this process has applied (Warehouse.upgrade).
+_UPGRADED: set[str] = set()
+_UPGRADE_LOCK = threading.Lock()
 
 
 class _OtherLimits(Exception):
@@ -191,11 +198,20 @@ def config_hash(config: Mapping[str, Any] | Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def partition_dir_name(partition: str) -> str:
-    """Filesystem-safe, reversible folder name for a partition key."""
-    if not partition:
-        raise ValueError("partition key must be a non-empty string")
-    return quote(partition, safe="-_.=")
+def write_data_file(arrow: pa.Table, final: Path) -> None:
+    """Write ``arrow`` to ``final`` (a partition's data file) atomically: into a temp file of
+    the same folder, synced, then moved into place, so readers see the old file or the new
+    one, and a writer killed half-way leaves only a temp file (removed later as stale)."""
+    tmp = final.with_name(
+        f"{TEMP_PREFIX}{os.getpid()}.{_host_tag()}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
+    try:
+        pq.write_table(arrow, tmp, compression="zstd")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _check_table(table: str) -> None:
@@ -263,13 +279,15 @@ class Warehouse:
                  views_dir: str | Path | None = None, migrations_dir: str | Path | None = None):
         """``views_dir`` and ``migrations_dir`` (default ``warehouse/views`` and
         ``warehouse/migrations``) hold the derived views and data migrations the catalog is
-        built from (``warehouse.catalog``)."""
+        built from (``warehouse.catalog``); the Python data migrations of
+        ``warehouse.migrations`` apply with the default migrations folder only."""
         # absolute, so the views' file paths and the allowed directory agree whatever the cwd
         self.root = Path(os.path.abspath(root)) if root else weft_home() / "warehouse"
         self.catalog_path = self.root / "catalog.duckdb"
         self.limits = limits  # None: QueryLimits.from_env() at each query
         self.views_dir = Path(views_dir) if views_dir is not None else VIEWS_DIR
         self.migrations_dir = Path(migrations_dir) if migrations_dir is not None else MIGRATIONS_DIR
+        self.data_migrations = DATA_MIGRATIONS if migrations_dir is None else ()
 
     def query_limits(self, limits: QueryLimits | None = None) -> QueryLimits:
         """``limits``, else the warehouse's, else ``QueryLimits.from_env()``; resolved."""
@@ -283,11 +301,19 @@ class Warehouse:
         *,
         lineage: Lineage | None = None,
         partition: str | None = None,
+        folder: str | None = None,
     ) -> WriteResult:
-        """Replace one partition of ``table`` with ``data`` atomically; stamp lineage columns."""
+        """Replace one partition of ``table`` with ``data`` atomically; stamp lineage columns.
+
+        ``partition`` (default: the lineage's) is the key the rows' ``partition`` column holds
+        (``warehouse.partitions``). The rows replace the folder of key ``folder``, which is
+        ``partition`` unless given: tables that keep one folder per run (`runs`,
+        ``llm_calls``: ``warehouse.runs.run_partition``) store under a key of their own
+        while their rows still name the partition they belong to."""
         _check_table(table)
         lineage = lineage or Lineage()
         partition = lineage.partition if partition is None else partition
+        folder_key = partition if folder is None else folder
         arrow = _to_arrow(table, data)
         n = arrow.num_rows
         stamp = dict(lineage.as_columns(), partition=partition)
@@ -299,19 +325,11 @@ class Warehouse:
             arrow = arrow.append_column(
                 "created_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
             )
-        folder = self.root / table / partition_dir_name(partition)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder_path = self.root / table / partition_dir_name(folder_key)
+        folder_path.mkdir(parents=True, exist_ok=True)
         self.remove_stale_temp_files(table)
-        final = folder / DATA_FILE
-        tmp = folder / f"{TEMP_PREFIX}{os.getpid()}.{_host_tag()}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
-        try:
-            pq.write_table(arrow, tmp, compression="zstd")
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        final = folder_path / DATA_FILE
+        write_data_file(arrow, final)
         return WriteResult(table=table, partition=partition, path=final, rows=n)
 
     def remove_stale_temp_files(
@@ -335,7 +353,9 @@ class Warehouse:
         return removed
 
     def delete_partition(self, table: str, partition: str) -> bool:
+        """Remove ``partition``'s data file; False when it had none."""
         _check_table(table)
+        self.upgrade()  # an old-spelled folder would otherwise come back under the key later
         final = self.root / table / partition_dir_name(partition) / DATA_FILE
         if final.exists():
             final.unlink()
@@ -351,14 +371,38 @@ class Warehouse:
             if p.is_dir() and _TABLE_RE.match(p.name) and self.files(p.name)
         )
 
+    def upgrade(self) -> None:
+        """Apply the pending data migrations (once per warehouse folder and process, through a
+        catalog refresh), so that partitions are read under their current keys. ``read``,
+        ``partitions`` and ``delete_partition`` call it first; queries refresh the catalog
+        anyway. When another process holds the catalog, that process applies them; a view file
+        or migration that fails is logged once here (queries raise it)."""
+        key = str(self.root)
+        with _UPGRADE_LOCK:
+            if key in _UPGRADED:
+                return
+            _UPGRADED.add(key)
+        if not self.root.is_dir():
+            return
+        try:
+            self.refresh_catalog()
+        except CatalogDefinitionError as err:
+            # the files are readable anyway; the next query raises the same error
+            log.warning("warehouse %s not upgraded: %s", self.root, err)
+        except BaseException:
+            with _UPGRADE_LOCK:
+                _UPGRADED.discard(key)
+            raise
+
     def partitions(self, table: str) -> list[str]:
         """Every partition of ``table`` with a data file, quarantined ones included (they exist;
         ``files``, ``read`` and the view leave them out)."""
         _check_table(table)
+        self.upgrade()
         base = self.root / table
         if not base.is_dir():
             return []
-        return sorted(unquote(p.parent.name) for p in base.glob(f"*/{DATA_FILE}"))
+        return sorted(partition_from_dir(p.parent.name) for p in base.glob(f"*/{DATA_FILE}"))
 
     def files(self, table: str) -> list[Path]:
         """Data files of ``table``'s readable partitions (quarantined ones are left out)."""
@@ -379,7 +423,7 @@ class Warehouse:
             real = os.path.realpath(path)
             if os.path.commonpath([inside, real]) != inside:
                 bad.append(QuarantinedPartition(
-                    table, unquote(path.parent.name), path,
+                    table, partition_from_dir(path.parent.name), path,
                     f"resolves to {real}, outside the warehouse folder {inside} (a symlink out "
                     "of it), which queries may not read"))
             else:
@@ -387,8 +431,11 @@ class Warehouse:
         return good, bad
 
     def read(self, table: str, partition: str | None = None) -> pa.Table:
-        """All rows of a table (or one partition) as Arrow; empty declared schema if none."""
+        """All rows of a table (or one partition) as Arrow; empty declared schema if none.
+        ``partition`` is a key as ``warehouse.partitions`` builds it (for `runs` and
+        ``llm_calls``, the run's folder key ``warehouse.runs.run_partition``)."""
         _check_table(table)
+        self.upgrade()
         if partition is not None:
             path = self.root / table / partition_dir_name(partition) / DATA_FILE
             files = [path] if path.exists() else []
@@ -484,7 +531,8 @@ class Warehouse:
         ``file_search_path`` to the warehouse folder (the views' globs are relative to it)."""
         _search_warehouse(con, self.root)
         views = load_views(self.views_dir)
-        migrations = load_migrations(self.migrations_dir) if migrate else []
+        migrations = (load_migrations(self.migrations_dir, self.data_migrations)
+                      if migrate else [])
         names = {v.name for v in views}
         con.execute("BEGIN TRANSACTION")
         try:

@@ -87,24 +87,22 @@ def _runs(*rows):
 
 
 @pytest.mark.parametrize("data, runs, calls, expected", [
-    # consistent: one run, committed, with calls (per-run partition)
-    ([("p", "A")], _runs(("a", "a/p/A", "A", "success")),
-     [{"asset": "a", "partition": "a/p/A", "run_id": "A"}], []),
-    # calls in the layout used before calls were kept per run
-    ([("p", "A")], _runs(("a", "a/p/A", "A", "success")),
+    # consistent: one run, committed, with calls (run records name the data partition)
+    ([("p", "A")], _runs(("a", "p", "A", "success")),
      [{"asset": "a", "partition": "p", "run_id": "A"}], []),
     # the samples' run crashed before its runs row (only an older run is committed)
-    ([("p", "B")], _runs(("a", "a/p/A", "A", "success")), None, ["no successful `runs` row"]),
+    ([("p", "B")], _runs(("a", "p", "A", "success")), None, ["no successful `runs` row"]),
     # the samples' run is recorded as failed
-    ([("p", "B")], _runs(("a", "a/p/B", "B", "failed")), None, ["no successful `runs` row"]),
+    ([("p", "B")], _runs(("a", "p", "B", "failed")), None, ["no successful `runs` row"]),
     # a success row of another asset or partition does not count
-    ([("p", "B")], _runs(("x", "x/p/B", "B", "success"), ("a", "a/q/B", "B", "success")), None,
+    ([("p", "B")], _runs(("x", "p", "B", "success"), ("a", "q", "B", "success")), None,
      ["no successful `runs` row"]),
     # rows from two runs in one partition
-    ([("p", "A"), ("p", "B")], _runs(("a", "a/p/A", "A", "success")), None, ["rows from 2 runs"]),
-    # committed but no calls recorded by that run (calls from another run only)
-    ([("p", "B")], _runs(("a", "a/p/B", "B", "success")),
-     [{"asset": "a", "partition": "a/p/A", "run_id": "A"}], ["recorded no llm_calls"]),
+    ([("p", "A"), ("p", "B")], _runs(("a", "p", "A", "success")), None, ["rows from 2 runs"]),
+    # committed but no calls recorded by that run (calls from another run, or another partition)
+    ([("p", "B")], _runs(("a", "p", "B", "success")),
+     [{"asset": "a", "partition": "p", "run_id": "A"},
+      {"asset": "a", "partition": "q", "run_id": "B"}], ["recorded no llm_calls"]),
 ])
 def test_runs_disagreements_table(data, runs, calls, expected):
     rows = [{"partition": p, "run_id": r} for p, r in data]

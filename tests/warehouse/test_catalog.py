@@ -261,8 +261,12 @@ def test_a_catalog_built_by_the_view_migrations_opens_with_the_same_views(tmp_pa
         recorded = con.execute("SELECT version, name FROM weft_migrations ORDER BY 1").fetchall()
         assert "registered_models" in _views(con)
     for view in sorted(OLD_VIEWS):
-        assert after[view] == before[view], view
-    assert recorded == [(int(p.name[:3]), p.stem) for p in sorted(OLD_MIGRATIONS.glob("*.sql"))]
+        # the same rows, but for the evaluation partition "b@m", respelled by migration 009
+        assert after[view] == (before[view][0], sorted(
+            (tuple("b|m" if v == "b@m" else v for v in row) for row in before[view][1]),
+            key=repr)), view
+    assert recorded == [(int(p.name[:3]), p.stem) for p in sorted(OLD_MIGRATIONS.glob("*.sql"))
+                        ] + [(9, "009_partition_spelling")]
     # hand-checked values through the upgraded catalog
     assert wh.sql("SELECT accuracy, pass_at_1 FROM leaderboard").to_pylist() == [
         {"accuracy": 0.5, "pass_at_1": 0.75}]

@@ -55,7 +55,10 @@ def test_success_writes_calls_then_data_then_the_runs_row(weft_home):
     assert wh.order == ["llm_calls", "rejects", "llm_calls", "traces", "runs"]
     (run,) = _rows(wh, "runs")
     assert run["status"] == "success" and run["error"] is None and run["rows_written"] == 0
-    assert run["partition"] == run_partition(LIN) == "a/p/r1"
+    # the row names the run's partition (it joins the data on it); its folder is the run's own
+    assert run["partition"] == "p"
+    assert wh.partitions("runs") == wh.partitions("llm_calls") == [run_partition(LIN)] == ["a/p/r1"]
+    assert {c["partition"] for c in _rows(wh, "llm_calls")} == {"p"}
     assert len(_rows(wh, "llm_calls")) == 3
 
 
