@@ -4,7 +4,7 @@
   episode of one interface in the digital-assistant (§5.2.1) or embodied-scheduling (§5.2.2)
   environment, one row each in ``ep_episodes``, and the event timelines of the first
   ``timeline_episodes`` episodes in ``ep_timelines`` (tick, kind, name, payload). Rows are
-  stored per experiment: warehouse partition ``<environment>.<method>@<experiment>`` and column
+  stored per experiment: warehouse partition ``<environment>.<method>|<experiment>`` and column
   ``experiment``, where the experiment id (:func:`experiment_id`, e.g.
   ``milestones-scripted-20x5-seed42-1a2b3c4d``) names the setting, the policy, the episode
   counts and the seed and ends with a hash of every setting that defines the episodes (the
@@ -41,6 +41,7 @@ import dagster as dg
 from assets.common import lineage, md_table, now, run_record
 from assets.resources import LLMResource, WarehouseResource
 from warehouse import config_hash
+from warehouse.partitions import partition_key
 from warehouse.runs import record_run
 
 EP_PARTITIONS = ["assistant.agentloop", "assistant.poll", "assistant.ep", "kitchen.agentloop",
@@ -158,7 +159,7 @@ def ep_episodes(context: dg.AssetExecutionContext, config: EpEpisodesConfig,
     policy = "scripted" if client is None else str(client.model)
     setting = config.setting or DEFAULT_SETTING[environment]
     experiment = experiment_id(config, environment, policy, setting)
-    partition = f"{context.partition_key}@{experiment}"
+    partition = partition_key(context.partition_key, experiment)
     with run_record(context, wh, config.model_dump(), partition=partition,
                     started_at=started) as rec:
         if client is not None:

@@ -45,6 +45,7 @@ from eval.benchmarks import BENCHMARKS
 from eval.benchmarks import get as get_benchmark
 from eval.recorded import Evaluation, evaluate_recorded
 from eval.runner import EvalConfig, score
+from warehouse.partitions import eval_partition
 from warehouse.runs import record_run, run_partition
 
 benchmark_partitions = dg.StaticPartitionsDefinition(sorted(BENCHMARKS))
@@ -86,7 +87,9 @@ class EvalSamplesConfig(dg.Config):
 
 
 def table_partition(benchmark: str, model: str) -> str:
-    return f"{benchmark}@{model}"
+    """The warehouse partition of the evaluation assets' partition (``benchmark``, ``model``):
+    Dagster's partition key itself (``warehouse.partitions.eval_partition``)."""
+    return eval_partition(benchmark, model)
 
 
 def partition_dims(context: dg.AssetExecutionContext) -> tuple[str, str]:

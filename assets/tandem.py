@@ -8,13 +8,14 @@
 - ``tandem_eval`` (group ``evaluate``): the senior (default: the latest ``tandem_checkpoint``;
   any registered model, e.g. a GRPO baseline, via ``model``) solo (§4.2), the junior solo, and
   the two in handoff mode (§4.3) with the senior starting and with the junior starting. Every
-  run writes ordinary ``eval_samples`` / ``eval_scores`` partitions ``<benchmark>@<label>``
+  run writes ordinary ``eval_samples`` / ``eval_scores`` partitions ``<benchmark>|<label>``
   (the team's label is ``eval.handoff.handoff_label``), so the leaderboard, ``eval_reports``
   and its paired tests cover them.
 - ``tandem_legibility`` (group ``evaluate``): §4.5 junior cross-entropy and distribution
   overlap on the senior's solo outputs (summary figures averaged over every position), §4.4
   marginal drift of the senior from the junior (tables ``tandem_legibility``, ``tandem_drift``,
-  ``tandem_summary``; views in ``warehouse/views/tandem_*_latest.sql``), with the drift
+  ``tandem_summary``, partition :func:`legibility_partition`; views in
+  ``warehouse/views/tandem_*_latest.sql``), with the drift
   survival curve (the primary drift figure) and legibility per model as plots in the metadata
   (every model evaluated against the same junior on the benchmark, so a TRL and a GRPO senior
   share one plot). The summary's ``kl`` is the smoothing-free KL on the shared support, beside
@@ -22,7 +23,8 @@
   ``eval.tandem_metrics``).
 - ``tandem_comparison`` (group ``report``): §5.3 paired one-sided tests of model A against
   model B on per-problem handoff pass@k (both starts, each k), cross-entropy and overlap
-  (table ``tandem_pairwise``, view ``tandem_pairwise_latest``).
+  (table ``tandem_pairwise``, partition :func:`pairwise_partition`, view
+  ``tandem_pairwise_latest``).
 
 Not guaranteed: legibility and drift need the weights (local models only); everything here on
 CPU is a smoke-sized run of the paper's protocol, not its numbers.
@@ -46,6 +48,7 @@ from assets.training import (
     check_recipe,
     latest_checkpoint,
 )
+from warehouse.partitions import eval_partition, partition_key
 from warehouse.runs import record_run
 
 DEFAULT_TANDEM_RECIPE = "tandem_grpo.cpu"
@@ -341,14 +344,27 @@ def legibility_and_drift(pair: tuple[Any, Any, Any], bench: Any, problems: dict[
     return leg_rows, d_rows, summary
 
 
+def legibility_partition(benchmark: str, senior: str, junior: str) -> str:
+    """The partition of one senior's legibility and drift rows against ``junior``
+    (``tandem_legibility``, ``tandem_drift``, ``tandem_summary``): ``<benchmark>|<senior>|
+    <junior>``, the evaluation's partition key followed by the junior."""
+    return partition_key(benchmark, senior, junior)
+
+
+def pairwise_partition(benchmark: str, model_a: str, model_b: str, junior: str) -> str:
+    """The ``tandem_pairwise`` partition of model A against model B with ``junior``:
+    ``<benchmark>|<a>|vs|<b>|<junior>``."""
+    return partition_key(benchmark, model_a, "vs", model_b, junior)
+
+
 def write_legibility(context: dg.AssetExecutionContext, wh: Any, config: dict[str, Any],
                      benchmark: str, leg_rows: list[dict[str, Any]],
                      d_rows: list[dict[str, Any]], summary: dict[str, Any], *,
                      started: Any) -> None:
-    """Write one senior's §4.4-4.5 rows (partition ``<benchmark>@<senior>@<junior>``) and
+    """Write one senior's §4.4-4.5 rows (partition :func:`legibility_partition`) and
     their `runs` row; no drift rows (nothing frequent in the junior's outputs) clears the
     partition's old ones, with a warning."""
-    part = f"{benchmark}@{summary['model']}@{summary['junior']}"
+    part = legibility_partition(benchmark, summary["model"], summary["junior"])
     lin = lineage(context, config, partition=part)
     wh.write("tandem_legibility", leg_rows, lineage=lin)
     if d_rows:
@@ -389,7 +405,8 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
     if any(s.kind != "local" for s in specs):
         raise dg.Failure("legibility and drift read the models' weights: both senior and junior "
                          "must be local model folders (registered with --path)")
-    samples = {m: [r for r in wh.read("eval_samples", partition=f"{bench.name}@{m}").to_pylist()
+    samples = {m: [r for r in wh.read("eval_samples",
+                                       partition=eval_partition(bench.name, m)).to_pylist()
                    if r.get("gen_error") is None and r.get("mode") in (None, "single")]
                for m in (model, junior)}
     for m, got in samples.items():
@@ -520,19 +537,21 @@ def tandem_comparison(context: dg.AssetExecutionContext, config: TandemCompariso
                     "k": k, "starts": starts, **res})
 
     for starts in STARTS:
-        team = {m: wh.read("eval_samples", partition=f"{bench}@" + handoff_label(
-            m, config.junior, starts, config.schedule, config.handoff_p)).to_pylist()
+        team = {m: wh.read("eval_samples", partition=eval_partition(bench, handoff_label(
+            m, config.junior, starts, config.schedule, config.handoff_p))).to_pylist()
             for m in (a, b)}
         for k in config.ks:
             add("handoff_pass@k", team[a], team[b], "pass@k", k, starts)
-    leg = {m: wh.read("tandem_legibility", partition=f"{bench}@{m}@{config.junior}").to_pylist()
+    leg = {m: wh.read("tandem_legibility",
+                      partition=legibility_partition(bench, m, config.junior)).to_pylist()
            for m in (a, b)}
     for stat in ("junior_ce_nats", "overlap"):
         add(stat, leg[a], leg[b], stat, None, None)
     if not out:
         raise dg.Failure("nothing to compare: " + "; ".join(skipped) + ". Materialize tandem_eval "
                          "and tandem_legibility for both models with the same junior first.")
-    lin = lineage(context, config.model_dump(), partition=f"{bench}@{a}@vs@{b}@{config.junior}")
+    lin = lineage(context, config.model_dump(),
+                  partition=pairwise_partition(bench, a, b, config.junior))
     wh.write("tandem_pairwise", out, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(out), config=config.model_dump())
     for s in skipped:

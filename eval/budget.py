@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from eval.metrics import bootstrap_ci
+from warehouse.partitions import eval_partition
 
 BUDGET_FIELDS = ("problem_id", "budget", "correct", "tokens_used")
 SWEEP_FIELDS = ("cap", "problem_id", "correct", "tokens")
@@ -461,8 +462,8 @@ def eff_score_rows(samples: Iterable[Mapping[str, Any]],
 
     The baseline of model M on a benchmark is model ``baselines.get(M, M)`` there: its rows with
     thinking cap 0 (the no-thinking run), or -- for another model only -- its rows without cap
-    or budget. Returns the rows and a list of ``model@benchmark`` sweeps left out for lack of a
-    baseline. Tokens are ``completion_tokens`` (every turn, thinking included).
+    or budget. Returns the rows and the evaluation partitions (``<benchmark>|<model>``,
+    ``warehouse.partitions.eval_partition``) of the sweeps left out for lack of a baseline. Tokens are ``completion_tokens`` (every turn, thinking included).
     """
     baselines = dict(baselines or {})
     graded = [s for s in samples if s.get("correct") is not None and s.get("budget") is None]
@@ -487,7 +488,7 @@ def eff_score_rows(samples: Iterable[Mapping[str, Any]],
             continue
         label, base = baseline_of(model, benchmark)
         if not base:
-            missing.append(f"{model}@{benchmark}")
+            missing.append(eval_partition(benchmark, model))
             continue
         points = eff_curve(
             [(r["thinking_cap"], r["problem_id"], bool(r["correct"]),

@@ -11,7 +11,7 @@ endpoint answers (an unreachable registered endpoint fails with ``unreachable_ad
 then runs the :class:`Evaluation` items in order with ``eval.runner.evaluate``.
 
 Every evaluation is one recorded run (``warehouse.runs.RunRecord``) under lineage asset
-``eval_samples`` and partition ``<benchmark>@<label>``: its `llm_calls`, then its
+``eval_samples`` and partition ``<benchmark>|<label>`` (``eval_partition``): its `llm_calls`, then its
 ``eval_samples`` rows (and, with ``write_scores``, its ``eval_scores`` rows stamped with the
 checkpoint id), then its `runs` row. The checks and views over ``eval_samples`` treat every
 caller's rows alike. When serving, the reachability check or an evaluation fails, the
@@ -35,6 +35,7 @@ from typing import Any
 
 from eval.runner import EvalConfig, EvalResult, evaluate
 from warehouse import Lineage, Warehouse, config_hash
+from warehouse.partitions import eval_partition
 from warehouse.runs import RunRecord
 
 EVAL_ASSET = "eval_samples"
@@ -47,7 +48,7 @@ class Evaluation:
     ``model`` names the served model (a key of ``evaluate_recorded``'s ``specs``) that
     answers; with ``partner`` (handoff mode, Tandem RL §4.3) the two answer as an
     ``eval.handoff.HandoffTeam(model, partner)``. Rows carry ``label`` as their model and go
-    to the partition ``<benchmark>@<label>``."""
+    to the partition ``eval_partition(benchmark, label)`` (``<benchmark>|<label>``)."""
 
     label: str
     cfg: EvalConfig
@@ -67,9 +68,6 @@ class Recorded:
     lineage: Lineage = field(default_factory=Lineage)
 
 
-def eval_partition(benchmark: str, label: str) -> str:
-    """The ``eval_samples`` / ``eval_scores`` partition of one evaluation."""
-    return f"{benchmark}@{label}"
 
 
 def evaluate_recorded(specs: Mapping[str, Any], evaluations: Sequence[Evaluation], *, bench: Any,

@@ -172,7 +172,8 @@ def test_other_settings_keep_their_rows_and_are_scored_apart(weft_home):
     # assistant: 3 x 2 and 4 x 2 episodes, two experiments of the same setting
     assert sorted(counts.values()) == [6, 8, 16, 16, 24]
     assert len({e for (_, _, _, e) in counts}) == 4
-    assert {p.split("@")[0] for p in wh.partitions("ep_episodes")} == {
+    # partition = the Dagster partition, then the experiment (assets.engagement)
+    assert {p.split("|")[0] for p in wh.partitions("ep_episodes")} == {
         "kitchen.ep", "kitchen.agentloop", "assistant.ep"}
 
     _materialize(ep_scores)

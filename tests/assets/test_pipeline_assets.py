@@ -76,6 +76,21 @@ def test_chain_with_scripted_endpoint_gives_exact_scores(weft_home, shared_data)
                           "check_eval_samples_failure_share": True}
         samples = wh.sql("SELECT * FROM eval_samples").to_pylist()
         assert len(samples) == 12 and all(s["correct"] is not None for s in samples)
+        # one spelling: the rows, their run records and calls hold Dagster's partition key
+        key = dg.MultiPartitionKey({"benchmark": "gsm8k", "model": "scripted"})
+        assert result.dagster_run.tags["dagster/partition"] == str(key) == "gsm8k|scripted"
+        for table in ("eval_samples", "eval_scores", "llm_calls"):
+            assert wh.sql(f"SELECT DISTINCT partition FROM {table}").column(
+                "partition").to_pylist() == [str(key)], table
+        joined = wh.sql(
+            "SELECT s.metric, s.run_id, r.run_id AS runs_run_id, r.status FROM eval_scores s "
+            "JOIN runs r USING (partition) WHERE r.asset = 'eval_scores'").to_pylist()
+        assert len(joined) == wh.sql("SELECT count(*) AS n FROM eval_scores").to_pylist()[0]["n"]
+        assert {(j["run_id"], j["runs_run_id"], j["status"]) for j in joined} == {
+            (result.run_id, result.run_id, "success")}
+        assert wh.sql("SELECT count(*) AS n FROM runs WHERE partition = $p AND asset IN "
+                      "('eval_samples', 'eval_scores')", {"p": result.dagster_run.tags[
+                          "dagster/partition"]}).to_pylist() == [{"n": 2}]
         scores = {(r["metric"], r["k"]): r for r in wh.sql("SELECT * FROM eval_scores").to_pylist()}
         assert scores[("avg@k", 2)]["value"] == pytest.approx(0.5)
         assert scores[("pass@k", 1)]["value"] == pytest.approx(0.5)

@@ -57,11 +57,14 @@ def _failed_evaluation(result, server: FakeLLMServer, partition: str) -> dict:
             if r["run_id"] == result.run_id and r["asset"] == "eval_samples"]
     assert len(runs) == 1, runs
     (row,) = runs
-    assert row["partition"] == f"eval_samples/{partition}/{result.run_id}"
+    assert row["partition"] == partition  # the evaluation's partition, Dagster's spelling
     assert row["status"] == "failed" and row["error"].startswith("BatchTimeout")
     calls = [c for c in wh.read("llm_calls").to_pylist() if c["run_id"] == result.run_id]
     assert len(calls) == len(PROBLEMS)  # one generation per problem (k = 1, one budget)
-    assert {c["partition"] for c in calls} == {f"eval_samples/{partition}/{result.run_id}"}
+    assert {c["partition"] for c in calls} == {partition}
+    # stored in the run's own folders, next to earlier runs' records
+    assert f"eval_samples/{partition}/{result.run_id}" in wh.partitions("runs")
+    assert f"eval_samples/{partition}/{result.run_id}" in wh.partitions("llm_calls")
     assert any(c["status"] != "ok" for c in calls)  # the hung request, cancelled
     assert not [s for s in wh.read("eval_samples").to_pylist() if s["run_id"] == result.run_id]
     return row
@@ -100,7 +103,7 @@ def _eval_samples(server) -> dict:
         run_config={"ops": {"eval_samples": {"config": {"limit": 4, "k": 1,
                                                         "max_tokens": 16}}}},
         raise_on_error=False)
-    return _failed_evaluation(result, server, "gsm8k@fake-model")
+    return _failed_evaluation(result, server, "gsm8k|fake-model")
 
 
 def _tandem_eval(server) -> dict:
@@ -116,7 +119,7 @@ def _tandem_eval(server) -> dict:
         run_config={"ops": {"tandem_eval": {"config": {
             "model": "senior", "junior": "junior", "limit": 4, "k": 1, "temperature": 0.0,
             "max_tokens": 16}}}})
-    return _failed_evaluation(result, server, "gsm8k@senior")  # the first run: senior solo
+    return _failed_evaluation(result, server, "gsm8k|senior")  # the first run: senior solo
 
 
 class ServedTrainer(TrainerLauncher):
@@ -151,7 +154,7 @@ def _duet_sweep(server) -> dict:
         run_config={"ops": {"duet_sweep": {"config": {
             "budgets": [1.0], "full_rollouts": 2, "slots": 4, "max_steps": 1,
             "dataset_limit": 8, "eval_limit": 4, "eval_max_tokens": 16}}}})
-    row = _failed_evaluation(result, server, f"gsm8k@{LAUNCHED[0]}")  # the first arm's
+    row = _failed_evaluation(result, server, f"gsm8k|{LAUNCHED[0]}")  # the first arm's
     sweep = [r for r in Warehouse().read("runs").to_pylist() if r["asset"] == "duet_sweep"]
     assert [r["status"] for r in sweep] == ["failed"]  # the sweep records its own failure
     return row
@@ -166,7 +169,7 @@ def _ep_budget_table(server) -> dict:
         run_config={"ops": {"ep_budget_table": {"config": {
             "max_steps": 1, "dataset_limit": 8, "rlvr_cap_factors": [1.0], "heldout_n": 4,
             "budgets": [16], "temperature": 0.0, "evaluate_base": False}}}})
-    return _failed_evaluation(result, server, f"ep_heldout@{LAUNCHED[0]}")  # the EP arm's
+    return _failed_evaluation(result, server, f"ep_heldout|{LAUNCHED[0]}")  # the EP arm's
 
 
 @pytest.mark.parametrize("caller", [_eval_samples, _tandem_eval, _duet_sweep, _ep_budget_table],

@@ -119,9 +119,9 @@ def test_legibility_asset_rows_match_independent_computations(weft_home, embedde
     register_model(ModelSpec(model_id="junior-model", kind="local", path=str(junior_dir)), wh)
     wh.write("problems", PROBLEMS, lineage=Lineage(partition="gsm8k"))
     wh.write("eval_samples", _samples(senior_id, SENIOR_OUT),
-             lineage=Lineage(partition=f"gsm8k@{senior_id}"))
+             lineage=Lineage(partition=f"gsm8k|{senior_id}"))
     wh.write("eval_samples", _samples("junior-model", JUNIOR_OUT),
-             lineage=Lineage(partition="gsm8k@junior-model"))
+             lineage=Lineage(partition="gsm8k|junior-model"))
     config = {"model": senior_id, "junior": "junior-model", "benchmark": "gsm8k",
               "min_count": 3}
     result = dg.materialize([tandem_legibility], resources=_resources(),
@@ -263,12 +263,12 @@ def test_comparison_asset_tests_each_claim_in_its_direction(weft_home):
             rows = [{"model": label, "benchmark": "gsm8k", "problem_id": f"p{j}",
                      "sample_index": i, "correct": i < c, "gen_error": None, "mode": "handoff"}
                     for j, c in enumerate(counts) for i in range(4)]
-            wh.write("eval_samples", rows, lineage=Lineage(partition=f"gsm8k@{label}"))
+            wh.write("eval_samples", rows, lineage=Lineage(partition=f"gsm8k|{label}"))
         ce = [1.0, 1.2, 0.9, 1.1, 1.3, 1.0] if model == "A" else [1.4, 1.5, 1.2, 1.3, 1.6, 1.1]
         leg = [{"model": model, "junior": junior, "benchmark": "gsm8k", "problem_id": f"p{j}",
                 "sample_index": 0, "tokens": 10, "junior_ce_nats": v, "overlap": 1.0 - v / 4}
                for j, v in enumerate(ce)]
-        wh.write("tandem_legibility", leg, lineage=Lineage(partition=f"gsm8k@{model}@{junior}"))
+        wh.write("tandem_legibility", leg, lineage=Lineage(partition=f"gsm8k|{model}|{junior}"))
     config = {"model_a": "A", "model_b": "B", "junior": junior, "ks": [1, 2], "n_boot": 500}
     result = dg.materialize([tandem_comparison], resources=_resources(),
                             run_config={"ops": {"tandem_comparison": {"config": config}}})

@@ -325,7 +325,7 @@ def test_eff_score_rows_baselines():
     assert rows[0]["eff"] == pytest.approx(5 / 3) and rows[0]["baseline"] == "w/o-thinking"
     # no baseline: reported, not guessed
     rows, missing = eff_score_rows(_sweep_samples("m", CAPPED, []), n_boot=200)
-    assert rows == [] and missing == ["m@gsm8k"]
+    assert rows == [] and missing == ["gsm8k|m"]  # the evaluation partition, benchmark first
 
 
 def test_thinking_sweep_accepts_the_no_thinking_cap_zero():

@@ -67,8 +67,8 @@ def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
     samples = _samples()
     for model in ("a", "b"):
         rows = [r for r in samples if r["model"] == model and r.get("budget") is None]
-        wh.write("eval_samples", rows, partition=f"gsm8k@{model}")
-        wh.write("eval_scores", score(rows, model_label=model, benchmark="gsm8k"), partition=f"gsm8k@{model}")
+        wh.write("eval_samples", rows, partition=f"gsm8k|{model}")
+        wh.write("eval_scores", score(rows, model_label=model, benchmark="gsm8k"), partition=f"gsm8k|{model}")
     result = dg.materialize([evaluation.eval_scores, reports.eval_reports, reports.check_eval_reports_pairwise_valid],
                             selection=["eval_reports"], resources={"warehouse": WarehouseResource()},
                             instance=dg.DagsterInstance.ephemeral())
