@@ -602,7 +602,9 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     server = LocalModelServer(port=port)
     server_log = server.log_path.stat().st_size if server.log_path.exists() else 0
     server.start()
-    say(f"[demo] serving {server.model_path} on port {port} (server log: {server.log_path})")
+    say(f"[demo] started the vLLM server for {server.served_name} on port {port} (its log "
+        f"{server.log_path} is copied into this run's log when it stops)" if server.owned else
+        f"[demo] reusing the vLLM server already serving {server.served_name} on port {port}")
     try:
         resources = {
             "llm": LLMResource(base_url=server.base_url, model=str(server.served_name)),
