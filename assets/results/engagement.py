@@ -94,14 +94,16 @@ KITCHEN = Experiment(
     paper="Engagement Process",
     description="Engagement Process Table 4: EP vs ReflexPatch in the kitchen with the LLM "
                 "controller (one-dish and multi-dish settings).",
-    # cpu: one case per cell is 16 one-dish and 24 multi-dish cases per method, each episode a
-    # sequence of sequential controller calls; with 2 per cell the one-dish setting alone had
-    # not finished after 26 minutes (736 calls) on a loaded 2-core machine, and one case took
-    # 90-140 s one at a time; `workers` runs that many cases at once (the server batches)
-    scales={"cpu": {"ep_kitchen_claim": {"config": {"cases_per_cell": 1, "workers": 8}}},
+    # cpu: one case per cell is 16 one-dish and 24 multi-dish cases per method, about 190
+    # controller calls each (~217 prompt and ~7 reply tokens): ~15k calls in all. The embedded
+    # server on 2 loaded cores answered 2.2 calls/s one at a time and 2.5 calls/s with 8 cases
+    # at once (prefill-bound), so this scale takes about 2 hours here; `workers` pays off on a
+    # GPU server, which batches
+    scales={"cpu": {"ep_kitchen_claim": {"config": {"cases_per_cell": 1, "workers": 4}}},
             "paper": {"ep_kitchen_claim": {"config": {"cases_per_cell": None,
                                                       "workers": 16}}}},
-    limits={"cpu": "the 135M embedded model is the controller and only 1 case per cell runs"},
+    limits={"cpu": "the 135M embedded model is the controller and only 1 case per cell runs; "
+                   "about 15k controller calls, about 2 hours on 2 CPU cores"},
 )
 
 
