@@ -341,9 +341,15 @@ RECOVERY = Experiment(
             "benchmark": "math500", "eval_limit": None, "k": 8, "temperature": 0.7,
             "eval_max_tokens": 6000, "max_turns": 8, "max_concurrency": 64}}},
     },
+    # measured: with the embedded model as manager and actor, 3 of the 32 problems got a
+    # complete trajectory at rho = 0.1 and at rho = 0, and none of the three held an injected
+    # failure, so the run stopped before training (17 min on a loaded 2-core machine)
     limits={"cpu": "the embedded 135M model synthesizes the data (few complete trajectories, "
                    "so every valid one is kept, correct or not), trains 8 SFT steps and rarely "
-                   "writes code that fails and then answers: few problems pair, CIs are wide"},
+                   "writes code that fails and then answers: few problems pair, CIs are wide. "
+                   "In one run 3 of 32 problems got a complete trajectory and none held an "
+                   "injected failure, so the asset stopped before training: point the `llm` "
+                   "resource at a stronger synthesizer for this claim"},
 )
 
 
