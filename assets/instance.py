@@ -8,7 +8,7 @@ run monitoring on, the first-run modal dismissed, and weft's own loggers
 UI. ``weft`` wraps Dagster's CLI with that environment and checks what weft can check first:
 
     weft materialize --select eval_samples,eval_scores --partition 'gsm8k|smollm2-135m-instruct'
-    weft job ingest_job              # dagster job execute on the shared instance
+    weft job ingest_job              # a job of the code location, on the shared instance
     weft add-model-partition MODEL   # the `model` partition of a registered model
     weft ui [--port 3000]            # dagster dev, after checking that the port is free
     weft home                        # prepare DAGSTER_HOME and print it
@@ -20,11 +20,14 @@ malformed or unknown key. ``weft materialize`` checks the key of every partition
 given (``check_partition``: static keys such as ``ep_episodes``' ``assistant.ep`` or
 ``mosaic_trajectories``' ``gsm8k`` against their lists) before Dagster starts.
 
-``weft materialize`` and ``weft job`` end with what happened (:func:`run_summary`: each run's
-id and status, what it materialized with row counts, its UI page and a SQL line for its
-``runs`` rows). Stopping ``weft`` (Ctrl-C, SIGTERM) is a first-class outcome: the run is marked
-as canceling, ``dagster`` is interrupted so each step writes its calls and a ``canceled``
-``runs`` row, and ``dagster`` with everything it started is stopped (:func:`_stop_child`); the
+``weft materialize`` and ``weft job`` run in a child process, ``python -m assets.launch``
+(:mod:`assets.launch`), which creates the run from the code location's job (the implicit asset
+job ``__ASSET_JOB`` for ``--select``), so the UI can re-execute it, and executes it there; the
+run config is every ``-c`` file then ``--config-json``, merged (:func:`run_config_of`). Both
+end with what happened (:func:`run_summary`: each run's id and status, what it materialized
+with row counts, its UI page and a SQL line for its ``runs`` rows). Stopping ``weft`` (Ctrl-C, SIGTERM) is a first-class outcome: the run is marked
+as canceling, the child is interrupted so each step writes its calls and a ``canceled``
+``runs`` row, and the child with everything it started is stopped (:func:`_stop_child`); the
 exit status is 128 + the signal. Not guaranteed: a port can be taken between the check and
 ``dagster dev`` binding it.
 """
@@ -308,10 +311,10 @@ def stop_grace_s() -> float:
 
 def _stop_child(child: subprocess.Popen, since: float | None = None,
                 grace: float | None = None) -> None:
-    """Stop ``dagster`` and everything it started (its own session: the run, its step
-    processes, a local model server) when it has not ended ``grace`` seconds after it was
-    interrupted at ``since`` (monotonic clock; None: now, without waiting): SIGTERM to the
-    whole session, then SIGKILL 10 s later; once ``dagster`` has ended, anything it left in its
+    """Stop the child (the run's process) and everything it started (its own session: the
+    run's step processes, a local model server) when it has not ended ``grace`` seconds after
+    it was interrupted at ``since`` (monotonic clock; None: now, without waiting): SIGTERM to
+    the whole session, then SIGKILL 10 s later; once the child has ended, anything it left in its
     session is sent SIGTERM. Call it outside a signal handler: ``Popen.poll`` cannot reap the
     child while the interrupted ``wait`` holds its lock."""
     import signal
@@ -338,13 +341,24 @@ def _stop_child(child: subprocess.Popen, since: float | None = None,
 
 
 def _run_dagster(args: list[str], summarize: bool = False) -> int:
-    """Run a ``dagster`` command on weft's instance. The child gets a session of its own, so
-    stopping ``weft`` (Ctrl-C, SIGTERM) stops it and whatever it started instead of leaving it
-    running: the run is marked canceling, ``dagster`` gets SIGINT (Dagster forwards it to its
-    steps as an interrupt, so each writes what it has and a ``canceled`` ``runs`` row), and
-    :func:`_stop_child` ends what is still there after :data:`STOP_GRACE_S` (or
-    ``WEFT_STOP_GRACE_S``). With
-    ``summarize``, the runs it made are summarized after."""
+    """Run a ``dagster`` command on weft's instance (:func:`_run_child`)."""
+    return _run_child([_dagster_bin(), *args], summarize=summarize)
+
+
+def _launch_command(*args: str) -> list[str]:
+    """The child ``weft job`` / ``weft materialize`` run: ``python -m assets.launch`` (creates
+    the run from the code location's job, so the UI can re-execute it, and executes it)."""
+    return [sys.executable, "-m", "assets.launch", *args]
+
+
+def _run_child(command: list[str], summarize: bool = False) -> int:
+    """Run ``command`` (a run's process: ``python -m assets.launch`` or ``dagster``) on weft's
+    instance. The child gets a session of its own, so stopping ``weft`` (Ctrl-C, SIGTERM)
+    stops it and whatever it started instead of leaving it running: the run is marked
+    canceling, the child gets SIGINT (Dagster forwards it to its steps as an interrupt, so each
+    writes what it has and a ``canceled`` ``runs`` row), and :func:`_stop_child` ends what is
+    still there after :data:`STOP_GRACE_S` (or ``WEFT_STOP_GRACE_S``). With ``summarize``, the
+    runs it made are summarized after."""
     import signal
     import time
 
@@ -352,7 +366,7 @@ def _run_dagster(args: list[str], summarize: bool = False) -> int:
     print(f"[weft] DAGSTER_HOME={env['DAGSTER_HOME']} (the instance `make ui` shows)",
           file=sys.stderr, flush=True)
     started = time.time()
-    child = subprocess.Popen([_dagster_bin(), *args], env=env, start_new_session=True)
+    child = subprocess.Popen(command, env=env, start_new_session=True)
     stopped: list[tuple[int, float]] = []
 
     def stop(signum, _frame):  # quick and non-blocking: the waiting happens below
@@ -442,37 +456,45 @@ def print_run_summary(since: float) -> None:
             print(line, flush=True)
 
 
-def _config_args(args: argparse.Namespace) -> list[str]:
-    out = ["--config-json", args.config_json] if args.config_json else []
+def run_config_of(args: argparse.Namespace) -> dict:
+    """The run config of ``weft materialize`` / ``weft job``: each ``-c`` YAML file in order,
+    then ``--config-json``, merged key by key (a later value wins). WeftUsageError for a
+    missing file, invalid YAML or JSON, or a document that is not a mapping."""
+    import json
+
+    import yaml
+
+    from assets.launch import deep_merge
+
+    config: dict = {}
     for path in args.config or []:
         if not Path(path).is_file():
             raise WeftUsageError(f"run config file {path} does not exist")
-        out += ["-c", path]
-    return out
-
-
-def _job_config_args(args: argparse.Namespace) -> list[str]:
-    """``dagster job execute`` reads run config from files only: ``--config-json`` is checked
-    and written to a file under WEFT_HOME/tmp, passed with the ``--config`` files."""
-    import json
-    import tempfile
-
-    out: list[str] = []
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise WeftUsageError(f"run config file {path} is not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise WeftUsageError(f"run config file {path} must hold a mapping (ops:, "
+                                 f"resources:, ...), not {type(loaded).__name__}")
+        config = deep_merge(config, loaded)
     if args.config_json:
         try:
-            json.loads(args.config_json)
+            loaded = json.loads(args.config_json)
         except json.JSONDecodeError as exc:
             raise WeftUsageError(f"--config-json is not valid JSON: {exc}") from None
-        folder = weft_home() / "tmp"
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", dir=folder, delete=False) as f:
-            f.write(args.config_json)  # JSON is YAML: Dagster reads it as a config file
-        out += ["-c", f.name]
-    for path in args.config or []:
-        if not Path(path).is_file():
-            raise WeftUsageError(f"run config file {path} does not exist")
-        out += ["-c", path]
-    return out
+        if not isinstance(loaded, dict):
+            raise WeftUsageError("--config-json must be a JSON object, e.g. "
+                                 "'{\"ops\": {\"problems\": {\"config\": {}}}}'")
+        config = deep_merge(config, loaded)
+    return config
+
+
+def _config_json_args(args: argparse.Namespace) -> list[str]:
+    import json
+
+    config = run_config_of(args)
+    return ["--run-config-json", json.dumps(config)] if config else []
 
 
 def materialize(args: argparse.Namespace) -> int:
@@ -485,8 +507,14 @@ def materialize(args: argparse.Namespace) -> int:
             if add_model_partition(instance, model, _registered_models()):
                 print(f"[weft] added model partition {model!r}", file=sys.stderr)
     extra = [] if args.partition is None else ["--partition", args.partition]
-    return _run_dagster(["asset", "materialize", "-m", DEFINITIONS_MODULE,
-                         "--select", args.select, *extra, *_config_args(args)], summarize=True)
+    config = _config_json_args(args)
+    return _run_child(_launch_command("--select", args.select, *extra, *config), summarize=True)
+
+
+def job(args: argparse.Namespace) -> int:
+    extra = [] if args.partition is None else ["--partition", args.partition]
+    config = _config_json_args(args)
+    return _run_child(_launch_command("--job", args.name, *extra, *config), summarize=True)
 
 
 def ui(host: str, port: int) -> int:
@@ -507,17 +535,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="weft", description="Run Dagster commands on weft's instance (the one `make ui` "
                                  "shows: DAGSTER_HOME, default WEFT_HOME/dagster).")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    mat = sub.add_parser("materialize", help="dagster asset materialize on weft's instance")
+    mat = sub.add_parser("materialize", help="materialize assets on weft's instance")
     mat.add_argument("--select", required=True, help="asset selection, e.g. 'problems' or "
                                                      "'eval_samples,eval_scores'")
     mat.add_argument("--partition", default=None,
                      help="partition key; evaluation assets: 'benchmark|model'")
     mat.add_argument("--config-json", default=None, help="run config as JSON")
     mat.add_argument("-c", "--config", action="append", help="run config YAML file(s)")
-    job = sub.add_parser("job", help="dagster job execute on weft's instance")
-    job.add_argument("name", help="e.g. ingest_job")
-    job.add_argument("--config-json", default=None)
-    job.add_argument("-c", "--config", action="append")
+    job_p = sub.add_parser("job", help="run a job of weft's code location on weft's instance")
+    job_p.add_argument("name", help="e.g. ingest_job")
+    job_p.add_argument("--partition", default=None, help="partition key of a partitioned job")
+    job_p.add_argument("--config-json", default=None, help="run config as JSON")
+    job_p.add_argument("-c", "--config", action="append", help="run config YAML file(s)")
     part = sub.add_parser("add-model-partition", help="add a registered model's partition")
     part.add_argument("model_id")
     ui_p = sub.add_parser("ui", help="dagster dev on weft's instance, if the port is free")
@@ -538,8 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "materialize":
             return materialize(args)
         if args.cmd == "job":
-            return _run_dagster(["job", "execute", "-m", DEFINITIONS_MODULE, "-j", args.name,
-                                 *_job_config_args(args)], summarize=True)
+            return job(args)
         if args.cmd == "add-model-partition":
             import dagster as dg
 

@@ -130,6 +130,9 @@ def test_shell_materialize_lands_in_the_ui_instance(weft_home, shared_data, monk
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
         assert len(runs) == 1 and runs[0].is_success
+        # made from the code location's asset job, so the UI can re-execute it
+        assert runs[0].remote_job_origin.location_name == "assets.definitions"
+        assert runs[0].job_code_origin.job_name == "__ASSET_JOB"
         event = instance.get_latest_materialization_event(dg.AssetKey("gsm8k_problems"))
         assert event is not None and event.run_id == runs[0].run_id
     # On success it says what happened and where to look (run id, asset, rows, UI, SQL).
@@ -302,3 +305,31 @@ def test_weft_ui_serves_and_a_second_one_refuses(weft_home):
         except subprocess.TimeoutExpired:
             first.kill()
             first.wait()
+
+
+def test_run_config_merges_files_then_json_and_explains_bad_input(tmp_path):
+    import argparse
+
+    from assets.instance import run_config_of
+
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("ops:\n  problems:\n    config: {limit: 3, prefer: hub}\nexecution: {}\n")
+    second.write_text("ops:\n  problems:\n    config: {limit: 5}\n")
+    args = argparse.Namespace(config=[str(first), str(second)],
+                              config_json='{"ops": {"traces": {"config": {"limit": 1}}}}')
+    assert run_config_of(args) == {
+        "ops": {"problems": {"config": {"limit": 5, "prefer": "hub"}},
+                "traces": {"config": {"limit": 1}}},
+        "execution": {}}
+    bad = tmp_path / "bad.yaml"
+    for text, message in (("ops: [unclosed", "is not valid YAML"),
+                          ("- a list\n", "must hold a mapping")):
+        bad.write_text(text)
+        with pytest.raises(WeftUsageError, match=message):
+            run_config_of(argparse.Namespace(config=[str(bad)], config_json=None))
+    with pytest.raises(WeftUsageError, match="does not exist"):
+        run_config_of(argparse.Namespace(config=[str(tmp_path / "none.yaml")], config_json=None))
+    with pytest.raises(WeftUsageError, match="not valid JSON"):
+        run_config_of(argparse.Namespace(config=None, config_json="{scale: cpu"))
+    with pytest.raises(WeftUsageError, match="must be a JSON object"):
+        run_config_of(argparse.Namespace(config=None, config_json="[1]"))
