@@ -472,6 +472,29 @@ def reward_thirds(checkpoint_id: str) -> tuple[int, float | None, float | None]:
     return (len(rewards), sum(rewards[:third]) / third, sum(rewards[-third:]) / third)
 
 
+def demo_run_config(ops: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run config of the demo's runs: the console log at INFO, every step in the run's own
+    process (the in-process executor), and the ``ops`` config. Nothing in it is tied to this
+    demo's process, so a re-execution from the UI runs the same way."""
+    config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "INFO"}}},
+                              "execution": {"config": {"in_process": {}}}}
+    if ops:
+        config["ops"] = ops
+    return config
+
+
+def demo_stage_run(launcher: Any, tag: str, job: str | None = None, **kwargs: Any) -> bool:
+    """One stage of the demo as a run of a job of weft's code location, created and executed by
+    ``launcher`` (an ``assets.launch.Launcher``), so the UI can re-execute it; tagged
+    ``weft/demo=<tag>``. True when the run succeeded; otherwise says which run to look at."""
+    run = launcher.launch(job, tags={"weft/demo": tag}, **kwargs)
+    if run.status == dg.DagsterRunStatus.SUCCESS:
+        return True
+    say(f"[demo] run {run.run_id} ({run.job_name}, {tag}) ended {run.status.value}: its log is "
+        f"in the UI (make ui, then http://127.0.0.1:3000/runs/{run.run_id})")
+    return False
+
+
 def checkpoint_of(instance: dg.DagsterInstance, asset: str) -> tuple[str, str]:
     """(path, checkpoint id) of the latest materialization of a checkpoint asset."""
     event = instance.get_latest_materialization_event(dg.AssetKey(asset))
@@ -481,12 +504,12 @@ def checkpoint_of(instance: dg.DagsterInstance, asset: str) -> tuple[str, str]:
 
 def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PROBLEMS,
                       k: int = HELDOUT_K, stages: dict[str, float] | None = None,
-                      threads: int | None = None) -> bool:
+                      threads: int | None = None, launcher: Any = None) -> bool:
     """SFT on two-digit, GRPO on one-digit arithmetic through Dagster Pipes (``demo_sft``,
     ``demo_grpo``, as the recipes stand, with ``torch_threads`` from
     :func:`training_threads`), then the base, SFT and trained models on held-out one-digit
     problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
-    from assets.training import demo_chain
+    from assets.launch import Launcher
     from training.run import resolve_model
 
     stages = stages if stages is not None else {}
@@ -495,8 +518,13 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
           f"Dagster Pipes, {threads} torch thread(s) (--threads or {ENV_THREADS} to choose) ...")
     started = time.perf_counter()
     sft_overrides = grpo_overrides = [f"torch_threads={threads}"]  # not part of checkpoint ids
-    if not demo_chain(instance, sft_recipe=DEMO_SFT_RECIPE, grpo_recipe=DEMO_GRPO_RECIPE,
-                      sft_overrides=sft_overrides, grpo_overrides=grpo_overrides):
+    launcher = launcher or Launcher(instance)
+    if not demo_stage_run(launcher, "train", selection=["sft_checkpoint", "grpo_checkpoint"],
+                          run_config=demo_run_config(ops={
+                              "sft_checkpoint": {"config": {"recipe": DEMO_SFT_RECIPE,
+                                                            "overrides": sft_overrides}},
+                              "grpo_checkpoint": {"config": {"recipe": DEMO_GRPO_RECIPE,
+                                                             "overrides": grpo_overrides}}})):
         return False
     stages["train"] = time.perf_counter() - started
     started = time.perf_counter()
@@ -582,9 +610,7 @@ def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_
 def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True,
         heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
         threads: int | None = None) -> int:
-    from assets import evaluation, ingest, reports
-    from assets.resources import GraderResource, LLMResource, WarehouseResource
-    from assets.sandbox_resource import SandboxResource
+    from assets.launch import Launcher
     from pipelines.models import EMBEDDED_SERVED_NAME
     from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
     from warehouse import Warehouse
@@ -594,6 +620,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     stages: dict[str, float] = {}
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
+    launcher = Launcher(instance)  # weft's code location: every stage runs one of its jobs
     # On the default port the evaluation assets find and reuse this server.
     port = port or DEFAULT_PORT
     if served_models(f"http://127.0.0.1:{port}/v1") not in (None, [EMBEDDED_SERVED_NAME]):
@@ -606,26 +633,12 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         f"{server.log_path} is copied into this run's log when it stops)" if server.owned else
         f"[demo] reusing the vLLM server already serving {server.served_name} on port {port}")
     try:
-        resources = {
-            "llm": LLMResource(base_url=server.base_url, model=str(server.served_name)),
-            "warehouse": WarehouseResource(),
-            "grader": GraderResource(),
-            "sandbox": SandboxResource(),
-        }
-        all_assets = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples,
-                      evaluation.eval_scores, reports.eval_reports]
-        checks = [ingest.check_problems_answers_and_ids, evaluation.check_eval_samples_all_graded,
-                  evaluation.check_eval_samples_runs_agree,
-                  evaluation.check_eval_scores_within_unit_interval,
-                  reports.check_eval_reports_pairwise_valid]
-        quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
         sources = demo_sources()
         stage(f"[demo] ingesting {len(sources)} sources (the built-in generator and the "
               "benchmark files under WEFT_DATA_DIR) ...")
         selection = [f"{s}_problems" for s in sources] + ["problems"]
-        result = dg.materialize([*all_assets, *checks], selection=selection, resources=resources,
-                                instance=instance, tags={"weft/demo": "ingest"}, run_config=quiet)
-        if not result.success:
+        if not demo_stage_run(launcher, "ingest", "ingest_job", selection=selection,
+                              run_config=demo_run_config()):
             return 1
         say("\n".join(ingest_summary(sources)))
         from eval.models import embedded_spec
@@ -637,24 +650,19 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
                 say(f"[demo] skipping {bench}: its file is not under WEFT_DATA_DIR")
                 continue
             stage(f"[demo] evaluating the base model on {bench}: {limit} problems x k={k} ...")
-            run_config = {**quiet, "ops": {"eval_samples": {"config": {
-                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}}}
-            result = dg.materialize(
-                [*all_assets, *checks], selection=["eval_samples", "eval_scores"],
-                partition_key=dg.MultiPartitionKey({"benchmark": bench, "model": model_id}),
-                resources=resources, run_config=run_config,
-                instance=instance, tags={"weft/demo": "eval"},
-            )
-            if not result.success:
+            run_config = demo_run_config({"eval_samples": {"config": {
+                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}})
+            if not demo_stage_run(launcher, "eval", "eval_job", run_config=run_config,
+                                  partition=dg.MultiPartitionKey({"benchmark": bench,
+                                                                  "model": model_id})):
                 return 1
             say(score_line(bench, model_id, "base model"))
             if bench == CHECKPOINT_BENCHMARK:
                 story = answer_story(bench, model_id, max_tokens)
                 if story:
                     say(story)
-        result = dg.materialize([*all_assets, *checks], selection=["eval_reports"], resources=resources,
-                                instance=instance, tags={"weft/demo": "report"}, run_config=quiet)
-        if not result.success:
+        if not demo_stage_run(launcher, "report", selection=["eval_reports"],
+                              run_config=demo_run_config()):
             return 1
         wh = Warehouse()
         query = ("SELECT benchmark, model, metric, k, round(value, 3) AS value, "
@@ -668,7 +676,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         console.include(server.log_path, server_log, "vLLM server output")
     stages["ingest_and_eval"] = time.perf_counter() - started
     if train and not train_and_measure(instance, heldout, heldout_k, stages=stages,
-                                       threads=threads):
+                                       threads=threads, launcher=launcher):
         return 1
     if train and CHECKPOINT_BENCHMARK in sources:
         # the trained models join the leaderboard: the same evaluation as the base model's
@@ -677,20 +685,14 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
             _, checkpoint_id = checkpoint_of(instance, asset)
             stage(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
                   f"{limit} problems x k={k} ...")
-            run_config = {**quiet, "ops": {"eval_samples": {"config": {
-                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}}}
-            result = dg.materialize(
-                [*all_assets, *checks], selection=["eval_samples", "eval_scores"],
-                partition_key=dg.MultiPartitionKey({"benchmark": CHECKPOINT_BENCHMARK,
-                                                    "model": checkpoint_id}),
-                resources=resources, run_config=run_config, instance=instance,
-                tags={"weft/demo": "eval"})
-            if not result.success:
+            run_config = demo_run_config({"eval_samples": {"config": {
+                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}})
+            if not demo_stage_run(launcher, "eval", "eval_job", run_config=run_config,
+                                  partition=dg.MultiPartitionKey({
+                                      "benchmark": CHECKPOINT_BENCHMARK, "model": checkpoint_id})):
                 return 1
-        result = dg.materialize([*all_assets, *checks], selection=["eval_reports"],
-                                resources=resources, instance=instance,
-                                tags={"weft/demo": "report"}, run_config=quiet)
-        if not result.success:
+        if not demo_stage_run(launcher, "report", selection=["eval_reports"],
+                              run_config=demo_run_config()):
             return 1
         stages["checkpoint_eval"] = time.perf_counter() - mark
         say(score_line(CHECKPOINT_BENCHMARK, model_id, "base model"))
