@@ -48,7 +48,7 @@ def test_extraction_rule_and_cache_switch_reach_the_run(weft_home, shared_data):
                                     run_config={"ops": {"eval_samples": {"config": config}}})
             assert result.success
             meta = next(iter(result.get_asset_materialization_events())).materialization.metadata
-            rows = Warehouse().read("eval_samples", partition="gsm8k@scripted").to_pylist()
+            rows = Warehouse().read("eval_samples", partition=str(key)).to_pylist()
             return {k: v.value for k, v in meta.items()}, rows
 
         meta, rows = evaluate(limit=3, max_tokens=32, extraction="flexible")
@@ -73,7 +73,7 @@ def test_extraction_rule_and_cache_switch_reach_the_run(weft_home, shared_data):
         scored = dg.materialize(ALL, selection=["eval_scores"], partition_key=key, resources=res,
                                 instance=instance)
         assert scored.success
-        scores = Warehouse().read("eval_scores", partition="gsm8k@scripted").to_pylist()
+        scores = Warehouse().read("eval_scores", partition=str(key)).to_pylist()
         assert {s["extraction_rule"] for s in scores} == {"strict"}
         assert next(s["value"] for s in scores if s["metric"] == "avg@k") == 0.0
     assert all(re.fullmatch(r"\d+", g) for g in golds.values())  # integer golds, as assumed

@@ -30,7 +30,7 @@ def _sample_rows():
 
 def test_budget_curve_view_equals_eval_budget_and_the_hand_values(tmp_path):
     wh = Warehouse(tmp_path)
-    wh.write("eval_samples", _sample_rows(), partition="gsm8k@m")
+    wh.write("eval_samples", _sample_rows(), partition="gsm8k|m")
     samples = wh.sql("SELECT * FROM eval_samples").to_pylist()
     wh.write("budget_scores", budget_score_rows(samples, n_boot=400, seed=1), partition="all")
     view = wh.sql("SELECT * FROM budget_curve ORDER BY budget").to_pylist()

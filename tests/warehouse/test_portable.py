@@ -47,7 +47,7 @@ def _filled(root: Path) -> Warehouse:
     wh = Warehouse(root)
     wh.write("problems", _problems(["a1", "a2"]), lineage=Lineage(partition="first"))
     wh.write("problems", _problems(["b1"]), lineage=Lineage(partition="second"))
-    wh.write("eval_samples", _samples("m", [True, False, True, True]), partition="b@m")
+    wh.write("eval_samples", _samples("m", [True, False, True, True]), partition="b|m")
     assert wh.refresh_catalog()
     return wh
 
@@ -299,7 +299,7 @@ def test_a_duckdb_1_1_client_reads_the_catalog_new_and_upgraded(tmp_path, duckdb
     # a catalog in DuckDB 2.0's format: refused by the old client until weft rebuilds it
     old = Warehouse(tmp_path / "old")
     old.write("problems", _problems(["o1", "o2"]), partition="all")
-    old.write("eval_samples", _samples("m", [False, True]), partition="b@m")
+    old.write("eval_samples", _samples("m", [False, True]), partition="b|m")
     _catalog_in_duckdb2_format(old, [(9, "009_data_fix", T0)])
     refused = _old_client(duckdb_1_1, old.catalog_path, old.root, cwd)
     assert refused.returncode != 0 and "version" in refused.stderr

@@ -30,7 +30,7 @@ def wh(tmp_path):
     rows = [_sample("p1", 0, True), _sample("p1", 1, False, extracted="41"),
             _sample("p2", 0, False, output="I give up: 7", extracted="7"), _sample("p3", 0, True)]
     wh.write("eval_samples", rows, lineage=Lineage(run_id="r1", asset="eval_samples",
-                                                   partition="gsm8k@m1"))
+                                                   partition="gsm8k|m1"))
     return wh
 
 

@@ -263,7 +263,7 @@ def test_evaluation_views_on_hand_made_rows(tmp_path):
         {"model": "m", "benchmark": "gsm8k", "metric": "pass@k", "k": 1, "value": 0.5, "ci_low": 0.25,
          "ci_high": 0.75, "n_problems": 4, "n_samples": 8},
     ]
-    wh.write("eval_scores", scores, partition="gsm8k@m")
+    wh.write("eval_scores", scores, partition="gsm8k|m")
     board = wh.sql("SELECT model, accuracy, ci_low, pass_at_1 FROM leaderboard").to_pylist()
     assert board == [{"model": "m", "accuracy": 0.5, "ci_low": 0.25, "pass_at_1": 0.5}]
     samples = [
@@ -278,7 +278,7 @@ def test_evaluation_views_on_hand_made_rows(tmp_path):
          "completion_tokens": 10, "ari": 12.0, "abo": 8.0, "airw": 5.0, "airw_between": 3.0,
          "mode": "interleaved"},
     ]
-    wh.write("eval_samples", samples, partition="gsm8k@m")
+    wh.write("eval_samples", samples, partition="gsm8k|m")
     # budget_curve is computed in Python (eval.budget) and stored by eval_reports; its SQL is
     # tested in tests/warehouse/test_budget_views.py
     lat = wh.sql("SELECT samples, ari, abo, airw, airw_between FROM latency").to_pylist()
