@@ -46,7 +46,7 @@ from eval.benchmarks import get as get_benchmark
 from eval.recorded import Evaluation, evaluate_recorded
 from eval.runner import EvalConfig, score
 from warehouse.partitions import eval_partition
-from warehouse.runs import record_run, run_partition
+from warehouse.runs import record_run
 
 benchmark_partitions = dg.StaticPartitionsDefinition(sorted(BENCHMARKS))
 model_partitions = dg.DynamicPartitionsDefinition(name="models")
@@ -212,7 +212,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         "accuracy": sum(bool(r["correct"]) for r in answered) / max(1, len(answered)),
         "generation_errors": result.errors,
         "failure_share": round(result.errors / max(1, len(result.samples)), 4),
-        "llm_calls_partition": run_partition(done.lineage),
+        "llm_calls_partition": done.lineage.partition,  # with run_id, this run's calls
         "generation_s": round(result.generation_s, 2),
         "grading_s": round(result.grading_s, 2),
         "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,

@@ -16,7 +16,7 @@ mapping, which Dagster refuses on a partitioned job (and a job cannot mix partit
 unpartitioned assets). So the result asset is unpartitioned and runs both arms itself for each
 configured source, through the same code the assets run
 (``assets.mosaic.synthesize_source``: one recorded run per arm, rows in the same tables under
-the assets' partitions suffixed ``@mosaic_synthesis_claim``, so the assets' own rows are never
+the assets' partitions suffixed ``|mosaic_synthesis_claim``, so the assets' own rows are never
 replaced), then judges each source: one pair of ``claims`` rows per source, section
 ``Table 2 (<source>)``, like Table 2's one column per dataset. ``synthesize: false`` judges
 the newest rows the two assets wrote for those sources instead (materialize them per partition
@@ -62,6 +62,7 @@ from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.results.core import Experiment, ResultConfig, record_claims
 from assets.sandbox_resource import SandboxResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
+from warehouse.partitions import SEPARATOR
 
 PAPER = "DeepTool"
 SFT_RHO = 0.1  # DeepTool §3.1 and App. A.1 Table 3: the SFT data is synthesized with ρ = 0.1
@@ -196,7 +197,7 @@ def _synthesis_arms(context: dg.AssetExecutionContext, config: SynthesisClaimCon
                                 actor_model=config.actor_model)
     for method in (METHOD_MOSAIC, METHOD_BASELINE):
         synthesize_source(context, cfg, llm, wh, grader, sandbox, method, source,
-                          partition_suffix=f"@{SYNTHESIS.name}")
+                          partition_suffix=f"{SEPARATOR}{SYNTHESIS.name}")
 
 
 @dg.asset(name=SYNTHESIS.name, group_name="results", kinds={"python"},
@@ -218,7 +219,7 @@ def mosaic_synthesis_claim(context: dg.AssetExecutionContext, config: SynthesisC
         for source in config.sources:
             if config.synthesize:
                 _synthesis_arms(context, config, wh, llm, grader, sandbox, source)
-            suffix = f"@{SYNTHESIS.name}" if config.synthesize else ""
+            suffix = f"{SEPARATOR}{SYNTHESIS.name}" if config.synthesize else ""
             rows += synthesis_claims(wh, source, config.rho, partition_suffix=suffix,
                                      n_boot=config.n_boot)
         return rows
@@ -468,7 +469,7 @@ def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryC
     if not 0.0 < config.rho <= 1.0:
         raise dg.Failure(f"rho must be in (0, 1] (the reference arm is rho = 0), got "
                          f"{config.rho!r}")
-    suffix = f"@{RECOVERY.name}"
+    suffix = f"{SEPARATOR}{RECOVERY.name}"
     synthesized = {}
     for rho in (config.rho, REFERENCE_RHO):
         rows, summary, _ = synthesize_source(context, _synthesis_config(config, rho), llm, wh,

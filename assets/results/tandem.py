@@ -271,7 +271,8 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
     ``{"grpo": model id, "tandem": model id}``) and ``junior`` on ``benchmarks`` (problems
     pooled over benchmarks, keyed ``<bench>/<problem_id>``), and the figures beside them
     (each start's handoff means, each arm's θ and the frequent tokens). Legibility rows are
-    read from ``tandem_legibility`` (partition ``<bench>@<senior>@<junior>``)."""
+    read from ``tandem_legibility`` (partition ``<bench>|<senior>|<junior>``)."""
+    from assets.tandem import legibility_partition
     from eval.claims import ClaimError, judge, problem_scores
     from eval.tandem_metrics import per_problem
 
@@ -293,7 +294,8 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
                               for p in both})
             details["handoff_by_start"][f"{bench}/{arm}"] = {
                 s: sum(v.values()) / len(v) for s, v in starts.items()}
-            leg = wh.read("tandem_legibility", partition=f"{bench}@{model}@{junior}").to_pylist()
+            leg = wh.read("tandem_legibility",
+                          partition=legibility_partition(bench, model, junior)).to_pylist()
             if not leg:
                 raise ClaimError(f"no tandem_legibility rows of {model} with junior {junior} on "
                                  f"{bench}: compute legibility for this arm first")

@@ -191,9 +191,9 @@ def test_synthesis_claim_job_runs_both_arms_and_judges_each_source(weft_home, sh
     assert result.success
     wh = Warehouse()
     mosaic_rows = wh.read("mosaic_trajectories",
-                          partition="gsm8k/rho=0.1@mosaic_synthesis_claim").to_pylist()
+                          partition="gsm8k/rho=0.1|mosaic_synthesis_claim").to_pylist()
     base_rows = wh.read("mosaic_baseline_trajectories",
-                        partition="gsm8k@mosaic_synthesis_claim").to_pylist()
+                        partition="gsm8k|mosaic_synthesis_claim").to_pylist()
     assert len(mosaic_rows) == len(base_rows) == 4
     assert not wh.read("mosaic_trajectories", partition="gsm8k/rho=0.1").num_rows  # kept apart
     claims = wh.sql("SELECT * FROM claims ORDER BY metric").to_pylist()
@@ -279,8 +279,8 @@ def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, s
     assert result.success
     wh = Warehouse()
     treat = wh.read("mosaic_trajectories",
-                    partition="gsm8k/rho=1@mosaic_recovery_claim").to_pylist()
-    ref = wh.read("mosaic_trajectories", partition="gsm8k/rho=0@mosaic_recovery_claim").to_pylist()
+                    partition="gsm8k/rho=1|mosaic_recovery_claim").to_pylist()
+    ref = wh.read("mosaic_trajectories", partition="gsm8k/rho=0|mosaic_recovery_claim").to_pylist()
     assert len(treat) == len(ref) == 4
     assert all(r["perturbed_steps"] >= 1 for r in treat if r["code_steps"])
     assert all(r["perturbed_steps"] == 0 for r in ref)

@@ -32,6 +32,7 @@ from assets.results.tandem import (
 from eval.claims import ClaimError
 from eval.handoff import handoff_label
 from warehouse import Lineage, Warehouse
+from warehouse.partitions import eval_partition, partition_key
 
 VOCAB = 8
 
@@ -92,7 +93,7 @@ def _tokens(text: str) -> list[int]:
 
 def _write(wh, label: str, rows: list[dict], run: str) -> None:
     wh.write("eval_samples", rows, lineage=Lineage(run_id=run, asset="eval_samples",
-                                                   partition=f"{HELDOUT_BENCHMARK}@{label}"))
+                                                   partition=eval_partition(HELDOUT_BENCHMARK, label)))
 
 
 def _samples(label: str, correct: dict, outputs: dict | None = None, mode: str = "single"):
@@ -129,7 +130,7 @@ def _world(wh, rng):
                  "problem_id": p, "sample_index": i, "tokens": t, "junior_ce_nats": v,
                  "overlap": 0.5} for p in PIDS for i, (v, t) in enumerate(ce[arm][p])]
         wh.write("tandem_legibility", rows, lineage=Lineage(
-            partition=f"{HELDOUT_BENCHMARK}@{model}@{JUNIOR}"))
+            partition=partition_key(HELDOUT_BENCHMARK, model, JUNIOR)))
     return solo, team, ce, {"grpo": grpo_out, "tandem": junior_out, "junior": junior_out}
 
 
@@ -194,7 +195,7 @@ def test_missing_legibility_or_handoff_rows_say_what_to_do(weft_home):
     with pytest.raises(ClaimError, match="no problem of .* has 5 answered team samples"):
         tandem_claims(wh, MODELS, JUNIOR, [HELDOUT_BENCHMARK], tokenize=_tokens,
                       vocab_size=VOCAB, handoff_k=5)
-    wh.delete_partition("tandem_legibility", f"{HELDOUT_BENCHMARK}@{MODELS['tandem']}@{JUNIOR}")
+    wh.delete_partition("tandem_legibility", partition_key(HELDOUT_BENCHMARK, MODELS["tandem"], JUNIOR))
     with pytest.raises(ClaimError, match="no tandem_legibility rows of ck-tandem"):
         tandem_claims(wh, MODELS, JUNIOR, [HELDOUT_BENCHMARK], tokenize=_tokens,
                       vocab_size=VOCAB)
