@@ -182,7 +182,7 @@ def ingest_summary(sources: list[str]) -> list[str]:
     line = ""
     for i, part in enumerate(parts):
         piece = part + ("," if i < len(parts) - 1 else "")
-        if line and len(line) + 1 + len(piece) > 88:
+        if line and len(line) + 1 + len(piece) > 92:
             out.append(f"[demo]   {line}")
             line = ""
         line = f"{line} {piece}" if line else piece
@@ -539,7 +539,8 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
                            temperature=HELDOUT_TEMPERATURE, max_new_tokens=HELDOUT_MAX_TOKENS,
                            threads=threads)
     steps, first, last = reward_thirds(trained_id)
-    say("\n".join(describe_learning(check, steps, first, last)))
+    # the reward's first and last third are on the training lines already
+    say("\n".join(describe_learning(check, steps, None, None)))
     stages["heldout_eval"] = time.perf_counter() - started
     out = weft_home() / "reports" / "demo_learning.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -587,9 +588,8 @@ def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_
             for r in heldout_claims(check)]
     Warehouse().write("claims", rows, lineage=Lineage(
         run_id=f"demo-{trained_id}", asset=HELDOUT_EXPERIMENT, partition=HELDOUT_EXPERIMENT))
-    for r in rows:
-        say(f"[demo] claims row: {r['claim']}: {r['verdict']} (diff {r['diff']:+.3f}, 95% CI "
-            f"{r['diff_ci_low']:+.3f} to {r['diff_ci_high']:+.3f})")
+    say("[demo] claims rows (python -m eval.claims): "
+        + "; ".join(f"{r['claim']}: {r['verdict']}" for r in rows))
 
 
 def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
@@ -695,13 +695,13 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
                               run_config=demo_run_config()):
             return 1
         stages["checkpoint_eval"] = time.perf_counter() - mark
-        say(score_line(CHECKPOINT_BENCHMARK, model_id, "base model"))
         for asset in ("sft_checkpoint", "grpo_checkpoint"):
             say(score_line(CHECKPOINT_BENCHMARK, checkpoint_of(instance, asset)[1], asset))
         print("\n[demo] leaderboard (python -m warehouse sql \"" + LEADERBOARD_SQL + "\"):\n")
         print(format_table(Warehouse().sql(LEADERBOARD_SQL)))
-    say("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items()))
-    say(f"[demo] done in {time.perf_counter() - started:.0f}s. Everything is under {weft_home()}.")
+    say(f"[demo] done in {time.perf_counter() - started:.0f}s ("
+        + ", ".join(f"{name} {s:.0f}" for name, s in stages.items())
+        + f"). Everything is under {weft_home()}.")
     say(f"[demo] plots:       {weft_home() / 'reports' / 'latest'}")
     say("[demo] open the UI:  make ui   (then http://127.0.0.1:3000; runs above are listed there)")
     say("[demo] query:       .venv/bin/python -m warehouse sql \"SELECT * FROM latest_scores\"")
