@@ -67,6 +67,7 @@ class Launcher:
         self.location = origin.create_location(instance)
         repositories = self.location.get_repositories()
         if len(repositories) != 1:
+            self.location.cleanup()
             raise WeftUsageError(f"code location {module} has {len(repositories)} repositories; "
                                  "weft launches runs of a location with exactly one Definitions")
         self.repository = next(iter(repositories.values()))
@@ -114,11 +115,12 @@ class Launcher:
                    tags: Mapping[str, str] | None = None) -> dg.DagsterRun:
         """A NOT_STARTED run of ``job`` (None: the location's implicit asset job, which needs a
         ``selection``) with its remote and code origins, as the webserver's launchRun creates it:
-        ``selection`` subsets the job to those assets (and their checks), ``partition`` adds the
-        partition's tags (and run config, for a job with partitioned config), ``run_config`` is
+        ``selection`` subsets the job to those assets (and their checks), ``partition`` (required
+        exactly when the job or the selected assets are partitioned) adds the partition's tags
+        (and run config, for a job with partitioned config), ``run_config`` is
         checked against the job's config schema, ``tags`` are added to the job's own.
-        WeftUsageError for an unknown job, a selection outside the job, a partition the assets
-        do not have, or run config the job does not accept."""
+        WeftUsageError for an unknown job, a selection outside the job, a missing partition or
+        one the assets do not have, or run config the job does not accept."""
         from dagster._config import validate_config_from_snap
         from dagster._core.definitions.selector import JobSubsetSelector
         from dagster._core.errors import DagsterInvalidSubsetError, DagsterUnknownPartitionError
@@ -137,13 +139,21 @@ class Launcher:
         job_def = self._job_definition(job)
         config: dict[str, Any] = dict(run_config or {})
         run_tags: dict[str, str] = {}
+        if keys is not None:
+            what = f"the selected assets of job {job!r}"
+            partitioned = any(self.repository.asset_graph.get(k).partitions_def is not None
+                              for k in keys)
+        else:
+            what = f"job {job!r}"
+            partitioned = job_def.partitions_def is not None
+        if partition is None and partitioned:
+            raise WeftUsageError(f"{what} {'are' if keys else 'is'} partitioned: give a "
+                                 "partition key (`weft job`/`weft materialize`: --partition KEY)")
         if partition is not None:
             key = str(partition)
-            if job_def.partitions_def is None and not (
-                    keys and any(self.repository.asset_graph.get(k).partitions_def
-                                 for k in keys)):
-                raise WeftUsageError(f"job {job!r} is not partitioned: drop the partition "
-                                     f"{key!r}")
+            if not partitioned:
+                raise WeftUsageError(f"{what} {'are' if keys else 'is'} not partitioned: drop "
+                                     f"the partition {key!r}")
             try:
                 from dagster._core.definitions.partitions.context import (
                     partition_loading_context,
@@ -170,9 +180,9 @@ class Launcher:
                                             remote_job.root_config_key, config)
         if not checked.success:
             problems = "; ".join(_short(e.message) for e in checked.errors or [])
-            raise WeftUsageError(f"run config for job {job!r} is not valid: {problems}. "
-                                 f"`weft dagster job scaffold_config -m {self.module} -j "
-                                 f"{job}` prints the config the job takes")
+            raise WeftUsageError(f"run config for job {job!r} is not valid: {problems}. The "
+                                 "job's Launchpad in the UI (`make ui`, Jobs, the job, "
+                                 "Launchpad) shows and checks the config it takes")
         plan = self.location.get_execution_plan(remote_job, config, step_keys_to_execute=None,
                                                 known_state=None, instance=self.instance)
         return self.instance.create_run(

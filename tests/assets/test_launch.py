@@ -136,6 +136,7 @@ def test_config_tags_and_failures_are_recorded_on_the_run(instance, launch_log):
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"job": "sum_jbo"}, "no job 'sum_jbo'. Did you mean sum_job"),
     ({"job": "sum_job", "partition": "a"}, "job 'sum_job' is not partitioned"),
+    ({"selection": "letter"}, "selected assets of job '__ASSET_JOB' are partitioned"),
     ({"selection": "letter", "partition": "z"}, "partition 'z'"),
     ({"selection": "nosuch"}, "nosuch"),
     ({"selection": " , "}, "selection is empty"),
