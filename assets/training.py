@@ -19,8 +19,8 @@ metadata. A GRPO asset starts from the checkpoint of its parent's latest materia
 ``from_sft`` is false (the plain RLVR baseline starts from the base model). The rows of
 ``train_metrics`` and ``checkpoints`` are written by the script itself.
 
-:func:`demo_chain` materializes ``sft_checkpoint`` → ``grpo_checkpoint`` with CPU recipes
-(minutes on a laptop) for ``make demo``.
+``make demo`` trains ``sft_checkpoint`` → ``grpo_checkpoint`` with its CPU recipes (minutes on a
+laptop) as one run of the code location's asset job (``assets.demo``).
 """
 
 
@@ -441,39 +441,3 @@ grpo_checkpoint = CHECKPOINT_ASSETS["grpo_checkpoint"]
 tir_sft_checkpoint = CHECKPOINT_ASSETS["tir_sft_checkpoint"]
 process_grpo_checkpoint = CHECKPOINT_ASSETS["process_grpo_checkpoint"]
 TRAINING_ASSETS = list(CHECKPOINT_ASSETS.values())
-
-
-def demo_chain(instance: dg.DagsterInstance | None = None, *,
-               sft_recipe: str = DEFAULT_SFT_RECIPE, grpo_recipe: str = DEFAULT_GRPO_RECIPE,
-               sft_overrides: list[str] | None = None, grpo_overrides: list[str] | None = None,
-               resources: dict[str, Any] | None = None) -> bool:
-    """SFT → GRPO with CPU recipes (for ``make demo``); prints the logged steps. True on success."""
-    from warehouse import Warehouse
-    from warehouse.__main__ import format_table
-
-    run_config = {"ops": {
-        "sft_checkpoint": {"config": {"recipe": sft_recipe, "overrides": list(sft_overrides or [])}},
-        "grpo_checkpoint": {"config": {"recipe": grpo_recipe,
-                                       "overrides": list(grpo_overrides or [])}},
-    }}
-    print(f"[demo] training: {sft_recipe} -> {grpo_recipe} (CPU, through Dagster Pipes) ...",
-          flush=True)
-    result = dg.materialize(
-        [sft_checkpoint, grpo_checkpoint], instance=instance, run_config=run_config,
-        resources=resources or {"trainer": TrainerLauncher(), "warehouse": WarehouseResource()},
-        tags={"weft/demo": "train"})
-    if not result.success:
-        return False
-    ids = [str(m.metadata["checkpoint_id"].value) for m in result.asset_materializations_for_node(
-        "sft_checkpoint") + result.asset_materializations_for_node("grpo_checkpoint")]
-    wh = Warehouse()
-    query = ("SELECT checkpoint_id, kind, step, round(loss, 4) AS loss, round(reward_mean, 3) AS "
-             "reward, round(filtered_group_share, 2) AS filtered, round(seconds_per_step, 1) AS "
-             "s_per_step FROM train_metrics WHERE list_contains($ids, checkpoint_id) "
-             "ORDER BY kind DESC, step")
-    print("\n[demo] training steps (python -m warehouse sql \"SELECT * FROM train_metrics\"):\n")
-    print(format_table(wh.sql(query, {"ids": ids})))
-    print(format_table(wh.sql("SELECT checkpoint_id, kind, status, parent_checkpoint, global_step, "
-                              "path FROM checkpoints WHERE list_contains($ids, checkpoint_id)",
-                              {"ids": ids})))
-    return True
