@@ -83,7 +83,8 @@ def test_latency_the_wrong_way_is_not_reproduced(weft_home):
     abo, airw, acc = claims_of(wh, "ck-std", "ck-sxs", "gsm8k", n_boot=500)[0]
     assert abo["diff"] == pytest.approx(400.0) and abo["verdict"] == "not reproduced"
     assert airw["verdict"] == "not reproduced"
-    assert acc["diff"] == 0.0 and acc["verdict"] == "reproduced"
+    # every problem right in both arms: no variation to compare, whatever the kind
+    assert acc["diff"] == 0.0 and acc["verdict"] == "inconclusive"
 
 
 def test_too_few_answered_problems_is_a_claim_error(weft_home):

@@ -104,6 +104,7 @@ def test_a_second_interrupt_while_recording_a_canceled_run_does_not_cut_the_reco
             os.kill(os.getpid(), signal.SIGINT)  # delivered at once to this (main) thread
             return super().write(table, data, **kwargs)
 
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under nohup
     wh, client = InterruptedWrites(), Client()
     with pytest.raises(KeyboardInterrupt, match="first"), RunRecord(wh, LIN) as rec:
         rec.track(client)
@@ -113,4 +114,4 @@ def test_a_second_interrupt_while_recording_a_canceled_run_does_not_cut_the_reco
     assert len(_rows(wh, "llm_calls")) == 2
     (run,) = _rows(wh, "runs")
     assert run["status"] == "canceled" and run["error"] == "KeyboardInterrupt: first"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
