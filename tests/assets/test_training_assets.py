@@ -94,6 +94,7 @@ def test_data_lineage_flags_data_outside_the_graph():
     assert outside["dataset_is_upstream"] is False and "dataset_fallback" not in outside
 
 
+@pytest.mark.slow  # about 65 s on 2 cores; the demo trains through the same Pipes path
 def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
     instance = dg.DagsterInstance.ephemeral()
     sft_overrides = [f"model_name_or_path={embedded_model_dir}", "max_steps=2",
