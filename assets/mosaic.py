@@ -67,6 +67,10 @@ class MosaicSynthesisConfig(dg.Config):
     concurrency: int = 4
     actor_base_url: str = ""
     actor_model: str = ""
+    # "llm": the `llm` resource plays manager and actor (the paper's setting); "scripted": the
+    # rule-based agents of pipelines.mosaic.scripted walk the reference's calculations (MOSAIC
+    # only; for experiments about training on MOSAIC data when no capable LLM is at hand)
+    agents: str = "llm"
 
 
 class TIRTrajectoriesConfig(dg.Config):
@@ -137,6 +141,7 @@ def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesis
         synthesize_many,
         synthesize_mosaic,
     )
+    from pipelines.mosaic.scripted import SCRIPTED_LABEL, ScriptedActor, ScriptedManager
 
     started = now()
     inputs = _problem_inputs(wh, source, config.split, config.limit)
@@ -148,27 +153,39 @@ def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesis
         + partition_suffix
     if config.actor_base_url and not config.actor_model:
         raise dg.Failure("set actor_model together with actor_base_url")
+    if config.agents not in ("llm", "scripted"):
+        raise dg.Failure(f"agents must be 'llm' or 'scripted', got {config.agents!r}")
+    scripted = config.agents == "scripted"
+    if scripted and method != METHOD_MOSAIC:
+        raise dg.Failure("the scripted agents play MOSAIC's manager and actor only; the "
+                         "baseline synthesizer needs agents: llm")
     # both agents' deadlines scale with each request's prompt (the trajectory so far)
     settings = {"progress": context.log.info, "per_request_timeout": True}
     with run_record(context, wh, config.model_dump(), partition=part, calls_name=table,
                     started_at=started) as rec:
         manager_client = rec.track(llm.client(config.manager_max_tokens, **settings))
-        manager_client.check_reachable()
+        if not scripted:
+            manager_client.check_reachable()
         actor_client = manager_client
-        if config.actor_base_url:
+        if config.actor_base_url and not scripted:
             actor_client = rec.track(llm.client_for(
                 config.actor_base_url, config.actor_model, llm.api_key or None,
                 max_tokens=config.actor_max_tokens, **settings))
             actor_client.check_reachable()
-        manager_label = llm.model_label()
-        actor_label = config.actor_model or manager_label
+        manager_label = SCRIPTED_LABEL if scripted else llm.model_label()
+        actor_label = SCRIPTED_LABEL if scripted else config.actor_model or manager_label
         sessions = session_factory(sandbox.get_pool(), timeout_s=None)  # the resource's limits
         actor_params = SamplingParams(temperature=config.actor_temperature,
                                       max_tokens=config.actor_max_tokens, seed=config.seed,
                                       stop=ACTOR_STOP)
         context.log.info(f"{method}: {len(inputs)} {source} problems, T_max={cfg.max_steps}, "
                          f"rho={cfg.rho}, manager={manager_label}, actor={actor_label}")
-        if method == METHOD_MOSAIC:
+        if scripted:
+            scripted_manager, scripted_actor = ScriptedManager(), ScriptedActor()
+
+            def make(problem):
+                return synthesize_mosaic(problem, scripted_manager, scripted_actor, sessions, cfg)
+        elif method == METHOD_MOSAIC:
             manager = LLMManager(manager_client, params=SamplingParams(
                 temperature=config.manager_temperature, max_tokens=config.manager_max_tokens,
                 seed=config.seed))

@@ -293,6 +293,10 @@ class RecoveryClaimConfig(ResultConfig):
     split: str = "train"
     limit: int | None = 32
     synthesis_max_steps: int = 4
+    # who plays MOSAIC's manager and actor: "llm" (the `llm` resource, the paper's setting) or
+    # "scripted" (pipelines.mosaic.scripted: rule-based agents that walk the reference's
+    # calculations; the injection, sandbox and loop are the same)
+    synthesis_agents: str = "llm"
     rho: float = SFT_RHO
     seed: int = 0
     concurrency: int = 4
@@ -321,9 +325,12 @@ RECOVERY = Experiment(
                 "recovery after an interpreter error on held-out problems in tool mode.",
     scales={
         "cpu": {"mosaic_recovery_claim": {"config": {
-            "limit": 32, "synthesis_max_steps": 4, "only_correct": False,
-            "recipe": "tir_sft_preserved.cpu", "train_steps": 8, "eval_limit": 40, "k": 4,
-            "eval_max_tokens": 256, "max_turns": 4}}},
+            # the embedded model cannot synthesize (3 of 32 problems complete, none with an
+            # injected failure, in one run): the scripted agents play manager and actor, so
+            # the arms differ only in the injection, which is MOSAIC's own
+            "synthesis_agents": "scripted", "limit": 96, "synthesis_max_steps": 6,
+            "only_correct": True, "recipe": "tir_sft_preserved.cpu", "train_steps": 32,
+            "eval_limit": 40, "k": 4, "eval_max_tokens": 256, "max_turns": 4}}},
         "paper": {"mosaic_recovery_claim": {"config": {
             # §3.1: 8k SFT instances at ρ = 0.1 (OpenR1-Math-220k is not a weft source: the
             # source below stands in), synthesized by DeepSeek-V3.2 (App. A.1: the `llm`
@@ -342,22 +349,19 @@ RECOVERY = Experiment(
             "benchmark": "math500", "eval_limit": None, "k": 8, "temperature": 0.7,
             "eval_max_tokens": 6000, "max_turns": 8, "max_concurrency": 64}}},
     },
-    # measured: with the embedded model as manager and actor, 3 of the 32 problems got a
-    # complete trajectory at rho = 0.1 and at rho = 0, and none of the three held an injected
-    # failure, so the run stopped before training (17 min on a loaded 2-core machine)
-    limits={"cpu": "the embedded 135M model synthesizes the data (few complete trajectories, "
-                   "so every valid one is kept, correct or not), trains 8 SFT steps and rarely "
-                   "writes code that fails and then answers: few problems pair, CIs are wide. "
-                   "In one run 3 of 32 problems got a complete trajectory and none held an "
-                   "injected failure, so the asset stopped before training: point the `llm` "
-                   "resource at a stronger synthesizer for this claim"},
+    limits={"cpu": "the data comes from scripted agents (a manager that walks the gsm8k "
+                   "reference's calculations, an actor that codes them), not from an LLM: "
+                   "with the embedded model as manager and actor, 3 of 32 problems got a "
+                   "complete trajectory and none held an injected failure. The student is the "
+                   "135M model after 32 SFT steps, which rarely answers gsm8k right at all, "
+                   "so few erroring samples recover in either arm and the CI is wide"},
 )
 
 
 def _synthesis_config(config: RecoveryClaimConfig, rho: float) -> MosaicSynthesisConfig:
     return MosaicSynthesisConfig(limit=config.limit, split=config.split,
                                  max_steps=config.synthesis_max_steps, rho=rho, seed=config.seed,
-                                 concurrency=config.concurrency)
+                                 concurrency=config.concurrency, agents=config.synthesis_agents)
 
 
 def paired_sft_rows(treatment_rows: Sequence[Mapping[str, Any]],

@@ -272,7 +272,8 @@ def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, s
                               resources=_resources(server, RecordingTrainer()))
         # ρ = 1: every code step of the treatment's data is perturbed, so it surely differs
         cfg = {"limit": 4, "synthesis_max_steps": 4, "rho": 1.0, "concurrency": 2,
-               "train_steps": 3, "n_boot": 500}
+               "train_steps": 3, "n_boot": 500, "synthesis_agents": "llm",
+               "only_correct": False}
         result = defs.resolve_job_def("mosaic_recovery_claim_job").execute_in_process(
             run_config={"scale": "cpu", "ops": {"mosaic_recovery_claim": {"config": cfg}}},
             instance=dg.DagsterInstance.ephemeral())
@@ -316,6 +317,48 @@ def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, s
     pairing = meta["pairing"].value
     assert pairing["paired_problems"] == 3 and pairing["shared_training_problems"] == 4
     assert pairing["injected_steps_in_treatment"] >= 1
+
+
+def test_recovery_claim_at_cpu_scale_synthesizes_with_the_scripted_agents(weft_home, shared_data,
+                                                                          monkeypatch):
+    """The cpu scale's synthesis makes no LLM call (the scripted agents walk the gsm8k
+    references), keeps only correct trajectories, and the treatment's data holds injected
+    failures followed by a correction of the same cell."""
+    from pipelines.llm.testing import FakeLLMServer
+
+    LAUNCHED.clear()
+    EVALUATED.clear()
+
+    def evaluation(context, config, ck, *args):
+        return scripted_evaluation(context, config, {"ck-rho0.5": "ck-rho1"}.get(ck, ck), *args)
+
+    monkeypatch.setattr(rm, "_evaluate", evaluation)
+    with FakeLLMServer(models=("scripted",)) as server:
+        _ingest(server, limit=12)
+        before = len(server.requests)
+        defs = dg.Definitions(assets=[rm.mosaic_recovery_claim], jobs=[claim_job(rm.RECOVERY)],
+                              resources=_resources(server, RecordingTrainer()))
+        cfg = {"limit": 12, "rho": 0.5, "concurrency": 2, "train_steps": 3, "n_boot": 500}
+        result = defs.resolve_job_def("mosaic_recovery_claim_job").execute_in_process(
+            run_config={"scale": "cpu", "ops": {"mosaic_recovery_claim": {"config": cfg}}},
+            instance=dg.DagsterInstance.ephemeral())
+        assert len(server.requests) == before  # no LLM call
+    assert result.success
+    wh = Warehouse()
+    treat = wh.read("mosaic_trajectories",
+                    partition="gsm8k/rho=0.5|mosaic_recovery_claim").to_pylist()
+    ref = wh.read("mosaic_trajectories",
+                  partition="gsm8k/rho=0|mosaic_recovery_claim").to_pylist()
+    assert {r["manager_model"] for r in treat + ref} == {"scripted-reference-walker"}
+    assert sum(r["perturbed_steps"] for r in ref) == 0
+    assert sum(r["perturbed_steps"] for r in treat) >= 1
+    # the reference arm's correct trajectories: most gsm8k references check out
+    assert sum(bool(r["correct"]) for r in ref) >= 6
+    treat_arm, ref_arm = LAUNCHED
+    assert treat_arm.config.max_steps == 3
+    text = json.dumps(treat_arm.rows)
+    assert "Traceback" in text or "Error" in text  # an injected failure is in the data
+    assert "Traceback" not in json.dumps(ref_arm.rows)
 
 
 def test_recovery_claim_config_checks_fail_before_anything_runs(weft_home):
