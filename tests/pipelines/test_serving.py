@@ -15,6 +15,7 @@ from pipelines.serving import (
     LocalModelServer,
     ServerStartError,
     choose_cpu_bind,
+    cpu_busy_fractions,
     cpu_server_dtype,
     format_cpu_list,
     free_port,
@@ -68,18 +69,52 @@ def test_cpu_bind_takes_small_hosts_whole_and_splits_cores_otherwise():
     assert choose_cpu_bind([0, 2, 3], []) == "0,2-3"
     # ... on a larger one, vLLM's NUMA-aware default
     assert choose_cpu_bind(eight, []) == "auto"
-    # a running server bound to every core leaves nothing to pin
-    assert choose_cpu_bind(two, ["0-1"]) == "nobind"
     # vLLM's auto pins every core but the last: the second server gets the core it leaves
     assert choose_cpu_bind(two, [None]) == "1"
     assert choose_cpu_bind(two, ["auto"]) == "1"
     assert choose_cpu_bind(eight, ["0-3"]) == "4-7"
     assert choose_cpu_bind(eight, ["0-3", "4-5"]) == "6-7"
     assert choose_cpu_bind(eight, ["nobind"]) == "0-7"
-    # nothing left: share all cores through the kernel rather than stack pinned servers
-    assert choose_cpu_bind(two, [None, "1"]) == "nobind"
-    assert choose_cpu_bind(two, ["garbage"]) == "nobind"
-    assert choose_cpu_bind([0], [None]) == "nobind"
+
+
+def test_cpu_bind_on_a_busy_host_pins_one_core_never_nobind():
+    two, four = [0, 1], [0, 1, 2, 3]
+    # every core pinned by another server: one core, the highest when all are pinned alike ...
+    assert choose_cpu_bind(two, ["0-1"]) == "1"
+    assert choose_cpu_bind(two, ["garbage"]) == "1"  # unknown pinning counts as every core
+    assert choose_cpu_bind([0], [None]) == "0"
+    assert choose_cpu_bind([0], ["nobind", "0"]) == "0"
+    # ... the one the fewest servers pin: auto pins 0, "1" pins 1, "0-1" both -> 0 twice, 1 twice
+    assert choose_cpu_bind(two, [None, "1"]) == "1"
+    assert choose_cpu_bind(two, [None, "1", "0"]) == "1"  # 0 pinned twice, 1 once
+    assert choose_cpu_bind(four, ["0-3", "3", "1-2"]) == "0"
+    # ... then the least busy, by the sampled busy fractions (a core not sampled counts idle)
+    assert choose_cpu_bind(two, ["0-1"], {0: 0.2, 1: 0.9}) == "0"
+    assert choose_cpu_bind(four, ["0-3"], {0: 0.5, 1: 0.5, 2: 0.1, 3: 0.5}) == "2"
+    assert choose_cpu_bind(four, ["0-3"], {0: 0.5, 1: 0.5, 2: 0.5}) == "3"
+    assert choose_cpu_bind(four, ["0-3", "3"], {3: 0.0, 0: 0.9, 1: 0.9, 2: 0.9}) == "2"
+    # whatever runs, a host with a core to pin never gets nobind
+    for running in (["0-1"], ["0-1", "0-1", "0-1"], [None, None], ["auto", "0", "1"], ["x"]):
+        for busy in (None, {0: 1.0, 1: 1.0}, {0: 0.0}):
+            assert choose_cpu_bind(two, running, busy) in ("0", "1")
+    with pytest.raises(ValueError, match="no CPU core allowed"):
+        choose_cpu_bind([], ["0-1"])
+
+
+def test_cpu_busy_fractions_see_a_spinning_core():
+    # a child spinning on one pinned core keeps that core busy whatever else runs
+    core = max(os.sched_getaffinity(0))
+    spin = subprocess.Popen([sys.executable, "-c",
+                             f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = cpu_busy_fractions(0.5)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert set(busy) >= set(os.sched_getaffinity(0))
+    assert all(0.0 <= f <= 1.0 for f in busy.values())
+    assert busy[core] > 0.9
 
 
 def test_running_binds_are_read_from_proc_and_forked_workers_count_once():
