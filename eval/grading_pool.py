@@ -9,6 +9,13 @@ and the rest of its batch is graded by the pool as usual. ``grade_many(..., answ
 takes whole model outputs and finds their answer regions inside the workers, so extraction and
 verification run under the one per-item limit; ``call_timeout_s`` bounds a whole call.
 
+Each gold answer has a home worker (a stable hash of the gold), in every call: a worker parses
+a gold once and keeps it (``eval.graders`` caches parsed golds per process), so the pool
+parses each gold about as often as one process would, instead of once per worker that happens
+to meet it (parsing a new gold is about 70% of grading a pair on real benchmark golds). A
+worker whose own items are done takes batches from the end of the longest other queue, so the
+work stays balanced.
+
 Not guaranteed: ordering of work between workers (results are always returned in input
 order); that graders registered at run time (not at import of their module) exist in the
 workers; use from a script without an ``if __name__ == "__main__":`` guard (workers re-import
@@ -26,6 +33,7 @@ import pickle
 import signal
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import astuple
@@ -68,6 +76,12 @@ def _worker_main(conn: multiprocessing.connection.Connection) -> None:
         fn, kw, batch = message
         for index, prediction, gold in batch:
             conn.send((index, astuple(grade_recorded(fn, prediction, gold, kw))))
+
+
+def home_slot(gold: str, processes: int) -> int:
+    """The worker slot (0 .. processes-1) whose queue items with this gold join: the same for
+    a given gold and pool size in every call and every process (CRC-32 of its UTF-8 bytes)."""
+    return zlib.crc32(gold.encode("utf-8", "surrogatepass")) % processes
 
 
 def _default_processes() -> int:
@@ -123,9 +137,10 @@ class GradingPool:
     """A pool of grading processes with a wall-clock limit per item.
 
     ``with GradingPool(processes=2) as pool: results = pool.grade_many(pairs, kind="math")``.
-    Items are sent in batches (fewer messages), grouped by gold answer so that a gold is
-    parsed once per worker; results come back per item so the parent
-    always knows which item a worker is on. A worker silent for ``per_item_timeout_s`` on one
+    Items are sent in batches (fewer messages), grouped by gold answer and queued for the
+    gold's home worker (:func:`home_slot`), so that a gold is parsed once in the pool across
+    calls; an idle worker whose queue is empty takes the last batch of the longest other queue.
+    Results come back per item so the parent always knows which item a worker is on. A worker silent for ``per_item_timeout_s`` on one
     item is killed and replaced; that item gets ``error="grading timed out"`` and the rest of
     its batch is re-queued. A worker that dies mid-batch is replaced and its item retried once;
     an item that kills a second worker is recorded as ``"grading worker died ..."``. Workers warm up before they take work, so start-up time never counts against
@@ -166,8 +181,10 @@ class GradingPool:
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: nothing left to report to
             pass
 
-    def start(self) -> None:
-        """Start the workers (done by ``with`` or the first :meth:`grade_many`)."""
+    def start(self, wait: bool = False) -> None:
+        """Start the workers (done by ``with`` or the first :meth:`grade_many`); with ``wait``,
+        also wait until every worker has warmed up (RuntimeError when one cannot start within
+        ``START_TIMEOUT_S``), so that a later call's time is grading only."""
         if multiprocessing.current_process().daemon:
             raise RuntimeError(
                 "GradingPool cannot start worker processes from a daemonic process (e.g. a "
@@ -175,6 +192,9 @@ class GradingPool:
             )
         while len(self._workers) < self.processes:
             self._workers.append(_Worker(self._ctx))
+        if wait:
+            with self._lock:
+                self._await_ready()
 
     def close(self) -> None:
         """Stop all workers: ask politely, then kill what is still running."""
@@ -271,12 +291,25 @@ class GradingPool:
             self._await_ready()  # start-up is not the call's time
             call_deadline = time.monotonic() + call_timeout_s
         size = self.batch_size or max(1, min(64, math.ceil(len(pairs) / (4 * self.processes))))
-        # Items sharing a gold go to the same batch, so each worker parses a gold once (cached).
-        order = sorted(range(len(pairs)), key=lambda i: pairs[i][1])
-        queue: deque[list[tuple[int, str, str]]] = deque(
-            [(i, pairs[i][0], pairs[i][1]) for i in order[s:s + size]]
-            for s in range(0, len(order), size)
-        )
+        # Items sharing a gold go to the same batch of the gold's home worker, so the pool
+        # parses a gold once (each worker caches the golds it parsed, across calls).
+        slots = len(self._workers)
+        homes: list[list[int]] = [[] for _ in range(slots)]
+        for i in sorted(range(len(pairs)), key=lambda i: pairs[i][1]):
+            homes[home_slot(pairs[i][1], slots)].append(i)
+        queues: list[deque[list[tuple[int, str, str]]]] = [
+            deque([(i, pairs[i][0], pairs[i][1]) for i in order[s:s + size]]
+                  for s in range(0, len(order), size))
+            for order in homes
+        ]
+
+        def take(slot: int) -> list[tuple[int, str, str]] | None:
+            """The slot's next batch, else the last batch of the longest other queue."""
+            if queues[slot]:
+                return queues[slot].popleft()
+            donor = max(queues, key=len)
+            return donor.pop() if donor else None
+
         results: list[GradeResult | None] = [None] * len(pairs)
         remaining = len(pairs)
 
@@ -286,6 +319,7 @@ class GradingPool:
             """Record the worker's current item as failed (or retry it once), re-queue the rest."""
             nonlocal remaining
             index = worker.batch[worker.done][0]
+            queue = queues[self._workers.index(worker)]
             if retry and index not in died_once:  # maybe killed from outside: give it one more go
                 died_once.add(index)
                 queue.appendleft(worker.batch[worker.done:])
@@ -299,16 +333,18 @@ class GradingPool:
 
         while remaining:
             if call_deadline is not None and time.monotonic() >= call_deadline:
-                remaining -= self._give_up(queue, results)
+                remaining -= self._give_up(queues, results)
                 break
-            for w in self._workers:
-                if w.ready and not w.busy and queue:
-                    batch = queue.popleft()
+            for slot, w in enumerate(self._workers):
+                if w.ready and not w.busy:
+                    batch = take(slot)
+                    if batch is None:
+                        continue
                     try:
                         w.assign((fn, kw, batch), batch)
                     except (OSError, ValueError):  # died while idle: replace, retry the batch
                         self.deaths += 1
-                        queue.appendleft(batch)
+                        queues[slot].appendleft(batch)
                         self._replace(w)
             watched = [w for w in self._workers if w.busy or not w.ready]
             if not watched:  # cannot happen: every unfinished item is queued or with a worker
@@ -357,7 +393,7 @@ class GradingPool:
         assert remaining == 0 and all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
-    def _give_up(self, queue: deque, results: list[GradeResult | None]) -> int:
+    def _give_up(self, queues: list[deque], results: list[GradeResult | None]) -> int:
         """The call's time is up: keep answers already sent, record every other unfinished item
         as failed, kill and replace the busy workers (their late answers must not reach the
         next call). Returns how many items this settled (the caller's open count drops by it)."""
@@ -377,15 +413,16 @@ class GradingPool:
             results[index] = GradeResult(False, None, "none", None, None, TIMED_OUT)
             self.timeouts += 1
             log.warning("grading item %d stopped: the call ran out of time; worker killed", index)
-            queue.appendleft(w.batch[w.done + 1:])
+            queues[0].appendleft(w.batch[w.done + 1:])
             w.batch, w.done = [], 0
             self._replace(w)
             settled += 1
-        for batch in queue:
-            for index, _, _ in batch:
-                results[index] = GradeResult(False, None, "none", None, None, NOT_GRADED)
-                settled += 1
-        queue.clear()
+        for queue in queues:
+            for batch in queue:
+                for index, _, _ in batch:
+                    results[index] = GradeResult(False, None, "none", None, None, NOT_GRADED)
+                    settled += 1
+            queue.clear()
         return settled
 
 

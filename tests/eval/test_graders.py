@@ -422,6 +422,27 @@ def test_pool_rejects_unpicklable_grader(monkeypatch, pool):
         pool.grade_many([("a", "b")], kind="closure")
 
 
+def _worker_pid_grader(prediction: str, gold: str, **kw) -> GradeResult:
+    """Says which process graded the item (module level, so workers can unpickle it)."""
+    return GradeResult(True, str(os.getpid()), "none")
+
+
+def test_pool_grades_each_gold_in_the_same_worker_in_every_call(monkeypatch):
+    # A worker keeps the golds it parsed: the pool must send a gold to the same worker in
+    # every call (whatever the order and the predictions), and still use every worker. One
+    # batch per worker (batch_size above the call's size), so no worker runs out and steals.
+    monkeypatch.setitem(GRADERS, "whose", _worker_pid_grader)
+    golds = [f"\\frac{{{i}}}{{7}}" for i in range(60)]
+    with GradingPool(processes=2, per_item_timeout_s=60, batch_size=1000) as p:
+        p.start(wait=True)
+        first = p.grade_many([(f"a{i}", g) for i, g in enumerate(golds)], kind="whose")
+        worker_of = {g: r.extracted for g, r in zip(golds, first)}
+        assert set(worker_of.values()) == {str(pid) for pid in p.worker_pids()}
+        again = [g for g in reversed(golds) for _ in range(2)][:90]
+        second = p.grade_many([(f"b{i}", g) for i, g in enumerate(again)], kind="whose")
+        assert [r.extracted for r in second] == [worker_of[g] for g in again]
+
+
 def test_pool_bad_arguments():
     with pytest.raises(ValueError, match="per_item_timeout_s"):
         GradingPool(per_item_timeout_s=0)
