@@ -16,7 +16,10 @@ graded in three steps (HumanEval, MBPP+, LiveCodeBench functional tests):
 2. **Candidate run** (:func:`pipelines.sandbox.harness.relay_program`): the candidate's code,
    without any test code or expected value, runs in a child process forked by a trusted parent;
    it is called on the recorded arguments (and on MBPP+'s inputs, LiveCodeBench's JSON
-   arguments) and only its return values come back, as plain data (exact builtin types).
+   arguments) and only its return values come back, as plain data (exact builtin types). On a
+   warm :class:`~pipelines.sandbox.SandboxPool` the runner's fork server, which preloaded the
+   relay module, is that trusted parent (``SandboxPool.run_relay``): the same child code and
+   payload line, one fork and one program compile less.
 3. **Verdict on the host**: HumanEval's ``check`` (the prompt and the test, benchmark code,
    never the candidate's) is replayed with a stand-in for the candidate that checks each call
    has the recorded arguments and returns the candidate's answer to it, so tests that accept
@@ -402,9 +405,17 @@ def _relay(box: Any, source: str, target: tuple, calls: list, timeout_s: float, 
     ``cap`` bytes of results can take (JSON escaping can triple it) and parses no more."""
     marker = new_marker()
     keep = 3 * cap + 64 * 1024
-    program = relay_program(source, target, calls, results_cap=cap, digest_above=DIGEST_ABOVE,
-                            digest_count=digest_count)
-    result = box.run(program, stdin=marker_nonce(marker), limits=_limits(box, timeout_s, keep))
+    limits = _limits(box, timeout_s, keep)
+    if isinstance(box, SandboxPool) and box.relay_preloaded(limits):
+        # A warm runner's fork server is the candidate's trusted parent: no relay program to
+        # send, compile or fork (the same child code, the same payload line).
+        result = box.run_relay(source, target, calls, nonce=marker_nonce(marker),
+                               results_cap=cap, digest_above=DIGEST_ABOVE,
+                               digest_count=digest_count, limits=limits)
+    else:
+        program = relay_program(source, target, calls, results_cap=cap,
+                                digest_above=DIGEST_ABOVE, digest_count=digest_count)
+        result = box.run(program, stdin=marker_nonce(marker), limits=limits)
     outcome = read_relay(result.stdout, marker, len(calls), max_chars=keep)
     if outcome.problem and not result.ok:
         outcome = RelayOutcome(outcome.results, _failed_run(result), outcome.output)

@@ -33,6 +33,7 @@ from typing import Any
 
 from pipelines.sandbox.harness import (
     CallResult,
+    EncodedCalls,
     call_result,
     canonical_json,
     function_source,
@@ -151,7 +152,7 @@ def parse_recording(payload: Any, *, task: Any, entry: str, test_setup: str, tes
         fixed = list(payload["fixed"])
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise RecordingError(f"the recording of {task} is malformed: {exc}") from None
-    calls = [enc for kind, enc in keys if kind == "ok"]
+    calls = EncodedCalls([enc for kind, enc in keys if kind == "ok"])
     replayable = bool(test_run) and len(calls) == len(keys)
     if replayable:
         why = replay(test_setup, test_run, entry, calls, [call_result(r, None) for r in results])
@@ -176,7 +177,8 @@ class _Replayed:
     arguments; it returns the candidate's decoded answer to that call (or raises)."""
 
     def __init__(self, calls: list, answers: list[CallResult], deadline: float) -> None:
-        self.keys = [canonical_json(c) for c in calls]
+        self.keys = (calls.canonical if isinstance(calls, EncodedCalls)
+                     else [canonical_json(c) for c in calls])
         self.answers = answers
         self.deadline = deadline
         self.count = 0
@@ -204,12 +206,18 @@ def _private_random(seed: int) -> types.ModuleType:
     several threads, or other users of ``random`` in this process, never disturb each other."""
     rng = random.Random(seed)
     module = types.ModuleType("random")
-    for name in dir(random):
-        if not name.startswith("_"):
-            own = getattr(rng, name, None)
-            setattr(module, name, own if callable(own) and hasattr(own, "__self__")
-                    else getattr(random, name))
+    for name, bound in _RANDOM_NAMES:
+        setattr(module, name, getattr(rng, name) if bound else getattr(random, name))
     return module
+
+
+# The public names of ``random``, and whether each is a method of its hidden instance (then
+# the private module gets the same method of its own instance): worked out once.
+_RANDOM_NAMES = tuple(
+    (name, callable(getattr(random.Random(0), name, None))
+     and hasattr(getattr(random.Random(0), name, None), "__self__"))
+    for name in dir(random) if not name.startswith("_"))
+_BUILTINS = dict(vars(builtins))
 
 
 def replay(setup: str, run: str, entry: str, calls: list,
@@ -224,7 +232,7 @@ def replay(setup: str, run: str, entry: str, calls: list,
         return builtins.__import__(name, globals, locals, fromlist, level)
 
     space = {"__name__": "__weft_replay__",
-             "__builtins__": dict(vars(builtins), __import__=importer)}
+             "__builtins__": dict(_BUILTINS, __import__=importer)}
     stand_in = _Replayed(calls, answers, time.monotonic() + REPLAY_TIMEOUT_S)
     try:
         if setup:

@@ -22,6 +22,16 @@ Modes:
   wall-clock limit, kills every leftover process and wipes the work dir before answering. The
   child is forked before its request is read and gets its code over a pipe and its stdin in a
   memfd, so the request's stdin (a grader's secret nonce) is never in the program's memory.
+  A ``preload`` request (from the host, before any program: trusted code such as the
+  grader's relay module) is executed once in the runner as a module of the given name, and
+  every program forked after it finds that module in ``sys.modules`` already loaded.
+  A spawn request with ``relay`` runs a candidate function for the grader with this driver as
+  its trusted parent (the role the relay program's own parent plays elsewhere, see
+  ``pipelines.sandbox.harness``): the forked child points fds 0, 1 and 2 at ``/dev/null`` and
+  a pipe this driver drains, keeps only its results pipe, and runs the preloaded relay
+  module's child part; this driver caps the results and the output, and prints the payload
+  line with the request's nonce. The nonce (the request's ``stdin``) is never written where
+  the child could read it, and the child was forked before the request was read.
 
 ``sys.setrecursionlimit`` is capped at ``MAX_RECURSION_LIMIT`` (a departure from plain CPython,
 which accepts any limit): a runaway recursion then ends in a RecursionError within seconds,
@@ -613,12 +623,14 @@ def _prefork(rfd, wfd, jailed):
 
     job_r, job_w = os.pipe()
     rep_r, rep_w = os.pipe()
+    res_r, res_w = os.pipe()  # a relay's results and output (unused by a plain program)
+    out_r, out_w = os.pipe()
     in_fd = os.memfd_create("stdin", 0)
     pid = os.fork()
     if pid == 0:  # child: becomes the program once its job arrives
         status = 70
         try:
-            for fd in (job_w, rep_r, rfd, wfd):
+            for fd in (job_w, rep_r, rfd, wfd, res_r, out_r):
                 os.close(fd)
             os.set_inheritable(rep_w, False)
             data = _read_all(job_r)
@@ -628,6 +640,10 @@ def _prefork(rfd, wfd, jailed):
             import json
 
             job = json.loads(data.decode("utf-8", "surrogatepass"))
+            relay = job.get("relay")
+            if relay is None:
+                os.close(res_w)
+                os.close(out_w)
             if not job["stdin"]:
                 os.close(in_fd)
                 in_fd = os.open("/dev/null", os.O_RDONLY)
@@ -639,20 +655,110 @@ def _prefork(rfd, wfd, jailed):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             _set_limits(job["limits"])
+            if relay is not None:
+                _relay_child(relay, rep_w, res_w, out_w)  # never returns
             status = _run_program(job["code"], "main.py", rep_w)
             _finish_child()
         finally:
             os._exit(status)
-    os.close(job_r)
+    for fd in (job_r, rep_w, res_w, out_w):
+        os.close(fd)
+    return {"pid": pid, "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd, "res_r": res_r,
+            "out_r": out_r}
+
+
+def _relay_child(relay, rep_w, res_w, out_w):
+    """The forked child of a relay request: the preloaded relay module's child part (fds 0, 1
+    and 2 replaced, every other fd but the results pipe closed, the candidate's code run and
+    its function called on each call; it ends the process)."""
+    import json
+
     os.close(rep_w)
-    return {"pid": pid, "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd}
+    module = sys.modules.get(relay["module"])
+    if module is None:  # the host sends relay requests only to runners it preloaded
+        os._exit(70)
+    _cap_recursion()
+    module.__weft_child(relay["source"], relay["target"], json.loads(relay["calls"]),
+                        relay["digest_above"], relay["digest_count"], res_w, out_w)
+    os._exit(70)
+
+
+def _gather(relay, zygote, pidfd, timeout_s):
+    """Drain a relay child's results (at most ``results_cap`` bytes, else ``overflow``) and
+    output (the first ``keep`` bytes kept, all counted) until it exits or ``timeout_s`` ends.
+    Returns (timed_out, state)."""
+    import select
+    import time
+
+    state = {"results": bytearray(), "out": bytearray(), "out_total": 0, "overflow": False}
+    fds = {zygote["res_r"], zygote["out_r"]}
+    for fd in fds:
+        os.set_blocking(fd, False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True, state
+        ready = select.select([pidfd, *fds], [], [], left)[0]
+        for fd in ready:
+            if fd != pidfd:
+                _pump(fd, zygote, relay, state, fds)
+        if pidfd in ready:
+            return False, state
+
+
+def _pump(fd, zygote, relay, state, fds):
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            fds.discard(fd)
+            return
+        if fd == zygote["res_r"]:
+            if len(state["results"]) + len(data) > relay["results_cap"]:
+                state["overflow"] = True
+            else:
+                state["results"].extend(data)
+        else:
+            state["out_total"] += len(data)
+            keep = relay["keep"]
+            if len(state["out"]) < keep:
+                state["out"].extend(data[:keep - len(state["out"])])
+
+
+def _print_relay(relay, state, status, nonce):
+    """The payload line of a relay request, on this driver's stdout (what the host reads as
+    the run's output): the same line a relay program's parent prints."""
+    import json
+
+    parsed = []
+    for line in bytes(state["results"]).split(b"\n"):
+        if not line:
+            continue
+        try:
+            parsed.append(json.loads(line))
+        except (ValueError, RecursionError, MemoryError):
+            parsed.append(["invalid", "an unreadable result"])
+    payload = {"results": parsed, "overflow": state["overflow"], "status": status,
+               "sealed": True, "output": state["out"].decode("utf-8", "replace"),
+               "output_bytes": state["out_total"]}
+    try:
+        text = json.dumps(payload)
+    except (ValueError, RecursionError):
+        text = json.dumps(dict(payload, results=[], overflow=True))
+    nonce = "".join(c for c in str(nonce or "")[:256] if c in "0123456789abcdef")
+    _write_all(1, ("\n" + relay["prefix"] + nonce + "__" + text + "\n").encode("ascii"))
 
 
 def _drop(zygote):
     """End a pre-forked process that got no job."""
-    os.close(zygote["job_w"])
-    os.close(zygote["rep_r"])
-    os.close(zygote["in_fd"])
+    for fd in (zygote["job_w"], zygote["rep_r"], zygote["in_fd"], zygote["res_r"],
+               zygote["out_r"]):
+        os.close(fd)
     try:
         os.waitpid(zygote["pid"], 0)
     except ChildProcessError:
@@ -667,14 +773,16 @@ def _spawn(req, zygote, jailed, workdirs):
     timeout_s = float(req["timeout_s"])
     cpu_s = int(req["cpu_s"])
     stdin = req.get("stdin")
+    relay = req.get("relay")
     pid, rep_r = zygote["pid"], zygote["rep_r"]
-    if stdin is not None:
+    if stdin is not None and relay is None:  # a relay's stdin is its nonce: it stays here
         view, at = memoryview(stdin.encode("latin-1")), 0
         while at < len(view):
             at += os.pwrite(zygote["in_fd"], view[at:], at)
     os.close(zygote["in_fd"])
-    job = json.dumps({"code": req["code"], "limits": req["limits"],
-                      "stdin": stdin is not None}).encode("utf-8", "surrogatepass")
+    job = json.dumps({"code": req["code"], "limits": req["limits"], "relay": relay,
+                      "stdin": stdin is not None and relay is None}
+                     ).encode("utf-8", "surrogatepass")
     try:
         _write_all(zygote["job_w"], job)
     except OSError:
@@ -682,7 +790,10 @@ def _spawn(req, zygote, jailed, workdirs):
     os.close(zygote["job_w"])
     pidfd = os.pidfd_open(pid)
     try:
-        timed_out = not select.select([pidfd], [], [], timeout_s)[0]
+        if relay is None:
+            timed_out = not select.select([pidfd], [], [], timeout_s)[0]
+        else:
+            timed_out, gathered = _gather(relay, zygote, pidfd, timeout_s)
     finally:
         os.close(pidfd)
     if timed_out:
@@ -710,12 +821,41 @@ def _spawn(req, zygote, jailed, workdirs):
             error = fields[1:4]
     except (ValueError, IndexError):
         pass
-    _wipe(workdirs)
     code = os.waitstatus_to_exitcode(status)
     used = usage.ru_utime + usage.ru_stime
+    if relay is not None:
+        if not timed_out:  # every process of the run is gone: read the pipes to their end
+            for fd in (zygote["res_r"], zygote["out_r"]):
+                _pump(fd, zygote, relay, gathered, set())
+            _print_relay(relay, gathered, code, stdin)
+        os.close(zygote["res_r"])
+        os.close(zygote["out_r"])
+        _wipe(workdirs)
+        # Like a relay program's parent, which ends normally whatever its child did: the
+        # child's own status is in the payload.
+        return {"exit_code": 0, "error": None, "timed_out": timed_out, "cpu_exceeded": False,
+                "cpu_used": used}
+    os.close(zygote["res_r"])
+    os.close(zygote["out_r"])
+    _wipe(workdirs)
     return {"exit_code": code, "error": error, "timed_out": timed_out,
             "cpu_exceeded": (not timed_out) and code < 0 and used >= cpu_s - 0.05,
             "cpu_used": used}
+
+
+def _preload(req):
+    """Execute trusted module source from the host in this (pristine) runner, registered in
+    ``sys.modules`` under its name, so that every program forked later has it loaded."""
+    name, source = req.get("name"), req.get("code")
+    if not (isinstance(name, str) and name.isidentifier() and isinstance(source, str)):
+        return {"error": ["ProtocolError", "preload takes a module name and its source", ""]}
+    module = type(sys)(name)
+    try:
+        exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - the host's own code
+    except BaseException as exc:
+        return {"error": [type(exc).__name__, str(exc)[:_MAX_VALUE], ""]}
+    sys.modules[name] = module
+    return {"preloaded": name}
 
 
 def _serve_runner(rfd, wfd, jailed):
@@ -739,6 +879,10 @@ def _serve_runner(rfd, wfd, jailed):
         if op == "spawn":
             reply = _spawn(req, zygote, jailed, workdirs)
             zygote = None
+        elif op == "preload":
+            _drop(zygote)  # forked before the module existed: the next one is forked after
+            zygote = None
+            reply = _preload(req)
         else:
             reply = {"error": ["ProtocolError", f"unknown op {op!r}", ""]}
         reply["nonce"] = nonce

@@ -18,6 +18,12 @@ The pieces:
   (``prctl(PR_SET_DUMPABLE, 0)`` first, so the child cannot open its ``/proc/<pid>/fd`` or
   memory) reads the run's nonce from its stdin only after the fork, caps the results, and prints
   one line: marker + nonce + JSON payload.
+- :func:`relay_request`: the same relay for a warm runner that preloaded this module
+  (:func:`relay_module_source`, :data:`RELAY_MODULE`): the runner's fork server (sealed, the
+  jail's pid 1) is then the trusted parent, forks the child before reading the request that
+  carries the nonce, drains and caps its pipes and prints the same line; the child runs the
+  same code. One fork and one program compile less per candidate
+  (``SandboxPool.run_relay``).
 - :func:`read_relay`: the host side; it never raises (a missing, cut, malformed, oversized or
   too deeply nested payload is a failed run with its reason).
 - :func:`values_match`: equality with a float tolerance, for comparisons on the host.
@@ -35,6 +41,8 @@ its run fails.
 The nonce never enters the candidate's memory: a cold ``LocalSandbox.run`` passes stdin as a
 descriptor the driver never reads, and a warm runner forks each program's process before it
 reads the request that carries its stdin; the parent reads it only after forking the child.
+With :func:`relay_request` the fork server keeps the nonce and never writes it where the
+child can read (the child's stdin is ``/dev/null``).
 
 Not guaranteed: that a candidate on a warm runner finds nothing of the programs that runner
 ran before (its heap keeps remnants, inherited by every program it forks: other candidates'
@@ -416,18 +424,32 @@ def function_source(fn, name: str) -> str:
 
 
 _PRELUDE: list[str] = []
+_MODULE_SOURCE: list[str] = []
+# The name under which a warm runner preloads the relay module (see relay_module_source).
+RELAY_MODULE = "__weft_relay__"
+
+
+def relay_module_source() -> str:
+    """The trusted part of every relay program as a module's source (the codec and the relay
+    functions; standard library only, no candidate code, no secret). A warm runner may load it
+    once, before it forks any program (``Runner(preload=...)``), and then run relays itself
+    (:func:`relay_request`) with no program to send, compile or fork."""
+    if not _MODULE_SOURCE:
+        _MODULE_SOURCE.append("\n".join([
+            function_source(plain_encode, "__weft_plain_encode"),
+            function_source(plain_decode, "__weft_plain_decode"),
+            f"__WEFT_PREFIX = {MARKER_PREFIX!r}", _RELAY_SOURCE]))
+    return _MODULE_SOURCE[0]
 
 
 def _relay_prelude() -> str:
-    """The fixed part of every relay program, built once per process. Compiling it costs a
-    few ms per program, more than the rest of a small program's run, so it travels compiled
-    (marshal) too and is used that way when the sandbox's interpreter has this one's bytecode
-    (same magic number); otherwise the source is compiled there."""
+    """The fixed part of every relay program that carries the relay module itself, built
+    once per process. Compiling it costs a few ms per program, more than the rest of a small
+    program's run, so it travels compiled (marshal) too and is used that way when the
+    sandbox's interpreter has this one's bytecode (same magic number); otherwise the source is
+    compiled there."""
     if not _PRELUDE:
-        source = "\n".join([
-            function_source(plain_encode, "__weft_plain_encode"),
-            function_source(plain_decode, "__weft_plain_decode"),
-            f"__WEFT_PREFIX = {MARKER_PREFIX!r}", _RELAY_SOURCE])
+        source = relay_module_source()
         code = marshal.dumps(compile(source, "weft-relay", "exec"))
         blob, text = (base64.b64encode(zlib.compress(x, 9)).decode("ascii")
                       for x in (code, source.encode("utf-8")))
@@ -444,11 +466,47 @@ def _relay_prelude() -> str:
     return _PRELUDE[0]
 
 
+class EncodedCalls(list):
+    """A list of encoded calls (:func:`encode_call`) that keeps its JSON text and each call's
+    canonical text, so that a recording's calls, sent to every candidate of a task and checked
+    in every replay, are encoded once. Not to be changed after it is made."""
+
+    def __init__(self, calls: list) -> None:
+        super().__init__(calls)
+        self.json = json.dumps(calls)
+        self._canonical: list[str] | None = None
+
+    @property
+    def canonical(self) -> list[str]:
+        """:func:`canonical_json` of each call, computed on first use."""
+        if self._canonical is None:
+            self._canonical = [canonical_json(call) for call in self]
+        return self._canonical
+
+
+def relay_request(source: str, target: tuple, calls: list, *, results_cap: int,
+                  digest_above: int = 0, digest_count: int | None = None) -> dict:
+    """What a warm runner that preloaded the relay module (:data:`RELAY_MODULE`) needs to run
+    the same relay as :func:`relay_program` with its fork server as the trusted parent
+    (``Runner.run(..., relay=...)``; the run's stdin is the nonce, as for the program): one
+    fork less per candidate and no program to compile. Same arguments and the same payload
+    line, read with :func:`read_relay`."""
+    if target[0] not in ("function", "method"):
+        raise ValueError(f"unknown relay target {target!r}")
+    return {"module": RELAY_MODULE, "prefix": MARKER_PREFIX, "source": source,
+            "target": list(target),
+            "calls": calls.json if isinstance(calls, EncodedCalls) else json.dumps(calls),
+            "digest_above": int(digest_above),
+            "digest_count": len(calls) if digest_count is None else int(digest_count),
+            "results_cap": int(results_cap), "keep": OUTPUT_KEEP_BYTES}
+
+
 def relay_program(source: str, target: tuple, calls: list, *, results_cap: int,
                   digest_above: int = 0, digest_count: int | None = None) -> str:
     """The program that runs ``source`` (the candidate's code) in a forked child and calls
     ``target`` on each call in ``calls`` (encoded ``(args_tuple, kwargs_dict)``, see
-    :func:`encode_call`). ``target`` is ``("function", name)`` or ``("method", class, name)``
+    :func:`encode_call`; an :class:`EncodedCalls` is not encoded again). ``target`` is
+    ``("function", name)`` or ``("method", class, name)``
     (a fresh instance per call). Results of the first ``digest_count`` calls (all by default)
     longer than ``digest_above`` come back as digests; the child's results past
     ``results_cap`` bytes are dropped (the run then fails). Run it with the marker's nonce as
@@ -456,9 +514,10 @@ def relay_program(source: str, target: tuple, calls: list, *, results_cap: int,
     if target[0] not in ("function", "method"):
         raise ValueError(f"unknown relay target {target!r}")
     count = len(calls) if digest_count is None else int(digest_count)
-    return (f"{_relay_prelude()}\n__weft_relay({source!r}, {tuple(target)!r}, "
-            f"__import__('json').loads({json.dumps(calls)!r}), {int(digest_above)}, {count}, "
-            f"{int(results_cap)}, {OUTPUT_KEEP_BYTES})\n")
+    text = calls.json if isinstance(calls, EncodedCalls) else json.dumps(calls)
+    call = (f"({source!r}, {tuple(target)!r}, __import__('json').loads({text!r}), "
+            f"{int(digest_above)}, {count}, {int(results_cap)}, {OUTPUT_KEEP_BYTES})\n")
+    return f"{_relay_prelude()}\n__weft_relay{call}"
 
 
 def encode_call(args: tuple | list, kwargs: dict | None = None) -> Any:

@@ -41,6 +41,7 @@ import subprocess
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from typing import Self
 
 from pipelines.sandbox.jail import (
@@ -196,9 +197,11 @@ class LocalSandbox:
         """A started stateful session (close it, or use it as a context manager)."""
         return LocalSession(self, limits or self.limits)
 
-    def runner(self, limits: Limits | None = None) -> Runner:
-        """A started fork-server worker for many fast stateless runs (see :class:`Runner`)."""
-        return Runner(self, limits or self.limits)
+    def runner(self, limits: Limits | None = None,
+               preload: Mapping[str, str] | None = None) -> Runner:
+        """A started fork-server worker for many fast stateless runs (see :class:`Runner`);
+        ``preload`` maps module names to trusted source it loads before any program."""
+        return Runner(self, limits or self.limits, preload)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,32 +511,63 @@ class LocalSession:
         self.close()
 
 
+def limits_fit(own: Limits, limits: Limits) -> bool:
+    """Whether a run with ``limits`` can go to a runner started with ``own`` (the limits a
+    jail fixes when it starts: memory, disk size and file count, processes, open files, file
+    size; time and output are per run)."""
+    return (limits.memory_mb <= own.memory_mb and limits.disk_mb == own.disk_mb
+            and limits.disk_files == own.disk_files
+            and limits.processes <= own.processes and limits.open_files <= own.open_files
+            and limits.file_size_mb <= own.file_size_mb)
+
+
 class Runner:
     """A warm fork server in its own jail: fast stateless runs, one at a time.
 
     Each program runs in a freshly forked process with its own rlimits and ``__main__``; after
     it, every process left in the jail is killed and the work dir is wiped, so programs do not
     see each other. ``fits(limits)`` says whether a run's limits are within the jail's own.
+
+    ``preload`` maps module names to source the fork server executes once, before it forks
+    any program (and again after each restart): trusted code only (it runs in the pristine
+    process every program is forked from), such as the grader's relay module
+    (``pipelines.sandbox.harness.relay_module_source``). Every program then finds those
+    modules in ``sys.modules``; a program can change its own copy, never the fork server's.
+    Raises :class:`SandboxError` when a module fails to load.
     """
 
-    def __init__(self, sandbox: LocalSandbox, limits: Limits) -> None:
+    def __init__(self, sandbox: LocalSandbox, limits: Limits,
+                 preload: Mapping[str, str] | None = None) -> None:
         self.sandbox = sandbox
         self.limits = limits
         self.isolation = sandbox.spec.isolation
+        self.preload = dict(preload or {})
         self._lock = threading.Lock()
-        self._kernel: _Kernel | None = _Kernel(sandbox.spec, limits, "runner")
+        self._kernel: _Kernel | None = self._start_kernel()
         self.restarts = 0
         self.runs = 0
 
+    def _start_kernel(self) -> _Kernel:
+        kernel = _Kernel(self.sandbox.spec, self.limits, "runner")
+        for name, source in self.preload.items():
+            reply, state = kernel.call({"op": "preload", "name": name, "code": source},
+                                       START_TIMEOUT_S)
+            if reply is None or reply.get("preloaded") != name:
+                why = (reply or {}).get("error") or state
+                kernel.kill()
+                raise SandboxError(f"the sandbox runner could not preload {name!r}: {why}")
+        kernel.take_output(self.limits.max_output_bytes)
+        return kernel
+
     def fits(self, limits: Limits) -> bool:
-        own = self.limits
-        return (limits.memory_mb <= own.memory_mb and limits.disk_mb == own.disk_mb
-                and limits.disk_files == own.disk_files
-                and limits.processes <= own.processes and limits.open_files <= own.open_files
-                and limits.file_size_mb <= own.file_size_mb)
+        return limits_fit(self.limits, limits)
 
     def run(self, code: str, stdin: str | bytes | None = None,
-            limits: Limits | None = None) -> ExecResult:
+            limits: Limits | None = None, relay: dict | None = None) -> ExecResult:
+        """Run ``code`` in a freshly forked process. With ``relay``
+        (``pipelines.sandbox.harness.relay_request``; the runner must have preloaded the
+        relay module) ``code`` is ignored: the fork server runs the relay as the candidate's
+        trusted parent, ``stdin`` is the nonce, and the payload line is the result's stdout."""
         limits = limits or self.limits
         check_code(code)
         data = as_bytes(stdin)
@@ -555,6 +589,8 @@ class Runner:
                        "stdin": None if data is None else data.decode("latin-1"),
                        "timeout_s": limits.timeout_s, "cpu_s": limits.cpu_seconds,
                        "limits": rlimit_spec(limits)}
+            if relay is not None:
+                request["relay"] = relay
             reply, state = kernel.call(request, limits.timeout_s + GRACE_S + 1.0)
             self.runs += 1
             if reply is not None and not _runner_reply_ok(reply):
@@ -587,7 +623,7 @@ class Runner:
         if self._kernel is not None:
             self._kernel.kill()
         self._kernel = None
-        self._kernel = _Kernel(self.sandbox.spec, self.limits, "runner")
+        self._kernel = self._start_kernel()
         self.restarts += 1
 
     def close(self) -> None:

@@ -5,6 +5,13 @@ start-up for every program or session.
   jail, see :class:`~pipelines.sandbox.local.Runner`); at most ``workers`` programs run at
   once and callers beyond that wait for a free runner. :meth:`SandboxPool.run_many` runs a
   batch on all runners in parallel and returns results in input order.
+- Every local runner preloads the grader's relay module
+  (:func:`~pipelines.sandbox.harness.relay_module_source`) before it forks any program, so a
+  relay program sent to it can be the short form; :meth:`SandboxPool.relay_preloaded` says
+  whether a run with given limits lands on such a runner. It also imports ``warm_imports``
+  (standard modules that are slow to import and that programs commonly use: ``typing``
+  takes 4-6 ms in the jail, longer than the rest of a small program's run) once, so the
+  programs it forks find them loaded.
 - :meth:`SandboxPool.session` hands out a session that was started in the background
   (``warm_sessions`` are kept ready); a session is never reused after it is closed, so no state
   leaks from one trajectory to the next.
@@ -28,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Self
 
-from pipelines.sandbox.local import LocalSandbox, Runner
+from pipelines.sandbox.harness import RELAY_MODULE, relay_module_source, relay_request
+from pipelines.sandbox.local import LocalSandbox, Runner, limits_fit
 from pipelines.sandbox.result import ExecResult, Limits
 
 log = logging.getLogger(__name__)
@@ -43,16 +51,31 @@ class RunJob:
     limits: Limits | None = None
 
 
+WARM_IMPORTS = ("typing",)
+_WARM_MODULE = "__weft_warm_imports__"
+
+
 class SandboxPool:
     """Warm runners and pre-started sessions over one backend. Thread-safe; close it (or use it
-    as a context manager) to kill every jail it started."""
+    as a context manager) to kill every jail it started. ``warm_imports``: standard-library
+    modules each local runner imports before it forks programs (ValueError for a name that is
+    not a dotted module name)."""
 
     def __init__(self, backend: Any | None = None, *, workers: int = 2,
-                 warm_sessions: int = 0, limits: Limits | None = None) -> None:
+                 warm_sessions: int = 0, limits: Limits | None = None,
+                 warm_imports: Sequence[str] = WARM_IMPORTS) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if warm_sessions < 0:
             raise ValueError(f"warm_sessions must be >= 0, got {warm_sessions}")
+        if isinstance(warm_imports, str) or not all(
+                isinstance(m, str) and m and all(part.isidentifier() for part in m.split("."))
+                for m in warm_imports):
+            raise ValueError(f"warm_imports must be a list of module names such as "
+                             f"['typing'], got {warm_imports!r}")
+        self._preload = {RELAY_MODULE: relay_module_source()}
+        if warm_imports:
+            self._preload[_WARM_MODULE] = "".join(f"import {m}\n" for m in warm_imports)
         self.backend = backend if backend is not None else LocalSandbox(limits)
         self.limits = limits or getattr(self.backend, "limits", None) or Limits()
         self.workers = workers
@@ -101,6 +124,33 @@ class SandboxPool:
             return list(ex.map(lambda j: self.run(j.code, stdin=j.stdin, limits=j.limits),
                                items))
 
+    def relay_preloaded(self, limits: Limits | None = None) -> bool:
+        """Whether a run with ``limits`` lands on a warm runner that has the relay module
+        loaded (a local backend and limits within the runners' own), so that
+        :meth:`run_relay` may be used for it."""
+        return self._local and limits_fit(self.limits, limits or self.limits)
+
+    def run_relay(self, source: str, target: tuple, calls: list, *, nonce: str,
+                  results_cap: int, digest_above: int = 0, digest_count: int | None = None,
+                  limits: Limits | None = None) -> ExecResult:
+        """The relay of :func:`~pipelines.sandbox.harness.relay_program` (same arguments, same
+        payload line in the result's stdout, ``nonce`` in place of its stdin) run by a warm
+        runner's fork server as the candidate's trusted parent. Only where
+        :meth:`relay_preloaded` is true (else ValueError)."""
+        self._check_open()
+        limits = limits or self.limits
+        if not self.relay_preloaded(limits):
+            raise ValueError("run_relay needs a local backend and limits within the pool's "
+                             "runners (see relay_preloaded); use relay_program with run")
+        relay = relay_request(source, target, calls, results_cap=results_cap,
+                              digest_above=digest_above, digest_count=digest_count)
+        with self._slots:
+            runner = self._take_runner()
+            try:
+                return runner.run("", stdin=nonce, limits=limits, relay=relay)
+            finally:
+                self._idle.put(runner)
+
     def _take_runner(self) -> Runner:
         try:
             return self._idle.get_nowait()
@@ -108,7 +158,7 @@ class SandboxPool:
             pass
         with self._lock:
             self._check_open()
-            runner = self.backend.runner(self.limits)
+            runner = self.backend.runner(self.limits, preload=self._preload)
             self._runners.append(runner)
             return runner
 

@@ -451,6 +451,39 @@ def test_the_candidate_cannot_reach_the_relay_parent(jail, pool):
         assert seen[-1].startswith("pipe:"), seen  # its stdout is the parent's drain pipe
 
 
+def test_the_candidate_cannot_reach_the_fork_server_that_relays_it(pool):
+    """On a warm pool the grader runs the relay with the runner's fork server (pid 1 of the
+    jail, never given the nonce's stdin) as the candidate's parent: the same probe finds its
+    fds, memory and ptrace refused, and its stdout is the drain pipe."""
+    probe = ("import ctypes, os, sys\n"
+             "def f():\n"
+             "    out = [os.getppid()]\n"
+             "    for pid in (os.getppid(), 1):\n"
+             "        for path in ('fd/1', 'fd/0', 'mem', 'environ'):\n"
+             "            try:\n"
+             "                open(f'/proc/{pid}/{path}', 'rb' if path != 'fd/1' else 'wb')"
+             ".close()\n"
+             "                out.append(f'{pid}/{path} opened')\n"
+             "            except OSError as exc:\n"
+             "                out.append(type(exc).__name__)\n"
+             "        libc = ctypes.CDLL(None, use_errno=True)\n"
+             "        out.append(libc.ptrace(16, pid, 0, 0) == 0 and 'attached' or 'refused')\n"
+             "    out.append(sys.stdin.read())\n"
+             "    out.append(os.readlink('/proc/self/fd/1'))\n"
+             "    return out\n")
+    assert pool.relay_preloaded()
+    marker = new_marker()
+    result = pool.run_relay(probe, ("function", "f"), [encode_call(())],
+                            nonce=marker_nonce(marker), results_cap=1 << 20)
+    outcome = read_relay(result.stdout, marker, 1)
+    assert outcome.problem == "" and outcome.results[0].ok, (outcome, result)
+    seen = outcome.results[0].value
+    assert seen[0] == 1  # the fork server itself is the parent
+    assert not any(isinstance(s, str) and ("opened" in s or s == "attached") for s in seen), seen
+    assert seen[-2] == ""  # its stdin is empty: the nonce never reached it
+    assert seen[-1].startswith("pipe:"), seen  # its stdout is the fork server's drain pipe
+
+
 # ---------------------------------------------------------------------------------------------
 # payloads that used to crash the grader, and floods
 

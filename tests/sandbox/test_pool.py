@@ -114,3 +114,101 @@ def test_pool_rejects_bad_arguments(jail):
         SandboxPool(jail, workers=0)
     with SandboxPool(jail, workers=1) as pool, pytest.raises(TypeError, match="a job is"):
         pool.run_many([42])
+
+
+def test_runners_preload_the_relay_module_and_warm_imports_even_after_a_restart(jail):
+    probe = "import sys; print('__weft_relay__' in sys.modules, 'typing' in sys.modules)"
+    with SandboxPool(jail, workers=1) as pool:
+        assert pool.run(probe).stdout == "True True\n"
+        pool._runners[0]._kernel.kill()  # the jail dies: its replacement preloads again
+        again = pool.run(probe)
+        assert again.restarted and again.stdout == "True True\n"
+        # a program changes its own copy of a preloaded module, never the fork server's
+        assert pool.run("import typing; typing.List = None").ok
+        assert pool.run("import typing; print(typing.List is None)").stdout == "False\n"
+    with SandboxPool(jail, workers=1, warm_imports=()) as bare:
+        assert bare.run(probe).stdout == "True False\n"
+    with pytest.raises(ValueError, match="warm_imports"):
+        SandboxPool(jail, warm_imports="typing")
+    with pytest.raises(ValueError, match="warm_imports"):
+        SandboxPool(jail, warm_imports=["os; import shutil"])
+
+
+def test_a_runner_whose_preload_fails_says_so(jail):
+    from pipelines.sandbox.local import SandboxError
+
+    with pytest.raises(SandboxError, match="could not preload 'broken'.*ZeroDivisionError"):
+        jail.runner(preload={"broken": "x = 1 / 0\n"})
+
+
+CANDIDATE = ("class P:\n"
+             "    def __repr__(self):\n"
+             "        return 'P()'\n"
+             "def f(x):\n"
+             "    print('called', x)\n"
+             "    if x == 0:\n"
+             "        raise ZeroDivisionError('no zero')\n"
+             "    if x == 1:\n"
+             "        return P()\n"
+             "    return (x, [x * 2], {'k': x})\n")
+
+
+def test_run_relay_returns_the_payload_the_relay_program_returns(jail):
+    from pipelines.sandbox.harness import (
+        encode_call,
+        marker_nonce,
+        new_marker,
+        read_relay,
+        relay_program,
+    )
+
+    calls = [encode_call((x,)) for x in (2, 0, 1, 5)]
+    with SandboxPool(jail, workers=1) as pool:
+        assert pool.relay_preloaded()
+        outcomes = []
+        for run in ("fork server", "program"):
+            marker = new_marker()
+            if run == "fork server":
+                result = pool.run_relay(CANDIDATE, ("function", "f"), calls,
+                                        nonce=marker_nonce(marker), results_cap=1 << 20)
+            else:
+                result = jail.run(relay_program(CANDIDATE, ("function", "f"), calls,
+                                                results_cap=1 << 20),
+                                  stdin=marker_nonce(marker))
+            assert result.ok, result
+            outcomes.append(read_relay(result.stdout, marker, len(calls)))
+        fast, program = outcomes
+        assert fast == program
+        assert fast.problem == ""
+        assert [r.kind for r in fast.results] == ["ok", "error", "bad", "ok"]
+        assert fast.results[0].value == (2, [4], {"k": 2})
+        assert fast.results[3].value == (5, [10], {"k": 5})
+        assert fast.results[1].value == "ZeroDivisionError: no zero"
+        assert fast.results[2].value == "returned a __main__.P object, which is not plain data (P())"
+        assert fast.output == "called 2\ncalled 0\ncalled 1\ncalled 5\n"
+
+
+def test_run_relay_caps_results_and_time_and_refuses_other_limits(jail):
+    from pipelines.sandbox.harness import encode_call, marker_nonce, new_marker, read_relay
+
+    with SandboxPool(jail, workers=1, limits=Limits(memory_mb=256)) as pool:
+        marker = new_marker()
+        big = pool.run_relay("def f():\n    return 'x' * 100_000\n", ("function", "f"),
+                             [encode_call(())], nonce=marker_nonce(marker), results_cap=1000)
+        assert read_relay(big.stdout, marker, 1).problem == \
+            "its results were larger than the grader accepts"
+        marker = new_marker()
+        slow = pool.run_relay("import time\ndef f():\n    time.sleep(30)\n", ("function", "f"),
+                              [encode_call(())], nonce=marker_nonce(marker), results_cap=1000,
+                              limits=Limits(memory_mb=256, timeout_s=1))
+        assert slow.timed_out
+        assert read_relay(slow.stdout, marker, 1).problem == "no result line was printed"
+        # the runner is still usable after the kill
+        marker = new_marker()
+        after = pool.run_relay("def f():\n    return 7\n", ("function", "f"), [encode_call(())],
+                               nonce=marker_nonce(marker), results_cap=1000)
+        assert read_relay(after.stdout, marker, 1).results[0].value == 7
+        assert not pool.relay_preloaded(Limits(memory_mb=1024))
+        with pytest.raises(ValueError, match="relay_preloaded"):
+            pool.run_relay("def f():\n    return 1\n", ("function", "f"), [encode_call(())],
+                           nonce="ab", results_cap=1000, limits=Limits(memory_mb=1024))
