@@ -13,7 +13,9 @@ then runs the :class:`Evaluation` items in order with ``eval.runner.evaluate``.
 Every evaluation is one recorded run (``warehouse.runs.RunRecord``) under lineage asset
 ``eval_samples`` and partition ``<benchmark>|<label>`` (``eval_partition``): its `llm_calls`, then its
 ``eval_samples`` rows (and, with ``write_scores``, its ``eval_scores`` rows stamped with the
-checkpoint id), then its `runs` row. The checks and views over ``eval_samples`` treat every
+checkpoint id), then its `runs` row. Without ``write_scores`` the samples are not scored at all
+(``EvalResult.scores`` is empty): the caller scores what was stored, once (the
+``eval_samples`` asset leaves that to the ``eval_scores`` asset). The checks and views over ``eval_samples`` treat every
 caller's rows alike. When serving, the reachability check or an evaluation fails, the
 evaluation under way (the first one, before any has started) still writes the calls it made
 and a `runs` row with status ``failed`` (``canceled`` for an interrupt) and the reason; the
@@ -85,7 +87,8 @@ def evaluate_recorded(specs: Mapping[str, Any], evaluations: Sequence[Evaluation
 
     ``make_client(base_url, served_model, api_key)`` builds an LLM client. Grading uses
     ``pool``, or a pool opened by ``pool_factory()`` (a context manager) around the
-    evaluations; ``sandbox`` runs code benchmarks and tool mode. Raises ``ValueError`` for
+    evaluations; ``sandbox`` runs code benchmarks and tool mode. ``write_scores=False``
+    neither scores nor writes scores (each result's ``scores`` is empty). Raises ``ValueError`` for
     an evaluation naming a model that is not in ``specs`` (before serving anything), and
     re-raises whatever stopped the run after recording it."""
     if not evaluations:
@@ -121,7 +124,7 @@ def evaluate_recorded(specs: Mapping[str, Any], evaluations: Sequence[Evaluation
                             _answerer(ev, clients), bench, problems, ev.cfg,
                             model_label=ev.label, pool=pool, sandbox=sandbox,
                             checkpoint_id=ev.checkpoint_id, progress=progress,
-                            heartbeat_s=heartbeat_s)
+                            heartbeat_s=heartbeat_s, scored=write_scores)
                         record.write(EVAL_ASSET, result.samples)
                         if write_scores:
                             scores = [dict(s, checkpoint_id=ev.checkpoint_id)

@@ -309,8 +309,10 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
                    cfg: EvalConfig, *, model_label: str, pool: Any | None = None,
                    sandbox: Any | None = None, checkpoint_id: str | None = None,
                    progress: Callable[[str], None] | None = None,
-                   heartbeat_s: float = 20.0) -> EvalResult:
-    """Generate, grade and score. Generation progress (done/total, failures, generated
+                   heartbeat_s: float = 20.0, scored: bool = True) -> EvalResult:
+    """Generate, grade and score (with ``scored=False``, generate and grade only:
+    ``EvalResult.scores`` is empty, for a caller that scores the stored samples itself, as the
+    ``eval_scores`` asset does, so that nothing is scored twice). Generation progress (done/total, failures, generated
     tokens/s, cache hits, ETA) goes where the client sends it (``LLMClient.progress``); the
     summary line after generation gives the tokens generated, the time spent generating them
     and the cache hits apart (``client_usage``), and ``EvalResult.usage`` keeps them; the
@@ -344,7 +346,8 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
     for row in rows:
         row["checkpoint_id"] = checkpoint_id
         row.pop("graded_text", None)
-    scores = score(rows, model_label=model_label, benchmark=bench.name, seed=cfg.seed)
+    scores = (score(rows, model_label=model_label, benchmark=bench.name, seed=cfg.seed)
+              if scored else [])
     return EvalResult(
         samples=rows, scores=scores, generation_s=t1 - t0, grading_s=t2 - t1,
         completion_tokens=sum(int(r.get("completion_tokens") or 0) for r in rows),
