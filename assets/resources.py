@@ -1,7 +1,8 @@
 """Dagster resources over weft's plain classes: LLM endpoint, warehouse, grading pool.
 
 Each resource is configuration plus a method returning the plain object, so scripts and tests
-use the same classes without Dagster. ``LLMResource`` with an empty ``base_url`` serves the
+use the same classes without Dagster. ``GraderResource`` keeps one grading pool warm for a
+run's steps. ``LLMResource`` with an empty ``base_url`` serves the
 embedded model (or ``local_model_path``) on a local vLLM server, started on first use or reused
 when one already serves it; a server it started is left running for the next step or run
 unless ``stop_started_server`` is set (``python -m pipelines.serving stop`` stops it).
@@ -156,14 +157,37 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 class GraderResource(dg.ConfigurableResource):
-    """Process pool for grading (math-verify needs each worker's main thread)."""
+    """Process pool for grading (math-verify needs each worker's main thread).
+
+    The pool is started on the first :meth:`pool` and kept warm for the rest of the resource's
+    life: every later step of the run that grades reuses the same worker processes (a run that
+    executes its steps in one process, as ``eval_job`` does, initializes its resources once;
+    under the multiprocess executor each step process has its own). Leaving a ``pool()`` block
+    does not stop the workers; the end of the run does (``teardown_after_execution``)."""
 
     processes: int = 2
     per_item_timeout_s: float = 10.0
 
+    _pool: Any = PrivateAttr(default=None)
+
     @contextmanager
     def pool(self) -> Iterator[object]:
-        from eval.grading_pool import GradingPool
+        """The run's warm ``eval.grading_pool.GradingPool`` (started on first use; workers
+        warm up while the caller goes on)."""
+        if self._pool is None:
+            from eval.grading_pool import GradingPool
 
-        with GradingPool(processes=self.processes, per_item_timeout_s=self.per_item_timeout_s) as pool:
-            yield pool
+            pool = GradingPool(processes=self.processes,
+                               per_item_timeout_s=self.per_item_timeout_s)
+            pool.start()
+            self._pool = pool
+        yield self._pool
+
+    def close(self) -> None:
+        """Stop the pool's workers (a later :meth:`pool` starts a new one)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.close()
