@@ -27,6 +27,7 @@ from assets import (
     tandem,
     training,
 )
+from assets.execution import weft_executor
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
 
@@ -71,4 +72,6 @@ defs = dg.Definitions(
     schedules=[schedules.nightly_eval],
     sensors=[schedules.models_sensor],
     resources=resources_for(os.environ.get("WEFT_ENV", "local")),
+    # light runs (evaluation, scoring, checks) in one process, others one process per step
+    executor=weft_executor,
 )

@@ -38,6 +38,7 @@ from typing import Any
 import dagster as dg
 
 from assets.common import lineage, md_table, now, runs_disagreements
+from assets.execution import IN_PROCESS
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
@@ -148,6 +149,7 @@ def _request_bounds(config: EvalSamplesConfig, cfg: EvalConfig,
     group_name="evaluate",
     kinds={"python", "parquet"},
     description="One graded row per (problem, sample) for a benchmark and a registered model.",
+    op_tags=IN_PROCESS,
     check_specs=[dg.AssetCheckSpec(FAILURE_SHARE_CHECK, asset="eval_samples",
                                    description="At most max_failure_share of the partition's "
                                                "samples failed to generate.")],
@@ -236,6 +238,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     group_name="evaluate",
     kinds={"python", "duckdb"},
     description="avg@k, pass@k and maj@k with bootstrap 95% CIs per benchmark and model.",
+    op_tags=IN_PROCESS,
 )
 def eval_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     started = now()
@@ -274,7 +277,8 @@ def _trained_from(wh: Any, model_id: str) -> dict[str, Any]:
 
 
 @dg.asset_check(asset=eval_samples, description="Every sample with a response has been graded "
-                                                "(correct is set; failed generations stay NULL).")
+                                                "(correct is set; failed generations stay NULL).",
+                op_tags=IN_PROCESS)
 def check_eval_samples_all_graded(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     stats = warehouse.get().sql(
         "SELECT count(*) AS samples, sum(CASE WHEN correct IS NULL AND gen_error IS NULL "
@@ -285,7 +289,8 @@ def check_eval_samples_all_graded(warehouse: WarehouseResource) -> dg.AssetCheck
 
 
 @dg.asset_check(asset=eval_samples, description="Each partition's samples come from one run that "
-                                                "has a successful `runs` row and `llm_calls`.")
+                                                "has a successful `runs` row and `llm_calls`.",
+                op_tags=IN_PROCESS)
 def check_eval_samples_runs_agree(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     wh = warehouse.get()
     data = wh.sql("SELECT DISTINCT partition, run_id FROM eval_samples").to_pylist()
@@ -301,7 +306,8 @@ def check_eval_samples_runs_agree(warehouse: WarehouseResource) -> dg.AssetCheck
                   "problems": dg.MetadataValue.md(listing)})
 
 
-@dg.asset_check(asset=eval_scores, description="Every score and CI bound lies within [0, 1].")
+@dg.asset_check(asset=eval_scores, description="Every score and CI bound lies within [0, 1].",
+                op_tags=IN_PROCESS)
 def check_eval_scores_within_unit_interval(warehouse: WarehouseResource) -> dg.AssetCheckResult:
     stats = warehouse.get().sql(
         "SELECT count(*) AS scores, sum(CASE WHEN value < 0 OR value > 1 OR ci_low < 0 OR ci_high > 1 "

@@ -41,6 +41,9 @@ eval_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(eval_samples, eval_scores),
     partitions_def=eval_partitions,
     description="Generate, grade and score one (benchmark, model) partition.",
+    # every step in the run's process: one process start, one resource init (warm grading
+    # pool) for generation, scoring and the checks (assets.execution says why)
+    executor_def=dg.in_process_executor,
 )
 
 ingest_job = dg.define_asset_job(
