@@ -7,7 +7,11 @@ registered endpoints, checkpoints that training registers) becomes a partition, 
 folder (on demand, stopped afterwards) or calls its endpoint, samples k completions per problem
 in the benchmark's generation mode, grades them with the benchmark's grader, and writes one row
 per sample (warehouse partition ``<benchmark>@<model>``, replaced on re-runs); every LLM call is
-logged to ``llm_calls``. ``eval_scores`` aggregates avg@k, pass@k and maj@k with bootstrap CIs.
+logged to ``llm_calls``. ``eval_scores`` aggregates avg@k, pass@k and maj@k with bootstrap CIs;
+the samples are scored there only (``eval_samples`` does not score them). Both assets and their
+checks are light steps (``assets.execution.IN_PROCESS``): ``eval_job``, and any run of these
+steps alone, executes them in the run's own process with one set of resources (one warm
+grading pool), instead of one new process per step.
 The metadata of ``eval_samples`` previews a handful of samples (wrong ones first: problem,
 output excerpt, extracted answer, gold, correct; ``warehouse.samples``); ``python -m warehouse
 samples`` prints them whole. A registered endpoint that does not answer fails the run with
