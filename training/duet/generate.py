@@ -28,18 +28,25 @@ processor is not loaded there), and :func:`processor_plugin_registered` says whe
 processor is installed as a vLLM plugin (the only way into the engine TRL builds for
 colocated rollouts).
 
+:func:`generate_compacting` runs ``model.generate`` so that rows that have ended (naturally or
+by the forced EOS) leave the decoding batch: their KV-cache rows are dropped and the model's
+forward computes the live rows only, while generate's own sampling, logits processors and
+stopping rules run unchanged over the whole batch, so the tokens are those of the plain call
+(see its docstring for the one condition, about the BLAS).
+
 Not guaranteed: the forced EOS token was not sampled from the policy: the DUET trainer masks it out of the loss
 (see ``training.duet.trainer``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -50,6 +57,7 @@ from training.duet.core import GateParams, RolloutGate, answer_marker
 GATE_ARGS_KEY = "duet_gate"  # SamplingParams.extra_args key read by the vLLM processor
 VLLM_PROCESSOR = "training.duet.vllm:DuetAbortLogitsProcessor"  # vLLM's FQCN syntax
 VLLM_PLUGIN_GROUP = "vllm.logits_processors"  # vLLM loads these entry points into every engine
+MIN_ROWS = 4  # generate_compacting keeps at least this many rows in the batch (see there)
 
 
 class MarkerAbortProcessor(LogitsProcessor):
@@ -116,6 +124,170 @@ class MarkerAbortProcessor(LogitsProcessor):
             scores[rows] = float("-inf")
             scores[rows, self.eos[0]] = 0.0
         return scores
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation that stops paying for rows that have ended
+
+
+@dataclass
+class DecodeStats:
+    """What one :func:`generate_compacting` call computed: ``rows`` in the batch, ``steps``
+    decode forward passes after the prefill, ``row_steps`` the rows computed summed over those
+    passes (plain ``generate`` computes ``rows * steps``)."""
+
+    rows: int
+    steps: int = 0
+    row_steps: int = 0
+
+    @property
+    def row_share(self) -> float:
+        """``row_steps / (rows * steps)``: the share of plain generate's decode rows that were
+        computed (1.0 when no decode step ran)."""
+        full = self.rows * self.steps
+        return self.row_steps / full if full else 1.0
+
+
+# The batch-shaped inputs generate passes to a decoder-only forward; any other tensor of batch
+# length turns compaction off for the call (it would not know how to slice it).
+_BATCH_INPUTS = ("input_ids", "attention_mask", "position_ids", "token_type_ids")
+
+
+def _can_drop_rows(cache: Any) -> bool:
+    """Whether ``cache`` can drop batch rows: a dynamic cache can; a static or offloaded one
+    (fixed-shape layers without ``batch_select_indices``) cannot."""
+    layers = getattr(cache, "layers", None)
+    return (hasattr(cache, "batch_select_indices") and layers is not None
+            and all(hasattr(layer, "batch_select_indices") for layer in layers))
+
+
+class _CompactingForward:
+    """The model's forward as ``generate`` calls it, computing only the rows still decoding
+    (see :func:`generate_compacting`). ``held``: the batch rows whose states the cache holds,
+    ascending (the cache's row order)."""
+
+    def __init__(self, forward: Callable[..., Any], rows: int, eos: Sequence[int],
+                 min_rows: int):
+        self.forward = forward
+        self.rows = rows
+        self.eos = torch.tensor(sorted({int(e) for e in eos}), dtype=torch.long)
+        self.min_rows = min_rows
+        self.held = torch.arange(rows)
+        self.ended = torch.zeros(rows, dtype=torch.bool)
+        self.compacting = True
+        self.stats = DecodeStats(rows)
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:  # the prefill: every row
+            return self.forward(*args, **kwargs)
+        self.stats.steps += 1
+        ids = kwargs.get("input_ids")
+        cache = kwargs.get("past_key_values")
+        if self.calls == 2:
+            unknown = [k for k, v in kwargs.items() if k not in _BATCH_INPUTS
+                       and isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == self.rows]
+            self.compacting = (not args and ids is not None and ids.shape[0] == self.rows
+                               and not unknown and _can_drop_rows(cache))
+        if not self.compacting:
+            self.stats.row_steps += self.rows
+            return self.forward(*args, **kwargs)
+        # A row has ended once the token generate feeds back is an EOS (generate's own stop
+        # rule); afterwards it is fed padding, and stays ended here.
+        self.ended |= torch.isin(ids[:, -1].cpu(), self.eos)
+        target = max(int((~self.ended).sum()), min(self.min_rows, len(self.held)))
+        if target < len(self.held):
+            ended = self.ended[self.held]
+            keep = torch.cat([self.held[~ended], self.held[ended][: target - int((~ended).sum())]])
+            keep = keep.sort().values
+            cache.batch_select_indices(torch.searchsorted(self.held, keep).to(ids.device))
+            self.held = keep
+        index = self.held.to(ids.device)
+        sliced = {k: (v[index] if k in _BATCH_INPUTS and isinstance(v, torch.Tensor) else v)
+                  for k, v in kwargs.items()}
+        self.stats.row_steps += len(self.held)
+        out = self.forward(**sliced)
+        logits = out.logits
+        # Ended rows get zero logits: generate still samples for them (one draw per row of the
+        # whole batch, as in the plain call) and then writes padding in their place.
+        full = logits.new_zeros((self.rows, *logits.shape[1:]))
+        full[index] = logits
+        out.logits = full
+        return out
+
+
+def generate_compacting(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                        generation_config: Any, logits_processor: Sequence[Any] = (), *,
+                        min_rows: int = MIN_ROWS) -> tuple[Any, DecodeStats]:
+    """``model.generate(input_ids=..., attention_mask=..., generation_config=...,
+    logits_processor=...)`` where a row that has ended (EOS sampled, or forced by
+    :class:`MarkerAbortProcessor`) leaves the decoding batch: its KV-cache row is dropped
+    (``Cache.batch_select_indices``) and the model's forward computes the rows still decoding.
+    Returns what ``generate`` returns and the :class:`DecodeStats` of the call.
+
+    How: for the duration of the call the model's ``forward`` is wrapped; the prefill runs on
+    every row; each decode call computes the held rows and puts their logits back at their
+    batch positions (zeros for the others). Everything else is generate's own: the logits
+    processors, the sampling (``torch.multinomial`` over the whole batch, so it draws from the
+    random generator exactly as the plain call does), the stop rule and the padding of ended
+    rows. So for the same seed the token ids per row, the abort positions and the random
+    generator's state afterwards are those of the plain call, provided each live row's logits
+    are bit-identical to the plain call's: true when the CPU BLAS computes a row's product the
+    same way at any batch size of at least ``min_rows``. On x86 MKL, single-threaded (weft's
+    CPU recipes, ``torch_threads: 1``), that holds from 4 rows (matrices with 1-3 rows take
+    another kernel, whose last bits differ), hence ``min_rows = 4``: the batch never shrinks
+    below 4 rows, ended rows filling it if needed. With several threads MKL splits rows across
+    threads and the last bits can differ with the batch size; the tokens are then those of a
+    plain call up to rare flips where two candidates tie within float32 rounding.
+
+    Compaction is skipped (the plain call, ``row_share`` 1.0) when the cache cannot drop rows
+    (e.g. a static cache) or generate passes a batch-shaped input this function does not know.
+    The ids that end a row are ``generation_config.eos_token_id``; a row is never dropped
+    unless generate ended it, which is checked afterwards (every token after its EOS must be
+    padding), so a mismatch fails loudly instead of returning tokens sampled from zeros.
+    """
+    if generation_config is None or generation_config.eos_token_id is None:
+        raise ValueError("generate_compacting needs a generation_config with eos_token_id set: "
+                         "a row leaves the batch when it emits one of those ids")
+    if int(min_rows) < 1:
+        raise ValueError(f"min_rows must be at least 1, got {min_rows!r}")
+    eos = generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else [int(e) for e in eos]
+    if not eos:
+        raise ValueError("generation_config.eos_token_id is empty: a row needs an id that ends it")
+    pad = generation_config.pad_token_id
+    pad = eos[0] if pad is None else int(pad)
+    rows, width = input_ids.shape
+    original = model.forward
+    compact = _CompactingForward(original, rows, eos, int(min_rows))
+
+    @functools.wraps(original)  # generate inspects forward's signature (logits_to_keep, ...)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return compact(*args, **kwargs)
+
+    patched = model.__dict__.get("forward")  # an instance-level forward (e.g. accelerate's)
+    model.forward = forward
+    try:
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                             generation_config=generation_config,
+                             logits_processor=list(logits_processor))
+    finally:
+        if patched is not None:
+            model.forward = patched
+        else:
+            del model.forward
+    sequences = out.sequences if hasattr(out, "sequences") else out
+    eos_set = set(eos)
+    for row in compact.ended.nonzero().flatten().tolist():
+        gen = sequences[row, width:].tolist()
+        first = next((n for n, tok in enumerate(gen) if tok in eos_set), None)
+        if first is None or any(tok != pad for tok in gen[first + 1:]):
+            raise RuntimeError(
+                f"row {row} left the batch at an EOS id but generate kept decoding it: the ids "
+                f"that end a row here ({sorted(eos_set)}) are not the ones generate stops on; "
+                "set generation_config.eos_token_id to the stopping ids")
+    return out, compact.stats
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,11 @@ Hooks overridden, and why:
 - ``_generate_single_turn``: the allocated rows only (Phase 2, lines 11-33), each rollout with
   its own eps-keep coin, drawn per slot of the global generation batch from
   ``(seed, global_step)`` (distinct per rollout, the same on any number of processes). On
-  transformers: ``model.generate`` with :class:`training.duet.generate.MarkerAbortProcessor`.
+  transformers: ``model.generate`` with :class:`training.duet.generate.MarkerAbortProcessor`,
+  through :func:`training.duet.generate.generate_compacting`, so rollouts that have ended
+  (aborted by the gate, or at their own EOS) leave the decoding batch instead of being decoded
+  until the batch's longest row ends (the same tokens as the plain call; set the class
+  attribute ``compact_min_rows`` to None for the plain call).
   On TRL's vLLM engine: one ``n=1`` request per allocated rollout carrying its gate in
   ``SamplingParams.extra_args`` (``training.duet.vllm``); colocated, straight to TRL's
   in-process ``vllm.LLM``; server mode, through TRL's ``VLLMClient`` from the main process
@@ -54,9 +58,11 @@ through the loss, before the optimizer step is logged, so the step's ``duet/*`` 
 (calibration chi2, K refit, controller overhead) are logged with the step they belong to
 (where a batch spans optimizer steps otherwise, it runs when the next batch starts, and before
 a checkpoint is written). ``duet/overhead_s`` is the controller's wall time in the step:
-allocation, the gate inside generation (the transformers processor's own time; on vLLM the
-replay of each rollout's gate, the engine-side checks are not measurable here), the Phase 3
-weights and Phase 4.
+allocation, the gate inside generation (the transformers processor's own time: every gate
+check, marker decode and poll, forced EOS; on vLLM the replay of each rollout's gate, the
+engine-side checks are not measurable here), the Phase 3 weights and Phase 4. The gate's part
+is also logged alone as ``duet/gate_s``, and ``duet/decode_row_share`` is the share of the
+plain call's decode rows that the compacting generation computed (transformers only).
 
 Departures, and why:
 
@@ -117,11 +123,13 @@ from training.duet.core import DuetSettings
 from training.duet.dist import TorchGroup, gather_rows, global_plan
 from training.duet.generate import (
     GATE_ARGS_KEY,
+    MIN_ROWS,
     VLLM_PLUGIN_GROUP,
     VLLM_PROCESSOR,
     MarkerAbortProcessor,
     engine_outcome,
     gate_request_args,
+    generate_compacting,
     processor_plugin_registered,
 )
 from training.grpo_trainer import WeftGRPOTrainer
@@ -164,6 +172,9 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
     """``WeftGRPOTrainer`` with the DUET controller (see the module docstring)."""
 
     SUPPORTS_VLLM = True  # rollouts on TRL's vLLM path, colocate and server (module docstring)
+    # Transformers rollouts: ended rows leave the batch, which keeps at least this many rows
+    # (training.duet.generate.generate_compacting); None: plain model.generate.
+    compact_min_rows: int | None = MIN_ROWS
 
     def __init__(self, *args: Any, duet_settings: DuetSettings | None = None,
                  drop_degenerate_groups: bool = False, correctness_reward: str | None = None,
@@ -244,11 +255,13 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         coins = duet.coin_draws(self.args.seed, self.state.global_step, len(plan["allocated"]))
         mine = [coins[offset + i] for i in rows]
         eos = self.eos_token_ids
+        plan["gate_s"] = self._overhead_s
         if self.use_vllm:
             generated, logprobs, gates = self._generate_vllm(prompt_ids, rows, params, mine)
         else:
             generated, gates = self._generate_transformers(prompt_ids, rows, params, mine)
             logprobs = None
+        plan["gate_s"] = self._overhead_s - plan["gate_s"]  # the gate's part of the overhead
         completions: list[list[int]] = [[eos[0]] for _ in prompt_ids]
         row_logprobs = [[0.0] for _ in prompt_ids] if logprobs is not None else None
         for j, row in enumerate(rows):
@@ -281,9 +294,15 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
             if not rows:
                 return [], []
             try:
-                out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                     generation_config=self.generation_config,
-                                     logits_processor=[processor])
+                if self.compact_min_rows is None:
+                    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                         generation_config=self.generation_config,
+                                         logits_processor=[processor])
+                else:
+                    out, stats = generate_compacting(
+                        model, ids.to(device), mask.to(device), self.generation_config,
+                        [processor], min_rows=self.compact_min_rows)
+                    self._plan["decode_row_share"] = stats.row_share
             finally:
                 self._overhead_s += processor.seconds  # the gate inside generation
         completions = []
@@ -431,6 +450,9 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         counts = plan["counts"]
         n_alloc = max(1, int(allocated.sum()))
         m["duet/lambda"].append(float(plan["lam"]))
+        m["duet/gate_s"].append(float(plan.get("gate_s", 0.0)))
+        if "decode_row_share" in plan:
+            m["duet/decode_row_share"].append(float(plan["decode_row_share"]))
         m["duet/k1"].append(float(plan["k1"]))
         m["duet/k2"].append(float(plan["k2"]))
         m["duet/n_q_min"].append(float(min(counts)))

@@ -222,3 +222,156 @@ def test_processor_inside_real_generate_forces_eos_per_row(tiny_model):
     assert [g.stopped_at for g in proc.gates][:2] == [6, 10]
     assert proc.gates[2].stopped_at is None and proc.gates[2].p_abort == 0.5
     assert proc.gates[1].aborted and not proc.gates[0].aborted
+
+
+# ---------------------------------------------------------------------------------------------
+# generate_compacting: ended rows leave the batch, the tokens stay those of the plain call
+
+
+@pytest.fixture
+def one_thread():
+    """Single-threaded BLAS, as weft's CPU recipes run (``torch_threads: 1``): the condition
+    under which a row's logits do not depend on the batch size (``generate_compacting``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _first_eos(row, eos):
+    return next((n for n, tok in enumerate(row) if tok == eos), len(row))
+
+
+def _expected_row_steps(generated, eos, floor):
+    """Rows a compacting decode computes, counted from the output alone: decode call s
+    (s = 1 .. length - 1) feeds generated token s - 1, so the rows still decoding are those
+    whose first EOS comes later, and the batch never shrinks below ``floor`` rows."""
+    ends = [_first_eos(row, eos) for row in generated]
+    length = len(generated[0])
+    return sum(max(sum(1 for e in ends if e > s - 1), floor) for s in range(1, length))
+
+
+def _plain_and_compacting(model, tokenizer, prompts, params, markers, coins, config, seed,
+                          min_rows=4):
+    from training.duet.generate import generate_compacting
+
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    width = batch["input_ids"].shape[1]
+    eos = tokenizer.eos_token_id
+    runs = []
+    for compact in (False, True):
+        proc = MarkerAbortProcessor.for_batch(params, markers, coins, width, eos,
+                                              tokenizer.decode)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            if compact:
+                out, stats = generate_compacting(model, batch["input_ids"],
+                                                 batch["attention_mask"], config, [proc],
+                                                 min_rows=min_rows)
+            else:
+                out = model.generate(**batch, generation_config=config,
+                                     logits_processor=[proc])
+                stats = None
+        after = torch.rand(4)  # the random generator's state after generation
+        runs.append((out, proc.gates, after, stats))
+    return width, runs
+
+
+def test_compacting_generate_matches_plain_generate_on_the_embedded_model(
+        embedded_model_dir, one_thread):
+    """The plain ``generate`` with the abort processor is the reference: same seed, same token
+    ids per row, same gate outcomes, same random state afterwards, while the compacting call
+    computes fewer decode rows (counted independently from the tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(embedded_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir)
+    tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token_id
+    config = GenerationConfig(max_new_tokens=24, do_sample=True, temperature=0.9, top_p=0.95,
+                              top_k=0, pad_token_id=tokenizer.pad_token_id, eos_token_id=[eos],
+                              disable_compile=True)
+    prompts = ["Write a long story about a lighthouse keeper.", "Count from one to fifty.",
+               "Describe the sea in great detail.", "List every month of the year.",
+               "Explain how bread is made, step by step.", "Tell me about the moon.",
+               "Name many animals that live in the forest.", "Describe a busy market."]
+    # Rows 0-1: the marker fires at the first poll (t = 4) -> EOS as token 7. Rows 2-4: no
+    # marker, the coin aborts at K2 + G = 14. Rows 5-7: no marker, the coin keeps them.
+    params = GateParams(k1=4, k2=12, grace=2, poll_every=2, eps_abort=0.5)
+    markers = [lambda text: True] * 2 + [lambda text: False] * 6
+    coins = [0.9] * 5 + [0.1] * 3
+    width, runs = _plain_and_compacting(model, tokenizer, prompts, params, markers, coins,
+                                        config, seed=3)
+    (plain, plain_gates, plain_after, _), (compact, gates, after, stats) = runs
+    assert torch.equal(plain, compact)
+    assert [g.stopped_at for g in gates] == [g.stopped_at for g in plain_gates]
+    assert [g.aborted for g in gates] == [g.aborted for g in plain_gates]
+    assert torch.equal(plain_after, after)
+    assert "forward" not in model.__dict__  # the model's own forward is back
+    generated = plain[:, width:].tolist()
+    ends = [_first_eos(row, eos) for row in generated]
+    # the scenario the test is about: rows end at different steps, some by the forced EOS
+    assert sum(g.aborted for g in gates) >= 1 and len(set(ends)) >= 3
+    assert stats.rows == 8 and stats.steps == len(generated[0]) - 1
+    assert stats.row_steps == _expected_row_steps(generated, eos, 4)
+    assert stats.row_steps < stats.rows * stats.steps
+
+
+@pytest.fixture(scope="module")
+def tiny_generation(tiny_model):
+    from transformers import GenerationConfig
+
+    model, tokenizer = tiny_model
+    eos = tokenizer.eos_token_id
+
+    def config(**extra):
+        return GenerationConfig(max_new_tokens=20, do_sample=True, temperature=1.0, top_k=0,
+                                pad_token_id=eos, eos_token_id=[eos], disable_compile=True,
+                                **extra)
+    return model, tokenizer, config
+
+
+def test_compacting_generate_keeps_min_rows_and_matches_on_a_small_model(tiny_generation,
+                                                                        one_thread):
+    model, tokenizer, config = tiny_generation
+    eos = tokenizer.eos_token_id
+    prompts = [f"Prompt number {i} " * (1 + i % 3) for i in range(6)]
+    params = GateParams(k1=2, k2=4, grace=1, poll_every=1, eps_abort=0.5)
+    markers = [lambda text: True] * 3 + [lambda text: False] * 3
+    coins = [0.9, 0.9, 0.9, 0.9, 0.1, 0.1]
+    width, runs = _plain_and_compacting(model, tokenizer, prompts, params, markers, coins,
+                                        config(), seed=0)
+    (plain, plain_gates, plain_after, _), (compact, gates, after, stats) = runs
+    assert torch.equal(plain, compact) and torch.equal(plain_after, after)
+    assert [g.stopped_at for g in gates] == [g.stopped_at for g in plain_gates]
+    generated = plain[:, width:].tolist()
+    # marker rows end as token 4 (t = 2 + G), the aborted one as token 6, two run on
+    assert [_first_eos(r, eos) for r in generated][:4] == [3, 3, 3, 5]
+    assert stats.row_steps == _expected_row_steps(generated, eos, 4)
+    assert stats.row_steps < stats.rows * stats.steps
+
+
+def test_compacting_generate_falls_back_to_the_plain_call_on_a_static_cache(tiny_generation,
+                                                                            one_thread):
+    model, tokenizer, config = tiny_generation
+    params = GateParams(k1=2, k2=4, grace=1, poll_every=1, eps_abort=0.5)
+    markers = [lambda text: True] * 2 + [lambda text: False] * 3
+    _, runs = _plain_and_compacting(
+        model, tokenizer, [f"Prompt {i}" for i in range(5)], params, markers,
+        [0.9, 0.9, 0.9, 0.1, 0.1], config(cache_implementation="static"), seed=1)
+    (plain, *_), (compact, _, _, stats) = runs
+    assert torch.equal(plain, compact)
+    assert stats.steps > 0 and stats.row_share == 1.0  # every row of every step computed
+
+
+def test_compacting_generate_refuses_bad_settings(tiny_generation):
+    from transformers import GenerationConfig
+
+    from training.duet.generate import generate_compacting
+
+    model, tokenizer, config = tiny_generation
+    ids = tokenizer(["a"], return_tensors="pt")["input_ids"]
+    with pytest.raises(ValueError, match="eos_token_id"):
+        generate_compacting(model, ids, None, GenerationConfig(max_new_tokens=2))
+    with pytest.raises(ValueError, match="min_rows must be at least 1"):
+        generate_compacting(model, ids, None, config(), min_rows=0)

@@ -240,6 +240,10 @@ def test_each_step_logs_its_own_overhead_with_the_gate_time_and_its_phase4(
     for h, proc in zip(logs, made, strict=True):
         # the step's own overhead, logged at that step, including the gate inside generation
         assert h["duet/overhead_s"] >= proc.seconds > 0
+        # ... and the gate's part alone: the processor's own time (marker checks included)
+        assert h["duet/gate_s"] == pytest.approx(proc.seconds)
+        # the compacting generation computed at most the plain call's decode rows
+        assert 0 < h["duet/decode_row_share"] <= 1
         # Phase 4 ran within the step: its refit flag and window size are on the same line
         assert "duet/k_refit" in h and "duet/k_window" in h
         assert h["duet/tokens_generated"] / h["duet/token_budget"] == pytest.approx(
