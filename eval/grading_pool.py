@@ -12,7 +12,7 @@ verification run under the one per-item limit; ``call_timeout_s`` bounds a whole
 Each gold answer has a home worker (a stable hash of the gold), in every call: a worker parses
 a gold once and keeps it (``eval.graders`` caches parsed golds per process), so the pool
 parses each gold about as often as one process would, instead of once per worker that happens
-to meet it (parsing a new gold is about 70% of grading a pair on real benchmark golds). A
+to meet it (on real benchmark golds, parsing a gold took 5.9 ms, the rest of a pair 2.7 ms). A
 worker whose own items are done takes batches from the end of the longest other queue, so the
 work stays balanced.
 
