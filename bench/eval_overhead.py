@@ -14,10 +14,12 @@ Each weft run's generation time is what the run recorded as time spent generatin
 answers); overhead is wall time minus that. Runs alternate (weft first in even pairs, lm-eval
 first in odd ones) so a drifting machine load hits both. Prints one JSON line per run and a
 summary line: median walls and overheads, weft's first-run wall over lm-eval's (the sum over
-pairs), and how many outputs were byte-identical between the two.
+pairs), and how many outputs were byte-identical between the two. With ``--baseline-root``
+(another checkout) it instead alternates fully cached re-runs of this checkout and that one.
 
     .venv/bin/python bench/eval_overhead.py [--problems 24] [--pairs 1] [--max-tokens 256]
         [--concurrency 8] [--base-url URL --model NAME] [--lm-eval-python /tmp/lmeval-venv/bin/python]
+    .venv/bin/python bench/eval_overhead.py --baseline-root /tmp/weft-before --pairs 3
 
 Without ``--base-url`` the embedded model's server is found (or started, and then stopped at
 the end) as weft finds it. lm-eval may live in another virtualenv (``pip install
@@ -44,18 +46,22 @@ sys.path.insert(0, str(ROOT))
 TASK = "weft_gsm8k_overhead"
 
 
-def weft_command() -> list[str]:
+def weft_command(root: Path = ROOT) -> list[str]:
+    """The ``weft`` command of the checkout at ``root`` (this one: the installed script)."""
     weft = Path(sys.executable).with_name("weft")
-    if weft.exists():
+    if root == ROOT and weft.exists():
         return [str(weft)]
-    return [sys.executable, "-c", "import sys; from assets.instance import main; sys.exit(main())"]
+    code = (f"import sys; sys.path.insert(0, {str(root)!r}); "
+            "from assets.instance import main; sys.exit(main())")
+    return [sys.executable, "-c", code]
 
 
-def run_weft(args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    """Wall seconds of one ``weft`` command and its output; RuntimeError when it fails."""
+def run_weft(args: list[str], env: dict[str, str], root: Path = ROOT) -> tuple[float, str]:
+    """Wall seconds of one ``weft`` command of the checkout at ``root`` (its run process
+    imports that checkout's code: it runs there) and its output; RuntimeError when it fails."""
     started = time.perf_counter()
-    proc = subprocess.run([*weft_command(), *args], check=False, env=env, cwd=ROOT, capture_output=True,
-                          text=True)
+    proc = subprocess.run([*weft_command(root), *args], check=False, env=env, cwd=root,
+                          capture_output=True, text=True)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"weft {' '.join(args)} exited {proc.returncode}:\n"
@@ -137,6 +143,37 @@ def run_lm_eval(python: str, tasks: Path, out: Path, base_url: str, model: str,
     return wall, outputs
 
 
+def compare_cached(baseline: Path, args: argparse.Namespace, env: dict[str, str],
+                   partition: str, config: dict) -> int:
+    """Fully cached re-runs of this checkout and of ``baseline``, alternated, after one run
+    that fills the cache; one JSON line per run and a summary with the ratio of the medians."""
+    if not (baseline / "assets" / "instance.py").is_file():
+        raise SystemExit(f"--baseline-root {baseline} is not a weft checkout (no "
+                         "assets/instance.py); e.g. `git worktree add /tmp/base HEAD~4`")
+    command = ["job", "eval_job", "--partition", partition, "--config-json", json.dumps(config)]
+    run_weft(command, env)  # fills the cache
+    walls: dict[str, list[float]] = {"current": [], "baseline": []}
+    for pair in range(args.pairs):
+        order = ("current", "baseline") if pair % 2 == 0 else ("baseline", "current")
+        for code in order:
+            wall, _ = run_weft(command, env, ROOT if code == "current" else baseline)
+            meta = latest_eval_metadata(Path(env["DAGSTER_HOME"]), partition)
+            walls[code].append(wall)
+            print(json.dumps({"bench": "eval_overhead", "tool": "weft", "run": "cached",
+                              "code": code, "pair": pair, "problems": args.problems,
+                              "wall_s": round(wall, 2), "cached_calls": meta.get("cached_calls"),
+                              "generating_s": meta.get("generating_s"),
+                              "load_avg_1m": round(os.getloadavg()[0], 2)}), flush=True)
+    current, base = statistics.median(walls["current"]), statistics.median(walls["baseline"])
+    print(json.dumps({"bench": "eval_overhead", "summary": True, "compare": "cached re-runs",
+                      "pairs": args.pairs, "problems": args.problems,
+                      "current_cached_wall_s": round(current, 2),
+                      "baseline_cached_wall_s": round(base, 2),
+                      "current_over_baseline": round(current / base, 3),
+                      "baseline_root": str(baseline), "cpus": os.cpu_count()}), flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=24)
@@ -149,6 +186,10 @@ def main() -> int:
     ap.add_argument("--lm-eval-python", default=None,
                     help="interpreter with lm_eval installed (default: this one, if it has it)")
     ap.add_argument("--keep-home", default=None, help="use (and keep) this WEFT_HOME")
+    ap.add_argument("--baseline-root", default=None,
+                    help="another checkout of weft: after one run that fills the cache, time "
+                         "cached re-runs of this checkout and of that one, alternated (no "
+                         "lm-eval)")
     args = ap.parse_args()
     if args.problems < 1 or args.pairs < 1:
         ap.error("--problems and --pairs must be at least 1")
@@ -187,9 +228,8 @@ def main() -> int:
             server = LocalModelServer().start()  # reuses one already serving the model
             base_url, served, model_id = server.base_url, str(server.served_name), EMBEDDED_SERVED_NAME
         partition = f"gsm8k|{model_id}"
-        run_weft(["materialize", "--select", "gsm8k_problems,problems", "--config-json",
-                  json.dumps({"ops": {"gsm8k_problems": {"config": {"limit": args.problems}}}})],
-                 env)
+        # the whole benchmark, as a user has it; the evaluation takes its first N by problem id
+        run_weft(["materialize", "--select", "gsm8k_problems,problems"], env)
         run_weft(["add-model-partition", model_id], env)
 
         from eval.benchmarks import get
@@ -235,6 +275,10 @@ def main() -> int:
                    "outputs": len(outputs), "load_avg_1m": round(os.getloadavg()[0], 2)}
             print(json.dumps(row), flush=True)
             return row, outputs
+
+        if args.baseline_root:
+            return compare_cached(Path(args.baseline_root).resolve(), args, env, partition,
+                                  config)
 
         firsts, cacheds, lm_rows = [], [], []
         identical = compared = 0
