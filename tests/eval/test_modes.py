@@ -201,6 +201,28 @@ def test_single_mode_measures_latency_of_reason_then_answer(tmp_path, embedded_m
     assert (rows["p2"]["airw"], rows["p2"]["abo"]) == (0, 1)
 
 
+def test_latency_tokenizer_counts_like_transformers_without_importing_it(embedded_model_dir):
+    """The evaluation reads the model folder's tokenizer.json with the tokenizers library (no
+    transformers import, which costs more than a cached evaluation); its counts must equal
+    transformers' own tokenizer's on every kind of text an answer holds."""
+    from transformers import AutoTokenizer
+
+    from eval.modes import load_tokenizer
+    from eval.modes.single import FastTokenizer
+
+    fast = load_tokenizer(str(embedded_model_dir))
+    assert isinstance(fast, FastTokenizer)
+    reference = AutoTokenizer.from_pretrained(str(embedded_model_dir))
+    texts = ["Six sevens are forty-two.", "  leading and trailing spaces  ", "",
+             "The result is \\boxed{\\frac{3}{4}} and $x^2 + y^2 = z^2$.",
+             "<|im_start|>assistant\n<think>tags</think>", "naïve café — 42 × 7 ≈ 294 🙂",
+             "line one\n\n\tline two\r\n", "def f(x):\n    return x ** 2\n" * 3]
+    for text in texts:
+        for special in (False, True):
+            assert fast.encode(text, add_special_tokens=special) == reference.encode(
+                text, add_special_tokens=special), (text, special)
+
+
 def test_latency_columns_hand_computed_with_whitespace_tokens():
     from eval.latency import WhitespaceTokenizer
     from eval.modes import BudgetedMode, Job, Run, SingleMode
