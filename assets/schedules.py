@@ -41,9 +41,9 @@ eval_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(eval_samples, eval_scores),
     partitions_def=eval_partitions,
     description="Generate, grade and score one (benchmark, model) partition.",
-    # every step in the run's process: one process start, one resource init (warm grading
-    # pool) for generation, scoring and the checks (assets.execution says why)
-    executor_def=dg.in_process_executor,
+    # no executor of its own: every step here is light, so the code location's executor
+    # (assets.execution.weft_executor, mode auto) runs the whole run in one process with one
+    # warm grading pool, and run config may still pin `in_process` or `multiprocess`
 )
 
 ingest_job = dg.define_asset_job(

@@ -152,7 +152,23 @@ def test_executor_choice_follows_the_light_tag():
                   evaluation.check_eval_samples_runs_agree,
                   evaluation.check_eval_scores_within_unit_interval):
         assert light_step(check.op.tags)
-    assert schedules.eval_job.executor_def is dg.in_process_executor
+    # eval_job has no executor of its own: the code location's executor runs it (in process,
+    # as every step above is light), so run config may pin a mode as for any other job
+    assert schedules.eval_job.executor_def is None
     from assets.definitions import defs
 
     assert defs.executor is weft_executor
+
+
+@pytest.mark.parametrize("job", ["eval_job", "ingest_job"])
+def test_the_demos_run_config_is_valid_for_the_jobs_it_launches(job):
+    """The demo pins every stage in process through the executor's config; each job the demo
+    launches must accept that config (a job with an executor of its own rejected it)."""
+    from assets.definitions import defs
+    from assets.demo import demo_run_config
+
+    job_def = defs.resolve_job_def(job)
+    execution = dg.validate_run_config(job_def, demo_run_config())["execution"]
+    assert list(execution) == ["weft"] and list(execution["weft"]) == ["in_process"]
+    with pytest.raises(dg.DagsterInvalidConfigError, match="in_process_x"):
+        dg.validate_run_config(job_def, {"execution": {"config": {"in_process_x": {}}}})
