@@ -163,8 +163,10 @@ def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesis
     settings = {"progress": context.log.info, "per_request_timeout": True}
     with run_record(context, wh, config.model_dump(), partition=part, calls_name=table,
                     started_at=started) as rec:
-        manager_client = rec.track(llm.client(config.manager_max_tokens, **settings))
-        if not scripted:
+        # the scripted agents make no LLM call: no client, so no local server is started
+        manager_client = None if scripted else rec.track(
+            llm.client(config.manager_max_tokens, **settings))
+        if manager_client is not None:
             manager_client.check_reachable()
         actor_client = manager_client
         if config.actor_base_url and not scripted:
@@ -203,9 +205,8 @@ def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesis
             try:
                 return await synthesize_many(inputs, make, concurrency=cfg.concurrency)
             finally:
-                await manager_client.aclose()
-                if actor_client is not manager_client:
-                    await actor_client.aclose()
+                for client in {id(c): c for c in (manager_client, actor_client) if c}.values():
+                    await client.aclose()
 
         records = asyncio.run(run())
         with grader.pool() as pool:

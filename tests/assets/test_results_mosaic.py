@@ -336,6 +336,11 @@ def test_recovery_claim_at_cpu_scale_synthesizes_with_the_scripted_agents(weft_h
     with FakeLLMServer(models=("scripted",)) as server:
         _ingest(server, limit=12)
         before = len(server.requests)
+
+        def no_endpoint(self):  # with base_url unset this would start a local vLLM server
+            raise AssertionError("the scripted synthesis asked for an LLM endpoint")
+
+        monkeypatch.setattr(LLMResource, "endpoint", no_endpoint)
         defs = dg.Definitions(assets=[rm.mosaic_recovery_claim], jobs=[claim_job(rm.RECOVERY)],
                               resources=_resources(server, RecordingTrainer()))
         cfg = {"limit": 12, "rho": 0.5, "concurrency": 2, "train_steps": 3, "n_boot": 500}
