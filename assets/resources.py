@@ -17,6 +17,7 @@ take the full retry schedule of one request) and how often batch progress is log
 
 
 import math
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -169,19 +170,22 @@ class GraderResource(dg.ConfigurableResource):
     per_item_timeout_s: float = 10.0
 
     _pool: Any = PrivateAttr(default=None)
+    _pool_lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     @contextmanager
     def pool(self) -> Iterator[object]:
         """The run's warm ``eval.grading_pool.GradingPool`` (started on first use; workers
-        warm up while the caller goes on)."""
-        if self._pool is None:
-            from eval.grading_pool import GradingPool
+        warm up while the caller goes on). Steps running in threads of one process share it."""
+        with self._pool_lock:
+            if self._pool is None:
+                from eval.grading_pool import GradingPool
 
-            pool = GradingPool(processes=self.processes,
-                               per_item_timeout_s=self.per_item_timeout_s)
-            pool.start()
-            self._pool = pool
-        yield self._pool
+                pool = GradingPool(processes=self.processes,
+                                   per_item_timeout_s=self.per_item_timeout_s)
+                pool.start()
+                self._pool = pool
+            pool = self._pool
+        yield pool
 
     def close(self) -> None:
         """Stop the pool's workers (a later :meth:`pool` starts a new one)."""

@@ -193,8 +193,12 @@ class GradingPool:
         while len(self._workers) < self.processes:
             self._workers.append(_Worker(self._ctx))
         if wait:
-            with self._lock:
-                self._await_ready()
+            try:
+                with self._lock:
+                    self._await_ready()
+            except BaseException:
+                self.close()  # no worker outlives a failed start
+                raise
 
     def close(self) -> None:
         """Stop all workers: ask politely, then kill what is still running."""

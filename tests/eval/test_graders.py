@@ -443,6 +443,29 @@ def test_pool_grades_each_gold_in_the_same_worker_in_every_call(monkeypatch):
         assert [r.extracted for r in second] == [worker_of[g] for g in again]
 
 
+def test_pool_that_cannot_start_leaves_no_worker_running(monkeypatch):
+    # a worker that is not ready in time fails start(wait=True); the workers already started
+    # are stopped with it (no one else holds them: `with` never entered the pool)
+    import eval.grading_pool as gp
+
+    monkeypatch.setattr(gp, "START_TIMEOUT_S", 0.0)  # workers take far longer to import
+    pool = GradingPool(processes=2, per_item_timeout_s=60)
+    started: list[int] = []
+    real_start = gp._Worker.__init__
+
+    def recording_init(self, ctx):
+        real_start(self, ctx)
+        started.append(self.process.pid)
+
+    monkeypatch.setattr(gp._Worker, "__init__", recording_init)
+    with pytest.raises(RuntimeError, match="did not start"):
+        pool.start(wait=True)
+    assert len(started) == 2 and pool.worker_pids() == []
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_pool_bad_arguments():
     with pytest.raises(ValueError, match="per_item_timeout_s"):
         GradingPool(per_item_timeout_s=0)
