@@ -188,7 +188,10 @@ class _CompactingForward:
         if self.calls == 2:
             unknown = [k for k, v in kwargs.items() if k not in _BATCH_INPUTS
                        and isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == self.rows]
+            # one new token per row: a second prompt chunk (generation_config's
+            # prefill_chunk_size) is still the prefill, so such a call decodes every row
             self.compacting = (not args and ids is not None and ids.shape[0] == self.rows
+                               and ids.ndim == 2 and ids.shape[1] == 1
                                and not unknown and _can_drop_rows(cache))
         if not self.compacting:
             self.stats.row_steps += self.rows
@@ -239,10 +242,13 @@ def generate_compacting(model: Any, input_ids: torch.Tensor, attention_mask: tor
     another kernel, whose last bits differ), hence ``min_rows = 4``: the batch never shrinks
     below 4 rows, ended rows filling it if needed. With several threads MKL splits rows across
     threads and the last bits can differ with the batch size; the tokens are then those of a
-    plain call up to rare flips where two candidates tie within float32 rounding.
+    plain call up to rare flips where two candidates tie within float32 rounding. On a GPU,
+    cuBLAS picks its kernels by matrix shape, so the same holds there only up to such flips
+    (the sampling distribution is the same; the bits of the tokens are not guaranteed).
 
     Compaction is skipped (the plain call, ``row_share`` 1.0) when the cache cannot drop rows
-    (e.g. a static cache) or generate passes a batch-shaped input this function does not know.
+    (e.g. a static cache), the prompt is prefilled in chunks (``prefill_chunk_size``) or
+    generate passes a batch-shaped input this function does not know.
     The ids that end a row are ``generation_config.eos_token_id``; a row is never dropped
     unless generate ended it, which is checked afterwards (every token after its EOS must be
     padding), so a mismatch fails loudly instead of returning tokens sampled from zeros.

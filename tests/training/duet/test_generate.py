@@ -364,6 +364,23 @@ def test_compacting_generate_falls_back_to_the_plain_call_on_a_static_cache(tiny
     assert stats.steps > 0 and stats.row_share == 1.0  # every row of every step computed
 
 
+def test_compacting_generate_decodes_every_row_when_the_prompt_is_prefilled_in_chunks(
+        tiny_generation, one_thread):
+    # with prefill_chunk_size the model's second call is another prompt chunk, not a decode
+    # step: its last ids are prompt tokens (an EOS among them is padding), so nothing may
+    # leave the batch there; the call then runs as the plain one
+    model, tokenizer, config = tiny_generation
+    params = GateParams(k1=2, k2=4, grace=1, poll_every=1, eps_abort=0.5)
+    markers = [lambda text: True] * 2 + [lambda text: False] * 3
+    prompts = [f"Prompt {i} " * (1 + 3 * i) for i in range(5)]  # left padding of many widths
+    _, runs = _plain_and_compacting(model, tokenizer, prompts, params, markers,
+                                    [0.9, 0.9, 0.9, 0.1, 0.1], config(prefill_chunk_size=4),
+                                    seed=2)
+    (plain, *_), (compact, _, _, stats) = runs
+    assert torch.equal(plain, compact)
+    assert stats.row_share == 1.0
+
+
 def test_compacting_generate_refuses_bad_settings(tiny_generation):
     from transformers import GenerationConfig
 
