@@ -103,6 +103,8 @@ def test_with_every_cell_injected_each_failure_is_followed_by_a_correction_of_th
     record = _synthesize(rho=1.0)
     steps = record.steps
     assert steps and all(s.perturbation is not None for s in steps if s.step.kind == KIND_CODE)
+    assert record.status != "complete" and record.failure_reason == "max_steps"
+    assert all(s.error_observed for s in steps if s.step.kind == KIND_CODE)
     for before, after in itertools.pairwise(steps):
         if before.error_observed:
             assert after.card.mode == MODE_CORRECTION
