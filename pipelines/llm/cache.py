@@ -6,6 +6,10 @@ vLLM loaded under that name), messages, sampling parameters (temperature, top_p,
 stop, seed, n), the response format / schema, any extra request body and a caller
 ``sample_index``. A model redeployed under the same served name at the same URL therefore gets
 fresh answers when its root differs, and the same name at another URL never shares entries.
+One exception (:func:`endpoint_identity`): a server on this machine (a loopback address) that
+reports its root is known by that root, not by its port, since local servers (the ones weft
+starts among them) take whatever port is free: a re-run whose server came up on another port
+still replays its answers.
 ``ResponseCache`` maps that key to the response payload. Each ``put`` is its own committed transaction, so a crash loses at most the
 request in flight; several processes may read and write one file at once (WAL + busy timeout),
 and the first successful writer of a key wins (later writes of the same key are ignored).
@@ -31,6 +35,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +55,23 @@ _SCHEMA_SQL = (
     " created_at TEXT NOT NULL,"
     " failed TEXT)"
 )
+
+
+LOOPBACK_HOSTS = ("localhost", "::1")
+
+
+def endpoint_identity(endpoint: str, model_root: str | None) -> str:
+    """The endpoint as it counts in a cache key: its base URL without credentials or a trailing
+    ``/``; for a loopback host (127.0.0.0/8, ``localhost``, ``::1``) with a known
+    ``model_root``, without the host and port (``http://loopback/v1``), so that the same
+    weights served on this machine on another port share entries. A loopback server that does
+    not report its root keeps its port: nothing else tells two of them apart."""
+    url = redact_url(endpoint.rstrip("/"))
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if model_root is not None and (host in LOOPBACK_HOSTS or host.startswith("127.")):
+        return urllib.parse.urlunsplit(parts._replace(netloc="loopback"))
+    return url
 
 
 def cache_key(
@@ -73,7 +95,8 @@ def cache_key(
     ``endpoint`` is the base URL the request goes to and ``model_root`` what the server says it
     loaded under ``model`` (vLLM's ``root`` in ``GET /models``; None when it does not say).
     Dict key order does not matter; 0 and 0.0 give the same key; a trailing ``/`` of the
-    endpoint and any ``user:password@`` in it do not count, and neither does the API key.
+    endpoint and any ``user:password@`` in it do not count, and neither does the API key; nor
+    does the port of a loopback server that reports its root (:func:`endpoint_identity`).
     """
     if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
         raise ValueError(
@@ -82,7 +105,7 @@ def cache_key(
         )
     payload = {
         "v": CACHE_KEY_VERSION,
-        "endpoint": redact_url(endpoint.rstrip("/")),
+        "endpoint": endpoint_identity(endpoint, model_root),
         "model": model,
         "model_root": model_root,
         "messages": list(messages),

@@ -33,6 +33,22 @@ def test_same_served_name_at_another_endpoint_is_not_replayed(tmp_path: Path):
         assert run(b.chat(USER))[0].cached and second.chat_count == 1
 
 
+def test_the_same_weights_on_a_local_server_at_another_port_are_replayed(tmp_path: Path):
+    # a local server comes up on whatever port is free: a re-run whose server got another port
+    # replays what the same weights answered; other weights on this machine still do not share
+    path = tmp_path / "cache.sqlite"
+    with FakeLLMServer(responder=_answering("eight"), model_root="/models/m") as first, \
+            FakeLLMServer(responder=_answering("six"), model_root="/models/m") as second, \
+            FakeLLMServer(responder=_answering("ten"), model_root="/models/other") as third:
+        assert first.base_url != second.base_url and "127.0.0.1" in first.base_url
+        assert run(LLMClient(first.base_url, "fake-model", cache_path=path).chat(USER))[0].text \
+            == "eight"
+        again = run(LLMClient(second.base_url, "fake-model", cache_path=path).chat(USER))[0]
+        assert (again.text, again.cached, second.chat_count) == ("eight", True, 0)
+        other = run(LLMClient(third.base_url, "fake-model", cache_path=path).chat(USER))[0]
+        assert (other.text, other.cached, third.chat_count) == ("ten", False, 1)
+
+
 def test_a_model_redeployed_under_the_same_name_and_url_is_not_replayed(tmp_path: Path):
     path = tmp_path / "cache.sqlite"
     with FakeLLMServer(responder=_answering("eight"), model_root="/ckpt/step-100") as server:

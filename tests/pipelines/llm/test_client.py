@@ -184,6 +184,30 @@ def test_cache_key_covers_every_input():
         cache_key("m", USER, **{**base, "endpoint": ""})
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.1.1", "localhost", "[::1]", "LOCALHOST"])
+def test_cache_key_of_a_loopback_server_with_a_root_ignores_its_port(host):
+    base = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "stop": None, "seed": None, "n": 1}
+    root = {"model_root": "/models/m"}
+    key = cache_key("m", USER, endpoint=f"http://{host}:8000/v1", **base, **root)
+    assert key == cache_key("m", USER, endpoint=f"http://{host}:51889/v1/", **base, **root)
+    # the root, the path and the served name still count; without a root the port does
+    assert key != cache_key("m", USER, endpoint=f"http://{host}:8000/v1", **base,
+                            model_root="/models/other")
+    assert key != cache_key("m", USER, endpoint=f"http://{host}:8000/v2", **base, **root)
+    assert key != cache_key("other", USER, endpoint=f"http://{host}:8000/v1", **base, **root)
+    assert cache_key("m", USER, endpoint=f"http://{host}:8000/v1", **base) != cache_key(
+        "m", USER, endpoint=f"http://{host}:8001/v1", **base)
+
+
+def test_cache_key_of_a_remote_server_keeps_its_port():
+    base = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "stop": None, "seed": None, "n": 1,
+            "model_root": "/models/m"}
+    for a, b in (("http://10.0.0.5:8000/v1", "http://10.0.0.5:8001/v1"),
+                 ("http://gpu-1:8000/v1", "http://gpu-2:8000/v1"),
+                 ("http://128.0.0.1:8000/v1", "http://127.0.0.1:8000/v1")):
+        assert cache_key("m", USER, endpoint=a, **base) != cache_key("m", USER, endpoint=b, **base)
+
+
 def test_cache_key_rejects_unserializable_messages():
     with pytest.raises(ValueError, match="JSON-serializable"):
         cache_key(
