@@ -14,7 +14,9 @@ a gold once and keeps it (``eval.graders`` caches parsed golds per process), so 
 parses each gold about as often as one process would, instead of once per worker that happens
 to meet it (on real benchmark golds, parsing a gold took 5.9 ms, the rest of a pair 2.7 ms). A
 worker whose own items are done takes batches from the end of the longest other queue, so the
-work stays balanced.
+work stays balanced; queues hold the longest golds first and batches hold at most
+:data:`MAX_BATCH` items, so a slow pair (one symbolic comparison can take math-verify's whole
+5 s) starts early and no worker is left alone with a long batch at the end of a call.
 
 Not guaranteed: ordering of work between workers (results are always returned in input
 order); that graders registered at run time (not at import of their module) exist in the
@@ -54,6 +56,9 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "grading timed out"
 NOT_GRADED = "not graded: the call ran out of time"
 START_TIMEOUT_S = 120.0
+# Most items per batch: a busy worker's batch cannot be taken over by an idle one, so a small
+# batch keeps the end of a call balanced (results come back per item whatever the size)
+MAX_BATCH = 16
 _READY = "ready"
 
 
@@ -294,12 +299,15 @@ class GradingPool:
         if call_timeout_s is not None:
             self._await_ready()  # start-up is not the call's time
             call_deadline = time.monotonic() + call_timeout_s
-        size = self.batch_size or max(1, min(64, math.ceil(len(pairs) / (4 * self.processes))))
+        size = self.batch_size or max(1, min(MAX_BATCH, math.ceil(len(pairs) / (4 * self.processes))))
         # Items sharing a gold go to the same batch of the gold's home worker, so the pool
-        # parses a gold once (each worker caches the golds it parsed, across calls).
+        # parses a gold once (each worker caches the golds it parsed, across calls). Longest
+        # golds first: a long gold is the likeliest to be slow to parse and compare (one
+        # symbolic pair can take math-verify's whole 5 s), and started early it overlaps the
+        # other workers' queues instead of running alone at the end of the call.
         slots = len(self._workers)
         homes: list[list[int]] = [[] for _ in range(slots)]
-        for i in sorted(range(len(pairs)), key=lambda i: pairs[i][1]):
+        for i in sorted(range(len(pairs)), key=lambda i: (-len(pairs[i][1]), pairs[i][1])):
             homes[home_slot(pairs[i][1], slots)].append(i)
         queues: list[deque[list[tuple[int, str, str]]]] = [
             deque([(i, pairs[i][0], pairs[i][1]) for i in order[s:s + size]]

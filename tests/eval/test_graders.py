@@ -11,6 +11,7 @@ thread and inside a real Dagster op.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import re
@@ -441,6 +442,26 @@ def test_pool_grades_each_gold_in_the_same_worker_in_every_call(monkeypatch):
         again = [g for g in reversed(golds) for _ in range(2)][:90]
         second = p.grade_many([(f"b{i}", g) for i, g in enumerate(again)], kind="whose")
         assert [r.extracted for r in second] == [worker_of[g] for g in again]
+
+
+_GRADED_SO_FAR = itertools.count()
+
+
+def _arrival_grader(prediction: str, gold: str, **kw) -> GradeResult:
+    """Says in which order its worker graded the item (module level, so workers unpickle it)."""
+    return GradeResult(True, str(next(_GRADED_SO_FAR)), "none")
+
+
+def test_pool_grades_the_longest_golds_first(monkeypatch):
+    # A long gold is the likeliest to be slow: graded first, it overlaps the rest of the call
+    # instead of running alone at its end. One worker, so its order is the whole order.
+    monkeypatch.setitem(GRADERS, "arrival", _arrival_grader)
+    golds = [("x" * (1 + (i * 37) % 50)) + str(i % 3) for i in range(200)]
+    with GradingPool(processes=1, per_item_timeout_s=60) as p:
+        results = p.grade_many([(f"a{i}", g) for i, g in enumerate(golds)], kind="arrival")
+    order = sorted(range(len(golds)), key=lambda i: int(results[i].extracted))
+    lengths = [len(golds[i]) for i in order]
+    assert lengths == sorted(lengths, reverse=True)
 
 
 def test_pool_that_cannot_start_leaves_no_worker_running(monkeypatch):
