@@ -181,6 +181,7 @@ def busy_host(args, load, prompt) -> dict:
     started: list[LocalModelServer] = []
     stop_other = threading.Event()
     other_threads: list[threading.Thread] = []
+    other_errors: list[str] = []  # failed requests of the busy server's clients
     load_before = os.getloadavg()
     try:
         if args.own_other or not running_cpu_binds():
@@ -196,9 +197,13 @@ def busy_host(args, load, prompt) -> dict:
             def keep_busy() -> None:  # the other server's own clients, for the whole run
                 with httpx.Client(timeout=900) as http:
                     while not stop_other.is_set():
-                        http.post(f"{other.base_url}/chat/completions", json={
-                            "model": other.served_name, "messages": prompt, "max_tokens": 64,
-                            "temperature": 0.0, "ignore_eos": True})
+                        try:
+                            http.post(f"{other.base_url}/chat/completions", json={
+                                "model": other.served_name, "messages": prompt,
+                                "max_tokens": 64, "temperature": 0.0, "ignore_eos": True})
+                        except httpx.HTTPError as err:  # keep the host busy; say so below
+                            other_errors.append(type(err).__name__)
+                            stop_other.wait(1.0)
 
             other_threads = [threading.Thread(target=keep_busy, daemon=True) for _ in range(4)]
             for t in other_threads:
@@ -237,7 +242,8 @@ def busy_host(args, load, prompt) -> dict:
     result: dict = {"other_binds": running, "allowed": format_cpu_list(allowed),
                     "requests": args.requests, "max_tokens": args.max_tokens,
                     "load_before": [round(x, 2) for x in load_before],
-                    "load_after": [round(x, 2) for x in os.getloadavg()]}
+                    "load_after": [round(x, 2) for x in os.getloadavg()],
+                    "other_request_errors": len(other_errors)}
     for label, (server, startup) in candidates.items():
         speeds = [x["tok_per_s"] for x in rounds[label]]
         result[label] = {"bind": server.cpu_bind, "startup_s": startup, "rounds": rounds[label],
