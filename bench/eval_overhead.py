@@ -12,7 +12,8 @@ For N GSM8K problems (greedy, one sample each) this times, in a WEFT_HOME of its
 Each weft run's generation time is what the run recorded as time spent generating
 (``eval_samples`` metadata ``generating_s``: the span in which the server was generating
 answers); overhead is wall time minus that. Runs alternate (weft first in even pairs, lm-eval
-first in odd ones) so a drifting machine load hits both. Prints one JSON line per run and a
+first in odd ones) so a drifting machine load hits both, and so does the server's prefix cache:
+whichever tool runs second in a pair finds the prompts' prefixes cached (use two pairs or more). Prints one JSON line per run and a
 summary line: median walls and overheads, weft's first-run wall over lm-eval's (the sum over
 pairs), and how many outputs were byte-identical between the two. With ``--baseline-root``
 (another checkout) it instead alternates fully cached re-runs of this checkout and that one.
