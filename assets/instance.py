@@ -351,14 +351,18 @@ def _launch_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "assets.launch", *args]
 
 
-def _run_child(command: list[str], summarize: bool = False) -> int:
+def _run_child(command: list[str], summarize: bool = False,
+               child_summarizes: bool = False) -> int:
     """Run ``command`` (a run's process: ``python -m assets.launch`` or ``dagster``) on weft's
     instance. The child gets a session of its own, so stopping ``weft`` (Ctrl-C, SIGTERM)
     stops it and whatever it started instead of leaving it running: the run is marked
     canceling, the child gets SIGINT (Dagster forwards it to its steps as an interrupt, so each
     writes what it has and a ``canceled`` ``runs`` row), and :func:`_stop_child` ends what is
     still there after :data:`STOP_GRACE_S` (or ``WEFT_STOP_GRACE_S``). With ``summarize``, the
-    runs it made are summarized after."""
+    runs it made are summarized after, here, unless ``child_summarizes`` and the child ended
+    with 0, 1 or 130 (``python -m assets.launch --summary`` prints its run's summary itself
+    when the run ends, stopped or not, which saves this process importing Dagster: about a
+    second of every ``weft job``); a child killed before it could is summarized here."""
     import signal
     import time
 
@@ -394,7 +398,7 @@ def _run_child(command: list[str], summarize: bool = False) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _stop_child(child, since=stopped[0][1] if stopped else None)
-    if summarize:
+    if summarize and not (child_summarizes and rc in (0, 1, 130)):
         print_run_summary(started)
     if stopped:
         return 128 + stopped[0][0]
@@ -419,14 +423,19 @@ def mark_canceling(since: float, reason: str) -> None:
 
 
 def run_summary(instance, since: float) -> list[str]:
-    """Lines saying what the runs created after ``since`` (epoch seconds) did: run id, job,
-    status, each materialization (asset, partition, rows where the asset reports them) and where
-    to look (the run's UI page, a SQL line for the warehouse)."""
+    """Lines saying what the runs created after ``since`` (epoch seconds) did
+    (:func:`runs_summary`), oldest first."""
+    return runs_summary(instance, list(reversed(_runs_since(instance, since))))
+
+
+def runs_summary(instance, runs) -> list[str]:
+    """Lines saying what ``runs`` did: run id, job, status, each materialization (asset,
+    partition, rows where the asset reports them) and where to look (the run's UI page, a SQL
+    line for the warehouse)."""
     import dagster as dg
 
-    runs = _runs_since(instance, since)
     lines: list[str] = []
-    for run in reversed(runs):
+    for run in runs:
         lines.append(f"[weft] run {run.run_id} ({run.job_name}): {run.status.value}")
         records = instance.get_records_for_run(
             run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000).records
@@ -508,13 +517,15 @@ def materialize(args: argparse.Namespace) -> int:
                 print(f"[weft] added model partition {model!r}", file=sys.stderr)
     extra = [] if args.partition is None else ["--partition", args.partition]
     config = _config_json_args(args)
-    return _run_child(_launch_command("--select", args.select, *extra, *config), summarize=True)
+    return _run_child(_launch_command("--select", args.select, *extra, *config, "--summary"),
+                      summarize=True, child_summarizes=True)
 
 
 def job(args: argparse.Namespace) -> int:
     extra = [] if args.partition is None else ["--partition", args.partition]
     config = _config_json_args(args)
-    return _run_child(_launch_command("--job", args.name, *extra, *config), summarize=True)
+    return _run_child(_launch_command("--job", args.name, *extra, *config, "--summary"),
+                      summarize=True, child_summarizes=True)
 
 
 def ui(host: str, port: int) -> int:

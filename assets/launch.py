@@ -37,7 +37,13 @@ from typing import Any
 
 import dagster as dg
 
-from assets.instance import DEFINITIONS_MODULE, WeftUsageError, _did_you_mean, ensure_dagster_home
+from assets.instance import (
+    DEFINITIONS_MODULE,
+    WeftUsageError,
+    _did_you_mean,
+    ensure_dagster_home,
+    runs_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +275,15 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
 # ------------------------------------------------------------------ the child `weft` spawns
 
 
+def _print_summary(instance: dg.DagsterInstance, run_id: str) -> None:
+    stored = instance.get_run_by_id(run_id)
+    for line in runs_summary(instance, [stored] if stored is not None else []):
+        print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m assets.launch [--job NAME] [--select SEL] [--partition KEY]
-    [--run-config-json JSON] [--tag KEY=VALUE ...]``: one run on weft's instance, executed here
+    [--run-config-json JSON] [--tag KEY=VALUE ...] [--summary]``: one run on weft's instance, executed here
     (what ``weft job`` and ``weft materialize`` run in their child process). Exit status 0 when
     the run succeeded, 1 when it failed or was canceled, 2 for a usage error."""
     parser = argparse.ArgumentParser(prog="python -m assets.launch")
@@ -281,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config-json", default=None, help="run config as JSON")
     parser.add_argument("--tag", action="append", default=[], help="KEY=VALUE, repeatable")
     parser.add_argument("--module", default=DEFINITIONS_MODULE, help=argparse.SUPPRESS)
+    parser.add_argument("--summary", action="store_true",
+                        help="print what the run did when it ends (as `weft job` shows it)")
     args = parser.parse_args(argv)
     try:
         config = json.loads(args.run_config_json) if args.run_config_json else {}
@@ -301,7 +315,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run = launcher.execute(run)
             except KeyboardInterrupt:
+                if args.summary:
+                    _print_summary(instance, run.run_id)
                 return 130
+            if args.summary:
+                _print_summary(instance, run.run_id)
     except json.JSONDecodeError as exc:
         print(f"weft: --run-config-json is not valid JSON: {exc}", file=sys.stderr)
         return 2

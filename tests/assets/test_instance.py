@@ -138,6 +138,7 @@ def test_shell_materialize_lands_in_the_ui_instance(weft_home, shared_data, monk
     # On success it says what happened and where to look (run id, asset, rows, UI, SQL).
     run_id = runs[0].run_id
     assert f"[weft] run {run_id} (__ASSET_JOB): SUCCESS" in done.stdout
+    assert done.stdout.count(f"[weft] run {run_id}") == 1  # said once (by the run's process)
     assert "[weft]   materialized gsm8k_problems: 3 rows" in done.stdout
     assert f"/runs/{run_id}" in done.stdout and f"WHERE run_id = '{run_id}'" in done.stdout
 
