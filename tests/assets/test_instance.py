@@ -198,6 +198,7 @@ def test_stopping_weft_cancels_the_run_keeps_its_record_and_stops_dagster(weft_h
     with dg.DagsterInstance.from_config(str(home)) as instance:
         run = instance.get_runs()[0]
         assert run.status == dg.DagsterRunStatus.CANCELED
+    assert out.count(f"[weft] run {run.run_id} ({run.job_name}): ") == 1, out[-3000:]  # once
     rows = Warehouse(weft_home / "warehouse").read("runs").to_pylist()
     mine = [r for r in rows if r["run_id"] == run.run_id]
     assert mine and all(r["status"] == "canceled" for r in mine), mine
