@@ -186,6 +186,8 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                      f"({n_jobs} generations; request timeout {settings['timeout_s']:.0f}s, "
                      f"batch watchdog {settings['batch_timeout_s']:.0f}s)")
     needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
+    if bench.grader != "code":
+        grader.warm()  # the grading workers start while the answers are generated
     try:
         (done,) = evaluate_recorded(
             {model_id: spec}, [Evaluation(model_id, cfg, model_id,

@@ -187,6 +187,12 @@ class GraderResource(dg.ConfigurableResource):
             pool = self._pool
         yield pool
 
+    def warm(self) -> None:
+        """Start the run's pool now without waiting for it: its workers import math-verify
+        (about half a second) while the caller goes on, e.g. generates the answers to grade."""
+        with self.pool():
+            pass
+
     def close(self) -> None:
         """Stop the pool's workers (a later :meth:`pool` starts a new one)."""
         pool, self._pool = self._pool, None

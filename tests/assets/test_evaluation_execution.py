@@ -68,6 +68,14 @@ def test_eval_job_runs_its_steps_in_process_and_scores_once(instance, shared_dat
 
     monkeypatch.setattr(eval.runner, "score", counting_score)
     monkeypatch.setattr(evaluation, "score", counting_score)
+    order: list[str] = []
+    real_warm = GraderResource.warm
+
+    def recording_warm(self):
+        order.append("grading pool started")
+        real_warm(self)
+
+    monkeypatch.setattr(GraderResource, "warm", recording_warm)
     with FakeLLMServer(models=("scripted",)) as server:
         monkeypatch.setenv("EVAL_LOCATION_BASE_URL", server.base_url)
         with Launcher(instance, LOCATION) as launcher:
@@ -76,7 +84,13 @@ def test_eval_job_runs_its_steps_in_process_and_scores_once(instance, shared_dat
             assert ingest.status == dg.DagsterRunStatus.SUCCESS
             golds = {p["problem"]: p["answer"]
                      for p in Warehouse().read("problems", partition="gsm8k").to_pylist()}
-            server.responder = _answer(golds)
+            answer = _answer(golds)
+
+            def responder(body, index):
+                order.append("answer")
+                return answer(body, index)
+
+            server.responder = responder
             register_model(ModelSpec(model_id="scripted", kind="endpoint",
                                      base_url=server.base_url, served_model="scripted"))
             instance.add_dynamic_partitions("models", ["scripted"])
@@ -98,6 +112,8 @@ def test_eval_job_runs_its_steps_in_process_and_scores_once(instance, shared_dat
     assert set().union(*eval_pids.values()) == {os.getpid()}
     # scored once: by eval_scores, not also inside eval_samples' evaluation
     assert calls == ["gsm8k"]
+    # the grading workers started before the first answer was asked for (they warm up meanwhile)
+    assert order[0] == "grading pool started" and order.count("grading pool started") == 1
 
     samples = Warehouse().read("eval_samples", partition=str(KEY)).to_pylist()
     expected = {p: int(g) % 2 == 0 for p, g in golds.items()}
@@ -112,6 +128,17 @@ def test_eval_job_runs_its_steps_in_process_and_scores_once(instance, shared_dat
         assert row["value"] == pytest.approx(right)
         assert row["ci_low"] <= row["value"] <= row["ci_high"]
         assert row["n_problems"] == 4 and row["failed"] == 0
+
+
+def test_warming_the_grader_starts_its_workers_without_waiting():
+    grader = GraderResource(processes=2)
+    try:
+        grader.warm()
+        with grader.pool() as pool:
+            assert len(pool.worker_pids()) == 2
+            assert [r.correct for r in pool.grade_many([("\\boxed{4}", "4")])] == [True]
+    finally:
+        grader.close()
 
 
 def test_one_grading_pool_serves_every_step_of_a_run_and_stops_with_it():
