@@ -293,7 +293,7 @@ def test_same_seed_reproduces_rows_and_scores_on_the_real_server(tmp_path, local
     from pipelines.ingest import load_source
 
     problems = [p.to_row() for p in load_source("gsm8k", limit=3).problems]
-    cfg = EvalConfig(k=2, temperature=0.8, max_tokens=48, seed=11)
+    cfg = EvalConfig(k=2, temperature=0.8, max_tokens=24, seed=11)
 
     def once(cache):
         async def go():
