@@ -139,7 +139,9 @@ def test_the_judge_client_carries_the_resource_settings(weft_home, shared_data, 
     from pipelines.llm.testing import FakeLLMServer
 
     BUILT.clear()
-    with FakeLLMServer(models=("judge",), responder=lambda b, i: '{"covered": 0}') as server:
+    # "covered" ends each alignment at its first step (with 0 the judge is asked about every
+    # prefix: over a thousand requests), and the settings are what this test is about
+    with FakeLLMServer(models=("judge",), responder=lambda b, i: '{"covered": 1}') as server:
         llm = RecordingLLM(base_url=server.base_url, model="judge", max_retries=2,
                            connect_retry_window_s=7.0, max_response_bytes=12345,
                            batch_timeout_s=99.0, progress_every_s=3.0)
