@@ -172,20 +172,65 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
     paired = paired_bootstrap(treat, ref, n_boot=n_boot, seed=seed)
     p_value = paired_bootstrap(shifted, ref, n_boot=n_boot, seed=seed,
                                alternative=alternative).p_value
-    ref_mean, ref_lo, ref_hi = bootstrap_ci(ref, n_boot=n_boot, seed=seed)
-    treat_mean, treat_lo, treat_hi = bootstrap_ci(treat, n_boot=n_boot, seed=seed)
+    return _claim_row(claim, bootstrap_ci(ref, n_boot=n_boot, seed=seed),
+                      bootstrap_ci(treat, n_boot=n_boot, seed=seed), paired, p_value)
+
+
+def _claim_row(claim: Claim, reference: tuple[float, float, float],
+               treatment: tuple[float, float, float], paired: Any,
+               p_value: float) -> dict[str, Any]:
+    """A ``claims`` row from each arm's ``(value, ci_low, ci_high)``, the paired difference
+    (an :class:`eval.compare.PairedResult`) and the one-sided p-value, with its verdict."""
     row = {
         "paper": claim.paper, "section": claim.section, "claim": claim.statement,
         "metric": claim.metric, "kind": claim.kind, "higher_is_better": claim.higher_is_better,
         "margin": claim.margin, "reference": claim.reference, "treatment": claim.treatment,
-        "reference_value": ref_mean, "reference_ci_low": ref_lo, "reference_ci_high": ref_hi,
-        "treatment_value": treat_mean, "treatment_ci_low": treat_lo,
-        "treatment_ci_high": treat_hi, "diff": paired.diff, "diff_ci_low": paired.ci_low,
-        "diff_ci_high": paired.ci_high, "p_value": p_value, "n": paired.n,
-        "paper_value": claim.paper_value,
+        "reference_value": reference[0], "reference_ci_low": reference[1],
+        "reference_ci_high": reference[2], "treatment_value": treatment[0],
+        "treatment_ci_low": treatment[1], "treatment_ci_high": treatment[2],
+        "diff": paired.diff, "diff_ci_low": paired.ci_low, "diff_ci_high": paired.ci_high,
+        "p_value": p_value, "n": paired.n, "paper_value": claim.paper_value,
     }
     row["verdict"] = row_verdict(row)
     return row
+
+
+def judge_ratio(claim: Claim, reference: Mapping[Hashable, tuple[float, float]],
+                treatment: Mapping[Hashable, tuple[float, float]], *, n_boot: int = 10_000,
+                seed: int = 0) -> dict[str, Any]:
+    """A ``claims`` row for a rate that is a ratio of aggregates over the same units: each arm
+    maps a unit (problem) to ``(numerator, denominator)`` and its rate is ``sum(num) /
+    sum(den)`` (e.g. erroring samples that still end correct / erroring samples). Both arms
+    must list the same units; a unit may have denominator 0 in one arm (it then weighs nothing
+    in that arm's rate but is still resampled with the others). The difference's CI and
+    one-sided p-value come from :func:`eval.compare.paired_ratio_bootstrap` (units resampled
+    together), each arm's CI from :func:`eval.metrics.bootstrap_ratio_ci` with the same
+    resamples; the verdict from :func:`row_verdict`. Only ``better`` claims: a margin on a rate
+    of aggregates has no additive shift to test against, so ``no_worse`` raises ClaimError."""
+    from eval.compare import paired_ratio_bootstrap
+    from eval.metrics import bootstrap_ratio_ci
+
+    if claim.kind != "better":
+        raise ClaimError(f"claim {claim.statement!r}: judge_ratio judges `better` claims only, "
+                         f"got kind {claim.kind!r}")
+    if set(reference) != set(treatment):
+        missing = sorted(set(reference) ^ set(treatment), key=repr)[:5]
+        raise ClaimError(f"claim {claim.statement!r}: both arms must list the same units; these "
+                         f"are in one arm only (first 5): {missing}")
+    units = sorted(reference, key=repr)
+    ref_num = [float(reference[u][0]) for u in units]
+    ref_den = [float(reference[u][1]) for u in units]
+    treat_num = [float(treatment[u][0]) for u in units]
+    treat_den = [float(treatment[u][1]) for u in units]
+    alternative = "greater" if claim.higher_is_better else "less"
+    try:
+        paired = paired_ratio_bootstrap(treat_num, treat_den, ref_num, ref_den, n_boot=n_boot,
+                                        seed=seed, alternative=alternative)
+    except ValueError as exc:
+        raise ClaimError(f"claim {claim.statement!r}: {exc}") from None
+    return _claim_row(claim, bootstrap_ratio_ci(ref_num, ref_den, n_boot=n_boot, seed=seed),
+                      bootstrap_ratio_ci(treat_num, treat_den, n_boot=n_boot, seed=seed),
+                      paired, paired.p_value)
 
 
 # ---- the claim as a picture small enough for the UI's inline Markdown -------------------------

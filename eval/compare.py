@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.metrics import _check_count, bootstrap_means
+from eval.metrics import MAX_BOOT_CELLS, _check_count, bootstrap_means
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 CF_MAX_ITER = 100_000  # continued-fraction terms; large df needs O(sqrt(df)) of them
@@ -349,6 +349,87 @@ def paired_bootstrap(scores_a: Mapping[Hashable, float] | Sequence[float],
     low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
     return PairedResult(mean_a, mean_b, observed, float(low), float(high), p_value, n,
                         "paired_bootstrap", alternative, alpha, observed, None)
+
+
+def paired_ratio_bootstrap(num_a: Sequence[float], den_a: Sequence[float],
+                           num_b: Sequence[float], den_b: Sequence[float], n_boot: int = 10_000,
+                           seed: int = 0, alternative: str = "two-sided",
+                           alpha: float = 0.05) -> PairedResult:
+    """Paired bootstrap of ``R_a - R_b`` where each arm's rate is a ratio of aggregates,
+    ``R = sum(num) / sum(den)`` over the same units (problems), e.g. "erroring samples that
+    end correct / erroring samples" per arm.
+
+    Unit ``i`` carries ``(num_a[i], den_a[i], num_b[i], den_b[i])``; a resample draws units with
+    replacement and recomputes both arms' rates from the resampled totals, so the arms share
+    their resamples (the pairing) and units with larger denominators weigh more (the ratio of
+    the means, not the mean of per-unit ratios; a unit whose denominator is 0 in one arm still
+    counts in the other). A resample in which either arm's denominators sum to 0 has no
+    difference and is left out of the percentiles and of the p-value's count
+    (``n`` stays the number of units). CI and shift-method p-value as in
+    :func:`paired_bootstrap`. When every resample gives the observed difference (e.g. both
+    arms' numerators are all 0) the CI is that single point and p is 1.0, or
+    ``1 / (1 + resamples)`` toward a non-zero difference, as :func:`paired_bootstrap` does.
+
+    Raises ValueError when the arms differ in length, a count is negative or not finite, an
+    arm's denominators sum to 0 (its rate is undefined: nothing to divide), or there are fewer
+    than 2 units.
+    """
+    _check_test_args(alternative, alpha)
+    n_boot = _check_count("n_boot", n_boot, 1)
+    arrays = []
+    for name, values in (("num_a", num_a), ("den_a", den_a), ("num_b", num_b),
+                         ("den_b", den_b)):
+        array = _as_score_array(values, name)
+        if (array < 0).any():
+            raise ValueError(f"{name} must hold counts or totals >= 0, got {array.min()}")
+        arrays.append(array)
+    na, da, nb, db = arrays
+    if len({a.size for a in arrays}) != 1:
+        raise ValueError("paired_ratio_bootstrap needs one numerator and one denominator per "
+                         f"unit in both arms; got lengths {[a.size for a in arrays]}")
+    if na.size < 2:
+        raise ValueError(f"a paired comparison needs at least 2 units, got {na.size}")
+    for arm, den in (("a", da), ("b", db)):
+        if den.sum() == 0:
+            raise ValueError(f"arm {arm}'s denominators sum to 0, so its rate is undefined "
+                             "(nothing to divide); there is no rate to compare")
+    rate_a, rate_b = float(na.sum() / da.sum()), float(nb.sum() / db.sum())
+    observed = rate_a - rate_b
+    n = int(na.size)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, MAX_BOOT_CELLS // n)
+    boot = np.empty(n_boot, dtype=float)
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        sa, sb = da[idx].sum(axis=1), db[idx].sum(axis=1)
+        defined = (sa > 0) & (sb > 0)
+        ra = np.divide(na[idx].sum(axis=1), sa, out=np.zeros(stop - start), where=defined)
+        rb = np.divide(nb[idx].sum(axis=1), sb, out=np.zeros(stop - start), where=defined)
+        boot[start:stop] = np.where(defined, ra - rb, np.nan)
+    boot = boot[~np.isnan(boot)]
+    if boot.size == 0:
+        raise ValueError("no resample had a defined rate in both arms; too few units have a "
+                         "non-zero denominator to bootstrap (add units)")
+    tie = TIE_TOL * max(1.0, abs(observed))
+    if np.all(np.abs(boot - observed) <= tie):
+        low = high = observed
+        toward = {"greater": observed > tie, "less": observed < -tie,
+                  "two-sided": abs(observed) > tie}[alternative]
+        p_value = 1.0 / (1.0 + boot.size) if toward else 1.0
+        return PairedResult(rate_a, rate_b, observed, low, high, p_value, n,
+                            "paired_ratio_bootstrap", alternative, alpha, observed, None)
+    null = boot - observed
+    if alternative == "two-sided":
+        extreme = np.count_nonzero(np.abs(null) >= abs(observed) - tie)
+    elif alternative == "greater":
+        extreme = np.count_nonzero(null >= observed - tie)
+    else:
+        extreme = np.count_nonzero(null <= observed + tie)
+    p_value = (1.0 + float(extreme)) / (1.0 + boot.size)
+    low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return PairedResult(rate_a, rate_b, observed, float(low), float(high), p_value, n,
+                        "paired_ratio_bootstrap", alternative, alpha, observed, None)
 
 
 def paired_t_test(scores_a: Mapping[Hashable, float] | Sequence[float],

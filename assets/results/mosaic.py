@@ -36,15 +36,18 @@ evaluated in tool mode (``eval.modes.tool``) on the same held-out problems.
 ... rather than terminating upon failure", and of ``recovered`` in MOSAIC's own records:
 correct despite a failure): a sample recovers when its run had at least one interpreter error
 (``tool_errors >= 1`` in ``eval_samples``: an exception, a timeout or a memory limit in the
-sandbox) and its final answer is still correct. Per problem, the score is the share of its
-erroring samples that recover. A problem where an arm produced no erroring sample has no score
-in that arm — there is nothing to recover from — and is left out of the pairing (the count is
-reported, never filled in). When no problem has erroring samples in both arms there is no pair:
-the asset fails and says so instead of inventing a value.
+sandbox) and its final answer is still correct. Each arm's *recovery rate* is the ratio of
+aggregates over the held-out problems: recovering samples / erroring samples, so a problem
+weighs by how many erroring samples it has and a problem with none in an arm adds nothing to
+that arm's rate (there is nothing to recover from) but stays in the resampling. The
+difference of the two rates gets its CI from the paired bootstrap over problems
+(``eval.claims.judge_ratio``: both arms' rates recomputed from the same resampled problems).
+This uses every held-out problem; pairing only the problems that erred in both arms would
+leave no pair at all when the arms err on different problems. An arm with no erroring
+sample at all has no rate, and the asset fails and says so instead of inventing a value.
 """
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -229,59 +232,67 @@ def mosaic_synthesis_claim(context: dg.AssetExecutionContext, config: SynthesisC
 
 # ---- robustness: recovery after an interpreter error ------------------------------------------
 
-def recovery_by_problem(samples: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float], int]:
-    """Per problem, the share of its samples with at least one interpreter error
-    (``tool_errors >= 1``) whose final answer is correct (a sample with no verdict counts as
-    not correct); problems without such a sample get no score. Returns (scores, the number of
-    erroring samples). Raises ClaimError when a sample has no ``tool_errors`` (not a tool-mode
-    evaluation)."""
+def recovery_counts(samples: Sequence[Mapping[str, Any]]) -> tuple[dict[str, tuple[int, int]], int]:
+    """Per problem, ``(recovering samples, erroring samples)``: the samples with at least one
+    interpreter error (``tool_errors >= 1``) whose final answer is correct (a sample with no
+    verdict counts as not correct), and all samples with such an error; every problem of
+    ``samples`` is listed, ``(0, 0)`` when none of its samples erred. Returns (counts, the
+    number of erroring samples). Raises ClaimError when a sample has no ``tool_errors`` (not a
+    tool-mode evaluation)."""
     from eval.claims import ClaimError
 
-    hits: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, list[int]] = {}
     erring = 0
     for sample in samples:
         errors = sample.get("tool_errors")
         if errors is None:
             raise ClaimError(f"sample of problem {sample.get('problem_id')!r} has no tool_errors: "
                              "the recovery rate needs a tool-mode evaluation (mode: tool)")
+        cell = counts.setdefault(str(sample["problem_id"]), [0, 0])
         if int(errors) >= 1:
             erring += 1
-            hits[str(sample["problem_id"])].append(1.0 if sample.get("correct") else 0.0)
-    return {p: sum(v) / len(v) for p, v in hits.items()}, erring
+            cell[1] += 1
+            cell[0] += 1 if sample.get("correct") else 0
+    return {p: (c[0], c[1]) for p, c in counts.items()}, erring
 
 
 def recovery_claim_row(reference_samples: Sequence[Mapping[str, Any]],
                        treatment_samples: Sequence[Mapping[str, Any]], *, rho: float = SFT_RHO,
                        n_boot: int = 10_000) -> tuple[dict[str, Any], dict[str, Any]]:
     """The recovery claim judged on two arms' tool-mode samples of the same held-out problems:
-    (claims row, what the pairing kept and left out). Only problems where both arms have an
-    erroring sample are paired; raises ClaimError when there is none (no value is made up)."""
-    from eval.claims import Claim, ClaimError, judge
+    (claims row, counts behind it). Each arm's rate is recovering / erroring samples over all
+    problems evaluated in both arms (module docstring); raises ClaimError when an arm has no
+    erroring sample (no rate; no value is made up)."""
+    from eval.claims import Claim, ClaimError, judge_ratio
 
-    ref, ref_errors = recovery_by_problem(reference_samples)
-    treat, treat_errors = recovery_by_problem(treatment_samples)
-    asked = {str(s["problem_id"]) for s in reference_samples} | {
-        str(s["problem_id"]) for s in treatment_samples}
-    paired = sorted(set(ref) & set(treat))
-    facts = {"problems": len(asked), "erroring_samples_reference": ref_errors,
+    ref, ref_errors = recovery_counts(reference_samples)
+    treat, treat_errors = recovery_counts(treatment_samples)
+    shared = sorted(set(ref) & set(treat))
+    facts = {"problems": len(shared),
+             "problems_in_one_arm_only": len(set(ref) ^ set(treat)),
+             "erroring_samples_reference": ref_errors,
              "erroring_samples_treatment": treat_errors,
-             "problems_with_errors_reference": len(ref),
-             "problems_with_errors_treatment": len(treat), "paired_problems": len(paired)}
-    if not paired:
-        raise ClaimError(
-            "no held-out problem has a sample with an interpreter error in both arms "
-            f"(reference: {ref_errors} erroring samples on {len(ref)} problems; treatment: "
-            f"{treat_errors} on {len(treat)}), so the recovery rate cannot be compared: there "
-            "is no pair. Evaluate more problems or more samples per problem (eval_limit, k)")
+             "recovered_samples_reference": sum(ref[p][0] for p in shared),
+             "recovered_samples_treatment": sum(treat[p][0] for p in shared),
+             "problems_with_errors_reference": sum(1 for p in shared if ref[p][1]),
+             "problems_with_errors_treatment": sum(1 for p in shared if treat[p][1]),
+             "problems_with_errors_in_both": sum(1 for p in shared if ref[p][1] and treat[p][1])}
+    for arm, counts in (("reference (rho=0)", ref), (f"treatment (rho={rho:g})", treat)):
+        if not any(counts[p][1] for p in shared):
+            raise ClaimError(
+                f"the {arm} arm hit no interpreter error on any of the {len(shared)} held-out "
+                "problems both arms answered, so it has no recovery rate (nothing to recover "
+                f"from); counts: {facts}. Evaluate more problems or more samples per problem "
+                "(eval_limit, k)")
     claim = Claim(paper=PAPER, section="§3.6 robustness (rho ablation)",
-                  metric="recovery after an interpreter error", reference="SFT rho=0",
-                  treatment=f"SFT rho={rho:g}",
+                  metric="recovery after an interpreter error (recovering / erroring samples)",
+                  reference="SFT rho=0", treatment=f"SFT rho={rho:g}",
                   statement="SFT on trajectories with injected failures recovers from interpreter "
                             "errors more often than SFT on failure-free trajectories",
                   paper_value="qualitative (§1, §3.6, case study App. A.3); no rho ablation "
                               "reported")
-    row = judge(claim, {p: ref[p] for p in paired}, {p: treat[p] for p in paired},
-                n_boot=n_boot)
+    row = judge_ratio(claim, {p: ref[p] for p in shared}, {p: treat[p] for p in shared},
+                      n_boot=n_boot)
     return row, facts
 
 
@@ -355,8 +366,8 @@ RECOVERY = Experiment(
                    "complete trajectory and none held an injected failure. The student is the "
                    "135M model after 32 SFT steps, which rarely answers gsm8k right at all: "
                    "in one run each arm answered 1 of 160 tool-mode samples right, 14 (rho "
-                   "0.1) and 2 (rho 0) samples hit an interpreter error, none recovered, and "
-                   "no problem erred in both arms, so there was no pair to judge"},
+                   "0.1) and 2 (rho 0) samples hit an interpreter error and none recovered, "
+                   "so both recovery rates were 0"},
 )
 
 

@@ -96,35 +96,54 @@ def _samples(spec):
             for p, items in spec.items() for i, (e, c) in enumerate(items)]
 
 
-def test_recovery_is_the_correct_share_of_erroring_samples_per_problem():
-    scores, erring = rm.recovery_by_problem(_samples({
-        "a": [(1, True), (2, False), (0, True)],  # 2 erroring samples, 1 correct -> 0.5
-        "b": [(0, True), (0, False)],  # no error: nothing to recover from, no score
-        "c": [(3, None)],  # an ungraded answer is not a recovery -> 0.0
+def test_recovery_counts_the_correct_erroring_samples_per_problem():
+    counts, erring = rm.recovery_counts(_samples({
+        "a": [(1, True), (2, False), (0, True)],  # 2 erroring samples, 1 of them correct
+        "b": [(0, True), (0, False)],  # no error: nothing to recover from
+        "c": [(3, None)],  # an ungraded answer is not a recovery
         "d": [(1, True)],
     }))
-    assert scores == {"a": 0.5, "c": 0.0, "d": 1.0} and erring == 4
+    assert counts == {"a": (1, 2), "b": (0, 0), "c": (0, 1), "d": (1, 1)} and erring == 4
     with pytest.raises(ClaimError, match="needs a tool-mode evaluation"):
-        rm.recovery_by_problem([{"problem_id": "x", "tool_errors": None, "correct": True}])
+        rm.recovery_counts([{"problem_id": "x", "tool_errors": None, "correct": True}])
 
 
-def test_recovery_claim_pairs_only_problems_with_errors_in_both_arms():
+def test_recovery_claim_compares_rates_of_recovering_over_erroring_samples():
     ref = _samples({"a": [(1, False), (1, False)], "b": [(1, True), (0, True)],
                     "c": [(0, True)], "d": [(2, False)]})
     treat = _samples({"a": [(1, True), (1, False)], "b": [(1, True)],
                       "c": [(1, True)], "d": [(0, True)]})
     row, facts = rm.recovery_claim_row(ref, treat, n_boot=500)
-    # paired: a (0.5 vs 0.0) and b (1.0 vs 1.0); c errs only in the treatment, d only in the
-    # reference
-    assert row["n"] == 2 and row["diff"] == pytest.approx((0.5 + 0.0) / 2)
-    assert row["treatment_value"] == pytest.approx(0.75)
-    assert row["reference_value"] == pytest.approx(0.5)
-    assert facts["paired_problems"] == 2 and facts["problems"] == 4
+    # by hand: reference 1 of 4 erroring samples correct, treatment 3 of 4; every problem
+    # counts (c erred only in the treatment, d only in the reference)
+    assert row["reference_value"] == pytest.approx(1 / 4)
+    assert row["treatment_value"] == pytest.approx(3 / 4)
+    assert row["diff"] == pytest.approx(0.5) and row["n"] == 4
+    assert facts["problems"] == 4 and facts["problems_with_errors_in_both"] == 2
     assert facts["erroring_samples_reference"] == 4 and facts["erroring_samples_treatment"] == 4
+    assert facts["recovered_samples_reference"] == 1 and facts["recovered_samples_treatment"] == 3
     assert row["reference"] == "SFT rho=0" and row["treatment"] == "SFT rho=0.1"
-    no_errors = _samples({"a": [(0, True)], "b": [(0, False)]})
-    with pytest.raises(ClaimError, match="there is no pair"):
+    no_errors = _samples({"a": [(0, True)], "b": [(0, False)], "c": [(0, True)],
+                          "d": [(0, True)]})
+    with pytest.raises(ClaimError, match="reference .rho=0. arm hit no interpreter error"):
         rm.recovery_claim_row(no_errors, treat, n_boot=100)
+
+
+def test_recovery_claim_judges_arms_that_err_on_different_problems():
+    """The counts of the CPU run that found no problem erring in both arms: 2 erroring samples
+    on 2 problems (reference) and 14 on 12 (treatment), none recovered. Both rates are 0 in
+    every resample, so the part is inconclusive (not 'not reproduced'), with a row to show."""
+    def errors(spec):  # problem -> erroring samples of 4, none correct
+        return _samples({f"p{i}": [(1, False)] * spec.get(i, 0)
+                         + [(0, False)] * (4 - spec.get(i, 0)) for i in range(40)})
+
+    ref = errors({0: 1, 1: 1})
+    treat = errors({2: 3, **{i: 1 for i in range(3, 14)}})
+    row, facts = rm.recovery_claim_row(ref, treat, n_boot=300)
+    assert (facts["erroring_samples_reference"], facts["erroring_samples_treatment"]) == (2, 14)
+    assert facts["problems_with_errors_in_both"] == 0 and row["n"] == 40
+    assert row["reference_value"] == row["treatment_value"] == row["diff"] == 0.0
+    assert row["verdict"] == "inconclusive"
 
 
 # ---- both assets, really run against the fake server and the real sandbox ---------------------
@@ -307,15 +326,16 @@ def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, s
     assert problems_of(treat_arm.rows) and len(firsts) == 4
     assert [e[0] for e in EVALUATED] == ["ck-rho1", "ck-rho0"]
     (claim,) = wh.sql("SELECT * FROM claims").to_pylist()
-    # independent: per problem, the correct share of erroring samples; pairs q0, q1, q3
-    rec_t = {"q0": 1.0, "q1": 0.5, "q3": 0.0}
-    rec_r = {"q0": 0.5, "q1": 0.0, "q3": 0.0}
-    assert claim["n"] == 3
-    assert claim["diff"] == pytest.approx(np.mean([rec_t[p] - rec_r[p] for p in rec_t]))
+    # by hand from SCRIPTED: rho=1 recovers 3 of its 5 erroring samples, rho=0 1 of 6
+    assert claim["n"] == 4
+    assert claim["treatment_value"] == pytest.approx(3 / 5)
+    assert claim["reference_value"] == pytest.approx(1 / 6)
+    assert claim["diff"] == pytest.approx(3 / 5 - 1 / 6)
     assert claim["experiment"] == "mosaic_recovery_claim" and claim["treatment"] == "SFT rho=1"
     meta = result.asset_materializations_for_node("mosaic_recovery_claim")[0].metadata
     pairing = meta["pairing"].value
-    assert pairing["paired_problems"] == 3 and pairing["shared_training_problems"] == 4
+    assert pairing["problems_with_errors_in_both"] == 3
+    assert pairing["shared_training_problems"] == 4
     assert pairing["injected_steps_in_treatment"] >= 1
 
 
