@@ -216,3 +216,56 @@ def test_a_stopped_claim_keeps_its_llm_calls_and_a_canceled_runs_row(weft_home):
     assert run["error"] == "KeyboardInterrupt: stopped by the user"
     assert [c["call_id"] for c in wh.read("llm_calls").to_pylist()] == ["c0", "c1"]
     assert wh.read("claims").num_rows == 0
+
+
+def _preference_reply(body: dict, index: int) -> str:
+    """The fake server's answer to the kitchen controller: the first listed option whose text
+    has the earliest of prep, tutor, finish, wait (the rule of the in-process PreferenceClient)."""
+    content = body["messages"][-1]["content"]
+    options = [ln for ln in content.split("Options:\n")[1].splitlines() if ln[:1].isdigit()]
+    for word in ("prep", "tutor", "finish", "wait"):
+        hit = [ln for ln in options if word in ln]
+        if hit:
+            return f'{{"choice": {int(hit[0].split(":")[0])}}}'
+    return "?"
+
+
+@pytest.mark.slow
+def test_kitchen_claim_asset_over_http_matches_the_controller_run_in_process(weft_home,
+                                                                             monkeypatch):
+    """The Table 4 asset end to end (its job, the `llm` resource over HTTP, several clients at
+    once, the claims rows) on two cases per setting, against the same controller rule run
+    in-process through the kitchen simulator directly."""
+    from assets.resources import LLMResource, WarehouseResource
+    from assets.results.core import claim_job
+    from assets.results.engagement import KITCHEN, ep_kitchen_claim
+    from eval.engagement import kitchen as K
+    from eval.engagement.llm_policies import LLMController
+    from pipelines.llm.testing import FakeLLMServer
+    from tests.eval.engagement.test_kitchen import PreferenceClient
+
+    make_cases = K.make_cases
+    monkeypatch.setattr(K, "make_cases", lambda cfg: make_cases(cfg)[:2])
+    with FakeLLMServer(responder=_preference_reply, models=("preference",)) as server:
+        defs = dg.Definitions(
+            assets=[ep_kitchen_claim], jobs=[claim_job(KITCHEN)],
+            resources={"llm": LLMResource(base_url=server.base_url, model="preference",
+                                          max_concurrency=4, timeout_s=60),
+                       "warehouse": WarehouseResource()})
+        result = defs.resolve_job_def("ep_kitchen_claim_job").execute_in_process(
+            run_config={"scale": "cpu", "ops": {"ep_kitchen_claim": {"config": {
+                "workers": 2, "n_boot": 300}}}},
+            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    rows = {r["section"]: r for r in Warehouse().sql("SELECT * FROM claims").to_pylist()}
+    assert set(rows) == {"Table 4 (one, preference)", "Table 4 (multi, preference)"}
+    for setting in (K.ONE, "multi"):
+        cfg = K.KitchenConfig(setting=setting, cases_per_cell=1)
+        cases = K.make_cases(cfg)
+        utility = {m: [r["utility"] for r in K.run_method(cfg, m, LLMController(
+            PreferenceClient(), m), cases).rows] for m in ("reflexpatch", "ep")}
+        row = rows[f"Table 4 ({setting}, preference)"]
+        assert row["n"] == 2 and row["experiment"] == "ep_kitchen_claim"
+        assert row["reference_value"] == pytest.approx(np.mean(utility["reflexpatch"]))
+        assert row["diff"] == pytest.approx(
+            np.mean(utility["ep"]) - np.mean(utility["reflexpatch"]))
