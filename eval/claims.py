@@ -4,7 +4,10 @@ A claim compares two arms on the same problems (same prompts, seeds and step cou
 *reference* arm (plain GRPO, SFT on think-then-answer traces, ...) and a *treatment* arm (the
 paper's method). Each arm gives one score per problem; the difference is ``treatment −
 reference`` per problem, and its 95% CI and one-sided p-value come from the paired bootstrap
-(:func:`eval.compare.paired_bootstrap`, problems resampled together).
+(:func:`eval.compare.paired_bootstrap`, problems resampled together). A rate that is a ratio of
+aggregates (recovering / erroring samples) is compared the same way by :func:`judge_ratio`:
+both arms' rates are recomputed from the same resampled problems
+(:func:`eval.compare.paired_ratio_bootstrap`).
 
 The verdict is computed from that CI only, in the units of the metric, after turning the
 difference so that positive means "the direction the paper claims" (for a lower-is-better

@@ -15,6 +15,9 @@ problem-to-problem difficulty spread cancels and only the per-problem difference
     ``null <= observed``; ties (within ``TIE_TOL``, against float rounding) count as extreme.
     It is reported as ``(1 + count) / (1 + n_boot)`` so a Monte-Carlo p-value is never
     exactly 0 (its resolution is ``1 / (1 + n_boot)``).
+- :func:`paired_ratio_bootstrap` -- the same resampling for a rate that is a ratio of
+  aggregates in each arm (``sum(num) / sum(den)``, e.g. recovering / erroring samples): both
+  arms' rates are recomputed from the resampled totals; CI and p-value as above.
 - :func:`paired_t_test` -- Student's t on the differences: ``t = mean(d) / (sd(d) / sqrt(n))``,
   ``df = n - 1``, p from the t distribution, CI ``mean(d) +- t_{1-alpha/2, df} * se``.
 
