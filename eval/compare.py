@@ -3,7 +3,7 @@
 Both models are scored on the same problems (a per-problem score is whatever the caller
 chooses: a 0/1 grade, avg@k, pass@k, tokens used ...). Scores are paired by problem, so the
 problem-to-problem difficulty spread cancels and only the per-problem differences
-``d_i = a_i - b_i`` matter. Two tests are offered:
+``d_i = a_i - b_i`` matter. Three tests are offered:
 
 - :func:`paired_bootstrap` -- resamples problems with replacement (the same problems for both
   models) and looks at the distribution of the mean difference.
