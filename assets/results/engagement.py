@@ -121,6 +121,10 @@ class KitchenClaimConfig(ResultConfig):
     # cases run at once, one LLM controller (and client) each; results are the same as one at
     # a time (each case keeps its seed and runs on one controller), only faster
     workers: int = 1
+    # Table 4's settings to run, each judged on its own row: "one" (one dish) and "multi"
+    # (several dishes); one at a time splits a long CPU run, and the response cache replays
+    # the calls of a setting already run
+    settings: list[str] = ["one", "multi"]
 
 
 @dg.asset(name=ASSISTANT.name, group_name="results", kinds={"python"},
@@ -159,12 +163,16 @@ def ep_kitchen_claim(context: dg.AssetExecutionContext, config: KitchenClaimConf
     if config.workers < 1:
         raise dg.Failure(description=f"workers must be >= 1 (cases run at once), got "
                                      f"{config.workers}")
+    if not config.settings or set(config.settings) - {"one", "multi"} or \
+            len(set(config.settings)) != len(config.settings):
+        raise dg.Failure(description=f"settings must be a non-empty list of distinct Table 4 "
+                                     f"settings, one and/or multi; got {config.settings}")
     clients = [llm.client(max_tokens=config.max_tokens) for _ in range(config.workers)]
     client = clients[0]
 
     def compute():
         rows = []
-        for setting in ("one", "multi"):
+        for setting in config.settings:
             context.log.info(f"Table 4, {setting}: LLM controller {client.model}, "
                              f"{config.workers} case(s) at a time ...")
             comp = run_comparison("kitchen", ["reflexpatch", "ep"], setting=setting,

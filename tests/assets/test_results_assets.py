@@ -256,9 +256,19 @@ def test_kitchen_claim_asset_over_http_matches_the_controller_run_in_process(wef
             run_config={"scale": "cpu", "ops": {"ep_kitchen_claim": {"config": {
                 "workers": 2, "n_boot": 300}}}},
             instance=dg.DagsterInstance.ephemeral())
-    assert result.success
-    rows = {r["section"]: r for r in Warehouse().sql("SELECT * FROM claims").to_pylist()}
+        assert result.success
+        rows = {r["section"]: r for r in Warehouse().sql("SELECT * FROM claims").to_pylist()}
+        calls = server.chat_count
+        # one setting alone: its row only, every call replayed from the response cache
+        alone = defs.resolve_job_def("ep_kitchen_claim_job").execute_in_process(
+            run_config={"scale": "cpu", "ops": {"ep_kitchen_claim": {"config": {
+                "workers": 2, "n_boot": 300, "settings": ["multi"]}}}},
+            instance=dg.DagsterInstance.ephemeral())
+        assert alone.success and server.chat_count == calls
     assert set(rows) == {"Table 4 (one, preference)", "Table 4 (multi, preference)"}
+    (only,) = latest_claims(Warehouse())
+    assert only["section"] == "Table 4 (multi, preference)"
+    assert only["diff"] == rows["Table 4 (multi, preference)"]["diff"]
     for setting in (K.ONE, "multi"):
         cfg = K.KitchenConfig(setting=setting, cases_per_cell=1)
         cases = K.make_cases(cfg)
@@ -269,3 +279,20 @@ def test_kitchen_claim_asset_over_http_matches_the_controller_run_in_process(wef
         assert row["reference_value"] == pytest.approx(np.mean(utility["reflexpatch"]))
         assert row["diff"] == pytest.approx(
             np.mean(utility["ep"]) - np.mean(utility["reflexpatch"]))
+
+
+@pytest.mark.parametrize("settings", [[], ["one", "nope"], ["one", "one"]])
+def test_kitchen_claim_refuses_unknown_or_repeated_settings_before_any_llm_call(weft_home,
+                                                                                settings):
+    from assets.resources import LLMResource, WarehouseResource
+    from assets.results.engagement import ep_kitchen_claim
+
+    result = dg.materialize(
+        [ep_kitchen_claim],
+        resources={"llm": LLMResource(base_url="http://127.0.0.1:9/v1", model="unreachable"),
+                   "warehouse": WarehouseResource()},
+        run_config={"ops": {"ep_kitchen_claim": {"config": {"settings": settings}}}},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    assert "settings must be a non-empty list of distinct Table 4 settings" in str(
+        result.failure_data_for_node("ep_kitchen_claim").error)
