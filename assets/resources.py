@@ -49,6 +49,7 @@ class LLMResource(dg.ConfigurableResource):
     stop_started_server: bool = False
 
     _server: LocalModelServer | None = PrivateAttr(default=None)
+    _revive_lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def endpoint(self) -> tuple[str, str]:
         """(base_url, model id), starting or reusing the local server when needed."""
@@ -125,11 +126,19 @@ class LLMResource(dg.ConfigurableResource):
                          **self.client_settings(**chosen), **settings)
 
     def client(self, max_tokens: int = 512, **settings: Any):
-        """A client for this resource's endpoint (starting the local server when needed); see
-        :meth:`client_for` for ``settings``."""
+        """A client for this resource's endpoint (starting the local server when needed; a
+        local server this resource started and that dies mid-run is started again, see
+        ``LocalModelServer.revive``); see :meth:`client_for` for ``settings``."""
         base_url, model = self.endpoint()
+        if self._server is not None and "revive" not in settings:
+            settings["revive"] = self._revive
         return self.client_for(base_url, model, self.api_key or None, max_tokens=max_tokens,
                                **settings)
+
+    def _revive(self) -> bool:
+        with self._revive_lock:  # the clients of concurrent workers restart it once
+            return self._server is not None and (self._server.revive()
+                                                 or self._server.is_ready())
 
     def model_label(self) -> str:
         """The model id results are recorded under, without starting anything."""

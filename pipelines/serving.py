@@ -271,9 +271,11 @@ class LocalModelServer:
     kv_cache_gb: int = 2
     startup_timeout_s: float = 420.0
     extra_args: tuple[str, ...] = ()
+    max_restarts: int = 3  # how often ``revive`` starts a server that died mid-run again
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     owned: bool = field(default=False, init=False)
     cpu_bind: str | None = field(default=None, init=False)
+    restarts: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.model_path is None:
@@ -336,6 +338,34 @@ class LocalModelServer:
             self._spawn()
             self._wait_ready()
         return self
+
+    def revive(self) -> bool:
+        """Start the server again when the one this object started has exited since (vLLM's
+        engine can die mid-run, e.g. an RPC to a CPU worker timing out on a starved machine);
+        True once it serves again. False, with nothing done, when this object did not start it
+        (a server someone else runs is theirs to restart), when it is still running (it may
+        only be busy), or after ``max_restarts`` restarts; False as well when the new start
+        fails (the error is logged). Clients call it when the endpoint stops answering."""
+        if not self.owned or self.process is None or self.process.poll() is None:
+            return False
+        code = self.process.returncode
+        if self.restarts >= self.max_restarts:
+            log.error("vLLM at %s exited (code %s) and was restarted %d times already; not "
+                      "again (see %s)", self.base_url, code, self.restarts, self.log_path)
+            return False
+        self.restarts += 1
+        log.warning("vLLM at %s exited mid-run (code %s); restarting it (%d of at most %d). "
+                    "Last lines of %s:\n%s", self.base_url, code, self.restarts,
+                    self.max_restarts, self.log_path, self._log_tail(8))
+        try:
+            with _start_lock(self.port):
+                if not self.is_ready():
+                    self._spawn()
+                    self._wait_ready()
+        except ServerStartError as exc:
+            log.error("restarting vLLM at %s failed: %s", self.base_url, exc)
+            return False
+        return True
 
     def _spawn(self) -> None:
         env = dict(os.environ)

@@ -144,7 +144,9 @@ class LLMClient:
     ``connect_retry_window_s`` is how long refused connections are retried once the endpoint
     has answered (0: fail at the first refusal); ``max_response_bytes`` caps each response
     body; ``batch_timeout_s`` (None: none) is ``map``'s whole-batch watchdog and ``progress``
-    (None: the module logger) receives its progress lines.
+    (None: the module logger) receives its progress lines. ``revive`` (None: none) is called
+    once per outage, when the endpoint stops answering: it may start a local server that died
+    again and say True (``LocalModelServer.revive``), so the request is retried at once.
     """
 
     def __init__(
@@ -167,6 +169,7 @@ class LLMClient:
         batch_timeout_s: float | None = None,
         progress: Callable[[str], None] | None = None,
         log_every_s: float = 10.0,
+        revive: Callable[[], bool] | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(
@@ -208,6 +211,7 @@ class LLMClient:
         self.batch_timeout_s = batch_timeout_s
         self.progress = progress
         self.log_every_s = float(log_every_s)
+        self.revive = revive
         self._seen_up = False  # the endpoint has answered this client at least once
         # what the server loaded under ``model`` (GET /models ``root``), part of the cache key
         self.model_root: str | None = None
@@ -299,7 +303,7 @@ class LLMClient:
                     timeout=timeout, event_hooks={"response": [self._response_hook]}
                 ),
             )
-            probe = ReachabilityProbe(self.base_url, self._api_key)
+            probe = ReachabilityProbe(self.base_url, self._api_key, self.revive)
             self._state = _LoopState(loop, client, asyncio.Semaphore(self.max_concurrency), probe)
             on_loop_exit(self._close_http)
         return self._state

@@ -202,10 +202,15 @@ class ReachabilityProbe:
     an outage ended after ``failed_at`` (the caller's attempt failed because of it). While
     nothing answers it probes with backoff until the outage has lasted ``window_s`` (0: give up
     at the first failed probe), then raises EndpointUnreachable; probes within
-    ``PROBE_REUSE_S`` of each other are shared."""
+    ``PROBE_REUSE_S`` of each other are shared. ``revive`` (optional) is called once per outage
+    at its first failed probe: True means it started the server again (a local server that
+    died), and the probe tries again at once."""
 
-    def __init__(self, base_url: str, api_key: str) -> None:
+    def __init__(self, base_url: str, api_key: str,
+                 revive: Callable[[], bool] | None = None) -> None:
         self.base_url, self._api_key = base_url, api_key
+        self.revive = revive
+        self._revive_tried = False  # revive is asked once per outage
         self._lock = asyncio.Lock()
         self.probe_at = -1e9
         self.error: str | None = None
@@ -232,12 +237,20 @@ class ReachabilityProbe:
                         logger.warning("LLM endpoint %s answers again after %.1fs",
                                        redact_url(self.base_url), now - self.down_since)
                         self.down_since, self.up_again_at = None, now
+                    self._revive_tried = False
                     return self.up_again_at >= failed_at
                 if self.down_since is None:
                     self.down_since = now
                     if window_s > 0:
                         logger.warning("LLM endpoint %s refuses connections; retrying for up to "
                                        "%gs", redact_url(self.base_url), window_s)
+                if self.revive is not None and not self._revive_tried:
+                    # a local server this process started may have died: start it again at
+                    # once instead of waiting out the window (revive is False otherwise)
+                    self._revive_tried = True
+                    if await asyncio.to_thread(self.revive):
+                        polls += 1  # probe again at once
+                        continue
                 down_for = now - self.down_since
                 if down_for >= window_s:
                     raise EndpointUnreachable(

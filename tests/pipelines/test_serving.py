@@ -216,3 +216,68 @@ def test_a_second_cpu_server_gets_its_own_cores(embedded_model_dir, local_server
     finally:
         for server in servers:
             server.stop()
+
+
+STAND_IN = ("import sys, time\n"
+            "from pipelines.llm.testing import FakeLLMServer\n"
+            "server = FakeLLMServer(models=(sys.argv[2],))\n"
+            "server._port = int(sys.argv[1])\n"
+            "server.start()\n"
+            "time.sleep(3600)\n")
+
+
+class StandInServer(LocalModelServer):
+    """LocalModelServer whose process is a fake OpenAI-compatible server (no vLLM), so that
+    start, death and restart take a second."""
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", STAND_IN, str(self.port), str(self.served_name)]
+
+
+def _model_folder(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    return tmp_path
+
+
+def test_revive_restarts_only_a_server_it_started_that_has_exited(tmp_path, weft_home):
+    server = StandInServer(model_path=_model_folder(tmp_path), served_name="stand-in",
+                           port=free_port(), max_restarts=1, startup_timeout_s=60)
+    server.start()
+    try:
+        assert server.is_ready() and not server.revive()  # running: nothing to do
+        server.process.kill()
+        server.process.wait()
+        assert not server.is_ready()
+        assert server.revive() and server.is_ready() and server.restarts == 1
+        server.process.kill()
+        server.process.wait()
+        assert not server.revive() and not server.is_ready()  # max_restarts reached
+    finally:
+        server.stop()
+    other = StandInServer(model_path=tmp_path, served_name="stand-in", port=free_port())
+    assert not other.revive()  # never started by this object
+
+
+def test_an_llm_resource_client_revives_the_local_server_it_started(tmp_path, weft_home,
+                                                                    monkeypatch):
+    from assets import resources
+    from pipelines.llm import run
+
+    folder = _model_folder(tmp_path)
+    monkeypatch.setattr(resources, "LocalModelServer",
+                        lambda model_path=None, port=0: StandInServer(
+                            model_path=folder, served_name="stand-in", port=free_port(),
+                            startup_timeout_s=60))
+    llm = resources.LLMResource(connect_retry_window_s=60)
+    client = llm.client(max_tokens=8, use_cache=False)
+    user = [{"role": "user", "content": "first"}]
+    try:
+        assert run(client.chat(user))[0].error is None
+        llm._server.process.kill()
+        llm._server.process.wait()
+        started = time.monotonic()
+        result = run(client.chat([{"role": "user", "content": "after the crash"}]))[0]
+        assert result.error is None and result.text.endswith("after the crash")
+        assert llm._server.restarts == 1 and time.monotonic() - started < 30
+    finally:
+        llm._server.stop()

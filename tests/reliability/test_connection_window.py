@@ -58,6 +58,44 @@ def test_an_endpoint_never_seen_up_still_fails_fast():
     assert time.monotonic() - started < 5
 
 
+def test_a_server_that_died_is_revived_at_once_and_the_call_answered():
+    """The client asks its ``revive`` hook at the first refused probe of an outage; a hook that
+    starts the server again gets the request retried at once, not after the window."""
+    with FakeLLMServer() as server:
+        revived = []
+
+        def revive() -> bool:
+            revived.append(time.monotonic())
+            server.start()  # the same port again
+            return True
+
+        client = LLMClient(server.base_url, "fake-model", use_cache=False,
+                           connect_retry_window_s=60, revive=revive)
+        assert run(client.chat(USER))[0].error is None
+        server.stop()
+        started = time.monotonic()
+        result = run(client.chat([{"role": "user", "content": "after revive"}]))[0]
+        assert result.error is None and result.text.endswith("after revive")
+        assert len(revived) == 1 and time.monotonic() - started < 10  # not the 60 s window
+        # a second outage asks the hook again
+        server.stop()
+        assert run(client.chat([{"role": "user", "content": "again"}]))[0].error is None
+        assert len(revived) == 2
+
+
+def test_a_hook_that_cannot_revive_leaves_the_window_as_it_was():
+    with FakeLLMServer() as server:
+        asked = []
+        client = LLMClient(server.base_url, "fake-model", use_cache=False,
+                           connect_retry_window_s=1.0, revive=lambda: asked.append(1) or False)
+        run(client.chat(USER))
+        server.refuse_for(60.0)
+        started = time.monotonic()
+        with pytest.raises(EndpointUnreachable, match="down for"):
+            run(client.chat([{"role": "user", "content": "x"}]))
+        assert 0.9 <= time.monotonic() - started < 10 and asked == [1]
+
+
 def test_a_failed_run_records_its_calls_and_a_failed_runs_row(eval_env):
     server = eval_env.server
     server.plan.extend(["ok", "ok", "ok"] + ["hang"] * 20)
