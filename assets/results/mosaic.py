@@ -365,9 +365,9 @@ RECOVERY = Experiment(
                    "with the embedded model as manager and actor, 3 of 32 problems got a "
                    "complete trajectory and none held an injected failure. The student is the "
                    "135M model after 32 SFT steps, which rarely answers gsm8k right at all: "
-                   "in one run each arm answered 1 of 160 tool-mode samples right, 14 (rho "
-                   "0.1) and 2 (rho 0) samples hit an interpreter error and none recovered, "
-                   "so both recovery rates were 0"},
+                   "in each of two runs each arm answered 1 of 160 tool-mode samples right, "
+                   "14 or 16 (rho 0.1) and 2 (rho 0) samples hit an interpreter error and none "
+                   "recovered, so both recovery rates were 0"},
 )
 
 
