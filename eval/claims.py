@@ -396,7 +396,10 @@ def _value(row: Mapping[str, Any], prefix: str, digits: int) -> str:
     if value is None:
         return "—"
     fmt = f"{{:.{digits}f}}" if prefix else f"{{:+.{digits}f}}"
-    return f"{fmt.format(value)} [{fmt.format(low)}, {fmt.format(high)}]"
+
+    def show(x: float) -> str:  # a float sum a hair below 0 reads 0.000, not -0.000
+        return fmt.format(0.0 if round(x, digits) == 0 else x)
+    return f"{show(value)} [{show(low)}, {show(high)}]"
 
 
 def results_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:

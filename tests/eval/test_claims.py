@@ -12,6 +12,7 @@ from eval.claims import (
     combine,
     judge,
     rejudge,
+    results_table,
     row_verdict,
     verdict,
 )
@@ -272,3 +273,14 @@ def test_rejudge_rewrites_only_rows_whose_verdict_moved(weft_home, capsys):
     captured = capsys.readouterr()
     assert "rejudged sxs_claim Table 2 accuracy: not reproduced -> inconclusive" in captured.err
     assert "**inconclusive**" in captured.out
+
+
+def test_results_table_shows_no_negative_zero():
+    row = {"paper": "P", "section": "§1", "claim": "c", "metric": "m", "reference": "r",
+           "treatment": "t", "reference_value": -0.5, "reference_ci_low": -0.5,
+           "reference_ci_high": -0.5, "treatment_value": -0.5, "treatment_ci_low": -0.5,
+           "treatment_ci_high": -0.5, "diff": -1e-17, "diff_ci_low": -2e-17,
+           "diff_ci_high": 1e-17, "n": 16, "verdict": "inconclusive"}
+    line = results_table([row]).splitlines()[-1]
+    assert "+0.000 [+0.000, +0.000]" in line and "-0.000" not in line
+    assert "r: -0.500 [-0.500, -0.500]" in line
