@@ -94,16 +94,19 @@ KITCHEN = Experiment(
     paper="Engagement Process",
     description="Engagement Process Table 4: EP vs ReflexPatch in the kitchen with the LLM "
                 "controller (one-dish and multi-dish settings).",
-    # cpu: one case per cell is 16 one-dish and 24 multi-dish cases per method, about 190
-    # controller calls each (~217 prompt and ~7 reply tokens): ~15k calls in all. The embedded
-    # server on 2 loaded cores answered 2.2 calls/s one at a time and 2.5 calls/s with 8 cases
-    # at once (prefill-bound), so this scale takes about 2 hours here; `workers` pays off on a
-    # GPU server, which batches
+    # cpu: one case per cell is 16 one-dish and 24 multi-dish cases per interface; the
+    # one-dish setting took 6,801 controller calls for both interfaces (~210 per case, ~217
+    # prompt and ~7 reply tokens each), so both settings are ~17k calls. The embedded server
+    # on 2 cores answers about 2.5 calls/s with 4 cases at once (prefill-bound): about 2 hours
+    # here; `settings` runs one setting at a time, and `workers` pays off on a GPU server,
+    # which batches
     scales={"cpu": {"ep_kitchen_claim": {"config": {"cases_per_cell": 1, "workers": 4}}},
             "paper": {"ep_kitchen_claim": {"config": {"cases_per_cell": None,
                                                       "workers": 16}}}},
-    limits={"cpu": "the 135M embedded model is the controller and only 1 case per cell runs; "
-                   "about 15k controller calls, about 2 hours on 2 CPU cores"},
+    limits={"cpu": "the 135M embedded model is the controller: in the one-dish setting it "
+                   "chose 'wait' in 99% of its decisions and never started a dish, so both "
+                   "interfaces scored -0.5 on every case; only 1 case per cell runs, about 17k "
+                   "controller calls, about 2 hours on 2 CPU cores"},
 )
 
 
