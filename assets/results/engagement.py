@@ -156,6 +156,13 @@ def ep_assistant_claim(context: dg.AssetExecutionContext, config: AssistantClaim
                          config.model_dump(), clients=[client] if client is not None else [])
 
 
+def check_kitchen_settings(settings: list[str]) -> None:
+    """ValueError unless ``settings`` is a non-empty list of distinct Table 4 settings."""
+    if not settings or set(settings) - {"one", "multi"} or len(set(settings)) != len(settings):
+        raise ValueError(f"settings must be a non-empty list of distinct Table 4 settings, one "
+                         f"and/or multi; got {settings}")
+
+
 @dg.asset(name=KITCHEN.name, group_name="results", kinds={"python"},
           description=KITCHEN.description)
 def ep_kitchen_claim(context: dg.AssetExecutionContext, config: KitchenClaimConfig,
@@ -166,10 +173,10 @@ def ep_kitchen_claim(context: dg.AssetExecutionContext, config: KitchenClaimConf
     if config.workers < 1:
         raise dg.Failure(description=f"workers must be >= 1 (cases run at once), got "
                                      f"{config.workers}")
-    if not config.settings or set(config.settings) - {"one", "multi"} or \
-            len(set(config.settings)) != len(config.settings):
-        raise dg.Failure(description=f"settings must be a non-empty list of distinct Table 4 "
-                                     f"settings, one and/or multi; got {config.settings}")
+    try:
+        check_kitchen_settings(config.settings)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from None
     clients = [llm.client(max_tokens=config.max_tokens) for _ in range(config.workers)]
     client = clients[0]
 

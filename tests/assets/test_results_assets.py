@@ -281,17 +281,20 @@ def test_kitchen_claim_asset_over_http_matches_the_controller_run_in_process(wef
             np.mean(utility["ep"]) - np.mean(utility["reflexpatch"]))
 
 
-@pytest.mark.parametrize("settings", [[], ["one", "nope"], ["one", "one"]])
-def test_kitchen_claim_refuses_unknown_or_repeated_settings_before_any_llm_call(weft_home,
-                                                                                settings):
+def test_kitchen_claim_refuses_unknown_or_repeated_settings_before_any_llm_call(weft_home):
     from assets.resources import LLMResource, WarehouseResource
-    from assets.results.engagement import ep_kitchen_claim
+    from assets.results.engagement import check_kitchen_settings, ep_kitchen_claim
 
-    result = dg.materialize(
+    for bad in ([], ["one", "nope"], ["one", "one"]):
+        with pytest.raises(ValueError, match="distinct Table 4 settings"):
+            check_kitchen_settings(bad)
+    check_kitchen_settings(["multi"])
+    check_kitchen_settings(["one", "multi"])
+    result = dg.materialize(  # the asset checks first: the endpoint here answers nothing
         [ep_kitchen_claim],
         resources={"llm": LLMResource(base_url="http://127.0.0.1:9/v1", model="unreachable"),
                    "warehouse": WarehouseResource()},
-        run_config={"ops": {"ep_kitchen_claim": {"config": {"settings": settings}}}},
+        run_config={"ops": {"ep_kitchen_claim": {"config": {"settings": ["one", "nope"]}}}},
         instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
     assert not result.success
     assert "settings must be a non-empty list of distinct Table 4 settings" in str(
