@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.metrics import MAX_BOOT_CELLS, _check_count, bootstrap_means
+from eval.metrics import _check_count, bootstrap_means, resample_indices
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 CF_MAX_ITER = 100_000  # continued-fraction terms; large df needs O(sqrt(df)) of them
@@ -320,6 +320,19 @@ def _check_test_args(alternative: str, alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1), e.g. 0.05 for a 95% interval; got {alpha}")
 
 
+def _shift_p_value(boot: np.ndarray, observed: float, alternative: str, tie: float) -> float:
+    """The shift-method p-value of ``observed`` against the resampled differences ``boot``
+    (module docstring); differences within ``tie`` of the boundary count as extreme."""
+    null = boot - observed
+    if alternative == "two-sided":
+        extreme = np.count_nonzero(np.abs(null) >= abs(observed) - tie)
+    elif alternative == "greater":
+        extreme = np.count_nonzero(null >= observed - tie)
+    else:
+        extreme = np.count_nonzero(null <= observed + tie)
+    return (1.0 + float(extreme)) / (1.0 + boot.size)
+
+
 def paired_bootstrap(scores_a: Mapping[Hashable, float] | Sequence[float],
                      scores_b: Mapping[Hashable, float] | Sequence[float],
                      n_boot: int = 10_000, seed: int = 0, alternative: str = "two-sided",
@@ -339,16 +352,9 @@ def paired_bootstrap(scores_a: Mapping[Hashable, float] | Sequence[float],
         boot = np.full(n_boot, observed)
     else:
         boot = bootstrap_means(d, n_boot, seed)
-    null = boot - observed
     # resampled means of 0/1 grades hit the boundary exactly; rounding must not drop those ties
-    tie = TIE_TOL * max(1.0, float(np.abs(d).max()))
-    if alternative == "two-sided":
-        extreme = np.count_nonzero(np.abs(null) >= abs(observed) - tie)
-    elif alternative == "greater":
-        extreme = np.count_nonzero(null >= observed - tie)
-    else:
-        extreme = np.count_nonzero(null <= observed + tie)
-    p_value = (1.0 + float(extreme)) / (1.0 + n_boot)
+    p_value = _shift_p_value(boot, observed, alternative,
+                             TIE_TOL * max(1.0, float(np.abs(d).max())))
     low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
     return PairedResult(mean_a, mean_b, observed, float(low), float(high), p_value, n,
                         "paired_bootstrap", alternative, alpha, observed, None)
@@ -399,12 +405,8 @@ def paired_ratio_bootstrap(num_a: Sequence[float], den_a: Sequence[float],
     rate_a, rate_b = float(na.sum() / da.sum()), float(nb.sum() / db.sum())
     observed = rate_a - rate_b
     n = int(na.size)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, MAX_BOOT_CELLS // n)
     boot = np.empty(n_boot, dtype=float)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        idx = rng.integers(0, n, size=(stop - start, n))
+    for start, stop, idx in resample_indices(n, n_boot, seed):
         sa, sb = da[idx].sum(axis=1), db[idx].sum(axis=1)
         defined = (sa > 0) & (sb > 0)
         ra = np.divide(na[idx].sum(axis=1), sa, out=np.zeros(stop - start), where=defined)
@@ -414,22 +416,7 @@ def paired_ratio_bootstrap(num_a: Sequence[float], den_a: Sequence[float],
     if boot.size == 0:
         raise ValueError("no resample had a defined rate in both arms; too few units have a "
                          "non-zero denominator to bootstrap (add units)")
-    tie = TIE_TOL * max(1.0, abs(observed))
-    if np.all(np.abs(boot - observed) <= tie):
-        low = high = observed
-        toward = {"greater": observed > tie, "less": observed < -tie,
-                  "two-sided": abs(observed) > tie}[alternative]
-        p_value = 1.0 / (1.0 + boot.size) if toward else 1.0
-        return PairedResult(rate_a, rate_b, observed, low, high, p_value, n,
-                            "paired_ratio_bootstrap", alternative, alpha, observed, None)
-    null = boot - observed
-    if alternative == "two-sided":
-        extreme = np.count_nonzero(np.abs(null) >= abs(observed) - tie)
-    elif alternative == "greater":
-        extreme = np.count_nonzero(null >= observed - tie)
-    else:
-        extreme = np.count_nonzero(null <= observed + tie)
-    p_value = (1.0 + float(extreme)) / (1.0 + boot.size)
+    p_value = _shift_p_value(boot, observed, alternative, TIE_TOL * max(1.0, abs(observed)))
     low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
     return PairedResult(rate_a, rate_b, observed, float(low), float(high), p_value, n,
                         "paired_ratio_bootstrap", alternative, alpha, observed, None)

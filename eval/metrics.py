@@ -160,14 +160,22 @@ def bootstrap_means(values: Sequence[float] | np.ndarray, n_boot: int, seed: int
     """
     values = np.asarray(values, dtype=float)
     n_boot = _check_count("n_boot", n_boot, 1)
-    n = values.size
+    boot = np.empty(n_boot, dtype=float)
+    for start, stop, idx in resample_indices(values.size, n_boot, seed):
+        boot[start:stop] = values[idx].mean(axis=1)
+    return boot
+
+
+def resample_indices(n: int, n_boot: int, seed: int = 0):
+    """``(start, stop, idx)`` chunks of ``n_boot`` resamples of ``n`` units with replacement
+    (``default_rng(seed)``): ``idx`` holds rows ``start:stop``, each ``n`` unit indices, and at
+    most ``MAX_BOOT_CELLS`` indices at once. Every bootstrap here draws through it, so the same
+    ``n``, ``n_boot`` and ``seed`` give the same resamples."""
     rng = np.random.default_rng(seed)
     chunk = max(1, MAX_BOOT_CELLS // n)
-    boot = np.empty(n_boot, dtype=float)
     for start in range(0, n_boot, chunk):
         stop = min(n_boot, start + chunk)
-        boot[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
-    return boot
+        yield start, stop, rng.integers(0, n, size=(stop - start, n))
 
 
 def bootstrap_ci(per_problem_scores: Sequence[float], n_boot: int = 2000, alpha: float = 0.05,
@@ -292,13 +300,8 @@ def bootstrap_ratio_ci(numerators: Sequence[float], denominators: Sequence[float
     if total == 0:
         nan = float("nan")
         return nan, nan, nan
-    n = num.size
-    rng = np.random.default_rng(seed)
-    chunk = max(1, MAX_BOOT_CELLS // n)
     ratios = np.empty(n_boot, dtype=float)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        idx = rng.integers(0, n, size=(stop - start, n))
+    for start, stop, idx in resample_indices(num.size, n_boot, seed):
         bnum, bden = num[idx].sum(axis=1), den[idx].sum(axis=1)
         ratios[start:stop] = np.divide(bnum, bden, out=np.full(stop - start, np.nan),
                                        where=bden > 0)
