@@ -578,7 +578,9 @@ def heldout_claims(check: LearningCheck) -> list[dict[str, Any]]:
 
 def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_id: str) -> None:
     """Write :func:`heldout_claims` to the warehouse's ``claims`` table (partition
-    ``demo_heldout``), so ``python -m eval.claims`` and the UI show the demo's result."""
+    ``demo_heldout``; earlier runs stay in ``claim_history``), so ``python -m eval.claims`` and
+    the UI show the demo's result."""
+    from eval.claims import keep_history
     from warehouse import Lineage, Warehouse
 
     rows = [dict(r, experiment=HELDOUT_EXPERIMENT, scale="cpu",
@@ -586,8 +588,11 @@ def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_
                                          "temperature": check.temperature,
                                          "trained_checkpoint": trained_id}, sort_keys=True))
             for r in heldout_claims(check)]
-    Warehouse().write("claims", rows, lineage=Lineage(
+    wh = Warehouse()
+    keep_history(wh, HELDOUT_EXPERIMENT)  # the run this one replaces
+    wh.write("claims", rows, lineage=Lineage(
         run_id=f"demo-{trained_id}", asset=HELDOUT_EXPERIMENT, partition=HELDOUT_EXPERIMENT))
+    keep_history(wh, HELDOUT_EXPERIMENT)
     say("[demo] claims rows (python -m eval.claims): "
         + "; ".join(f"{r['claim']}: {r['verdict']}" for r in rows))
 

@@ -37,6 +37,11 @@ or a ceiling says nothing about the claim. :func:`row_verdict` applies the whole
 A claim with several parts (DUET: accuracy no worse *and* fewer tokens *and* less wall clock)
 is ``reproduced`` when every part is, ``not reproduced`` when any part is not, and
 ``inconclusive`` otherwise (:func:`combine`).
+
+One run's CIs cover the units it evaluated, not the randomness of training its arms again: a
+re-run of the same experiment and config can move a verdict. ``claims`` keeps the newest run of
+each experiment; ``claim_history`` keeps every run (:func:`keep_history`), and
+``python -m eval.claims --history`` lists them part by part and names the verdicts that moved.
 """
 
 from __future__ import annotations
@@ -425,6 +430,77 @@ def latest_claims(wh: Any) -> list[dict[str, Any]]:
     return wh.sql(LATEST_CLAIMS_SQL).to_pylist()
 
 
+CLAIM_HISTORY_TABLE = "claim_history"
+HISTORY_SQL = """
+SELECT * FROM claim_history {where}
+ORDER BY paper, experiment, section, claim, metric, created_at, run_id
+"""
+
+
+def keep_history(wh: Any, experiment: str) -> int:
+    """Copy the ``claims`` rows of ``experiment`` into ``claim_history``, one folder per run
+    (``<experiment>/<run_id>``; the rows keep their run id, time stamp and ``partition``
+    column), unless that run is there already. Returns the rows copied.
+
+    ``claims`` holds only the newest run of an experiment (a re-run replaces its partition), so
+    a writer calls this before replacing the partition (the run being replaced stays, even one
+    written before the history existed) and after (the new run). A second run of the same
+    experiment and config that changes a verdict is then visible: the CIs of one run cover the
+    problems (or steps, episodes) it evaluated, not the randomness of training the arms again."""
+    import pyarrow.compute as pc
+
+    if CLAIMS_TABLE not in wh.tables() or experiment not in wh.partitions(CLAIMS_TABLE):
+        return 0
+    table = wh.read(CLAIMS_TABLE, experiment)
+    have = (set(wh.partitions(CLAIM_HISTORY_TABLE))
+            if CLAIM_HISTORY_TABLE in wh.tables() else set())
+    copied = 0
+    for run_id in sorted({str(r) for r in table.column("run_id").to_pylist()}):
+        folder = f"{experiment}/{run_id}"
+        if folder in have:
+            continue
+        rows = table.filter(pc.equal(table["run_id"], run_id))
+        wh.write(CLAIM_HISTORY_TABLE, rows, partition=experiment, folder=folder)
+        copied += rows.num_rows
+    return copied
+
+
+def claim_history(wh: Any, experiments: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every recorded run's rows of ``experiments`` (all when empty) from ``claim_history``,
+    oldest run first within each claim part ([] if none)."""
+    if CLAIM_HISTORY_TABLE not in wh.tables():
+        return []
+    where = ""
+    if experiments:
+        names = ", ".join("'" + e.replace("'", "''") + "'" for e in experiments)
+        where = f"WHERE experiment IN ({names})"
+    return wh.sql(HISTORY_SQL.format(where=where)).to_pylist()
+
+
+def history_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
+    """Markdown: one line per claim part per run (the run's date and id, the difference with
+    its 95% CI, n, the verdict), then the parts whose verdict differs between runs."""
+    lines = ["| paper | where | metric | run | treatment − reference | n | verdict |",
+             "|" + "---|" * 7]
+    verdicts: dict[tuple[str, str, str, str], list[str]] = {}
+    for row in rows:
+        stamp = row.get("created_at")
+        when = stamp.strftime("%Y-%m-%d %H:%M") if hasattr(stamp, "strftime") else str(stamp)
+        cells = [row.get("paper"), row.get("section"), row.get("metric"),
+                 f"{when} ({str(row.get('run_id'))[:8]})", _value(row, "", digits),
+                 row.get("n"), f"**{row.get('verdict')}**"]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        part = (str(row.get("experiment")), str(row.get("section")), str(row.get("claim")),
+                str(row.get("metric")))
+        verdicts.setdefault(part, []).append(str(row.get("verdict")))
+    moved = [(part, v) for part, v in verdicts.items() if len(set(v)) > 1]
+    if moved:
+        lines += ["", "Verdicts that differ between runs of the same experiment:"]
+        lines += [f"- {exp} {section} {metric}: {' -> '.join(v)}"
+                  for (exp, section, _claim, metric), v in moved]
+    return "\n".join(lines)
+
+
 def rejudge(wh: Any) -> list[tuple[str, str, str, str, str]]:
     """Re-apply the verdict rule to every row stored in ``wh``'s ``claims`` table (after the rule
     changed) and rewrite the experiments whose verdicts moved; every other column, the run id
@@ -465,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
                     "as a Markdown table (the README's Results section).")
     parser.add_argument("--warehouse", help="warehouse folder (default: WEFT_HOME/warehouse)")
     parser.add_argument("--digits", type=int, default=3, help="decimals shown (default 3)")
+    parser.add_argument("--history", nargs="*", metavar="EXPERIMENT",
+                        help="print every recorded run of these experiments (all when none is "
+                             "named), one line per claim part per run, instead of the newest "
+                             "run's table")
     parser.add_argument("--rejudge", action="store_true",
                         help="first re-apply the current verdict rule to the stored rows and "
                              "rewrite those whose verdict changed (prints each change)")
@@ -473,6 +553,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.rejudge:
         for experiment, section, metric, old, new in rejudge(wh):
             print(f"rejudged {experiment} {section} {metric}: {old} -> {new}", file=sys.stderr)
+    if args.history is not None:
+        history = claim_history(wh, args.history)
+        if not history:
+            print("no claim history in this warehouse for "
+                  f"{', '.join(args.history) or 'any experiment'}: it is kept from the first "
+                  "result run that writes claims", file=sys.stderr)
+            return 1
+        print(history_table(history, digits=args.digits))
+        return 0
     rows = latest_claims(wh)
     if not rows:
         print("no claims recorded yet in this warehouse: materialize an asset of the `results` "

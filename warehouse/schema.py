@@ -67,6 +67,35 @@ _MOSAIC_TRAJECTORY = (
     ("actor_model", pa.string()),
 )
 
+# the columns of a claim row (eval.claims.judge, stamped by the result assets)
+_CLAIM = (
+    ("experiment", pa.string()),
+    ("scale", pa.string()),
+    ("paper", pa.string()),
+    ("section", pa.string()),
+    ("claim", pa.string()),
+    ("metric", pa.string()),
+    ("kind", pa.string()),
+    ("higher_is_better", pa.bool_()),
+    ("margin", pa.float64()),
+    ("reference", pa.string()),
+    ("treatment", pa.string()),
+    ("reference_value", pa.float64()),
+    ("reference_ci_low", pa.float64()),
+    ("reference_ci_high", pa.float64()),
+    ("treatment_value", pa.float64()),
+    ("treatment_ci_low", pa.float64()),
+    ("treatment_ci_high", pa.float64()),
+    ("diff", pa.float64()),
+    ("diff_ci_low", pa.float64()),
+    ("diff_ci_high", pa.float64()),
+    ("p_value", pa.float64()),
+    ("n", pa.int64()),
+    ("verdict", pa.string()),
+    ("paper_value", pa.string()),
+    ("config_json", pa.string()),
+)
+
 TABLES: dict[str, pa.Schema] = {
     "problems": _schema(
         ("problem_id", pa.string()),
@@ -207,33 +236,11 @@ TABLES: dict[str, pa.Schema] = {
     # one row per paper claim per experiment run (eval.claims.judge): the arms' values with 95%
     # bootstrap CIs, the paired treatment - reference difference with its CI and one-sided
     # p-value, and the verdict from the rule in eval.claims; partition = the experiment
-    "claims": _schema(
-        ("experiment", pa.string()),
-        ("scale", pa.string()),
-        ("paper", pa.string()),
-        ("section", pa.string()),
-        ("claim", pa.string()),
-        ("metric", pa.string()),
-        ("kind", pa.string()),
-        ("higher_is_better", pa.bool_()),
-        ("margin", pa.float64()),
-        ("reference", pa.string()),
-        ("treatment", pa.string()),
-        ("reference_value", pa.float64()),
-        ("reference_ci_low", pa.float64()),
-        ("reference_ci_high", pa.float64()),
-        ("treatment_value", pa.float64()),
-        ("treatment_ci_low", pa.float64()),
-        ("treatment_ci_high", pa.float64()),
-        ("diff", pa.float64()),
-        ("diff_ci_low", pa.float64()),
-        ("diff_ci_high", pa.float64()),
-        ("p_value", pa.float64()),
-        ("n", pa.int64()),
-        ("verdict", pa.string()),
-        ("paper_value", pa.string()),
-        ("config_json", pa.string()),
-    ),
+    "claims": _schema(*_CLAIM),
+    # every run's claims rows, one folder per run (<experiment>/<run_id>, rows keep their
+    # lineage): `claims` holds only the newest run of an experiment, this keeps the ones it
+    # replaced (eval.claims.keep_history), so verdicts can be compared across re-runs
+    "claim_history": _schema(*_CLAIM),
     "eval_pairwise": _schema(
         ("benchmark", pa.string()),
         ("metric", pa.string()),

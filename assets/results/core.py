@@ -25,7 +25,7 @@ from typing import Any
 import dagster as dg
 
 from assets.common import now, run_record
-from eval.claims import CLAIMS_TABLE, claim_svg, combine, inline_svg
+from eval.claims import CLAIMS_TABLE, claim_svg, combine, inline_svg, keep_history
 from warehouse import Warehouse
 
 SCALES = ("cpu", "paper")
@@ -153,7 +153,8 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
                   clients: Sequence[Any] = ()) -> dg.MaterializeResult:
     """Run ``compute`` (returns ``eval.claims.judge`` rows) inside the asset's `runs` record,
     stamp each row with the experiment, scale and config, write them to ``claims`` (partition
-    = the experiment) and return the page's metadata. A ``compute`` that raises records a
+    = the experiment; the run it replaces and this one are kept in ``claim_history``,
+    :func:`eval.claims.keep_history`) and return the page's metadata. A ``compute`` that raises records a
     failed run and fails the asset with its message (nothing already in ``claims`` is lost); a
     stopped one (Ctrl-C, Dagster's interrupt) records a canceled run. The LLM calls of
     ``clients`` (LLM clients ``compute`` uses) are written with the run either way."""
@@ -176,7 +177,9 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
         stamped = [dict(r, experiment=experiment.name, scale=scale,
                         config_json=json.dumps(settings, sort_keys=True, default=str))
                    for r in rows]
+        keep_history(wh, experiment.name)  # the run this one replaces
         rec.write(CLAIMS_TABLE, stamped, partition=experiment.name)
+        keep_history(wh, experiment.name)
     meta = claims_metadata(stamped)
     meta["scale"] = scale
     if scale == "cpu" and experiment.limits.get("cpu"):

@@ -157,7 +157,7 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
 
 def test_heldout_comparison_lands_in_the_claims_table(weft_home):
     from assets.demo import HELDOUT_EXPERIMENT, heldout_claims, record_heldout_claims
-    from eval.claims import latest_claims
+    from eval.claims import claim_history, latest_claims
     from warehouse import Warehouse
 
     base, sft, trained = [0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10
@@ -170,3 +170,9 @@ def test_heldout_comparison_lands_in_the_claims_table(weft_home):
     rows = latest_claims(Warehouse())
     assert [r["experiment"] for r in rows] == [HELDOUT_EXPERIMENT] * 2
     assert [r["treatment_value"] for r in rows] == pytest.approx([0.625, 0.625])
+    # a second demo run replaces the rows; the first stays in the history
+    record_heldout_claims(_check(base, sft, sft), {"base": "b", "sft": "s", "trained": "t2"},
+                          "ck2")
+    assert [r["treatment_value"] for r in latest_claims(Warehouse())] == pytest.approx([0.375] * 2)
+    kept = claim_history(Warehouse(), [HELDOUT_EXPERIMENT])
+    assert sorted({r["run_id"] for r in kept}) == ["demo-ck1", "demo-ck2"] and len(kept) == 4

@@ -58,7 +58,7 @@ def _run_job(name: str, config: dict) -> dg.ExecuteInProcessResult:
                                   resources=None)
 
 
-def test_toy_claim_job_writes_claims_and_a_rerun_replaces_them(weft_home):
+def test_toy_claim_job_writes_claims_and_a_rerun_replaces_them_keeping_history(weft_home):
     result = _run_job("ep_deliberation_claim_job", {
         "scale": "cpu", "ops": {"ep_deliberation_claim": {"config": TINY}}})
     assert result.success
@@ -81,6 +81,10 @@ def test_toy_claim_job_writes_claims_and_a_rerun_replaces_them(weft_home):
     assert again.success
     rows = Warehouse().sql("SELECT * FROM claims").to_pylist()
     assert len(rows) == 4 and {r["scale"] for r in rows} == {"paper"}
+    # both runs stay in the history, each under its own run id
+    kept = Warehouse().sql("SELECT run_id, scale FROM claim_history").to_pylist()
+    assert len(kept) == 8 and {r["run_id"] for r in kept} == {result.run_id, again.run_id}
+    assert {r["scale"] for r in kept if r["run_id"] == result.run_id} == {"cpu"}
 
 
 def _write_samples(wh, model, bench, scores, run_id, budget=None, tokens=None, partition=None):

@@ -218,6 +218,56 @@ def test_latest_claims_and_the_results_table_from_the_warehouse(weft_home, capsy
     assert capsys.readouterr().out.strip() == table
 
 
+def test_history_keeps_every_run_and_names_the_verdicts_that_moved(weft_home, capsys):
+    import time
+
+    from eval.claims import claim_history, history_table, keep_history, main
+    from warehouse import Lineage, Warehouse
+
+    wh = Warehouse()
+    assert keep_history(wh, "duet_claim") == 0  # nothing written yet
+    assert main(["--history"]) == 1
+    assert "no claim history" in capsys.readouterr().err
+
+    def run(run_id, rows):  # what a result asset does: keep, replace, keep
+        keep_history(wh, "duet_claim")
+        wh.write("claims", rows, lineage=Lineage(run_id=run_id, asset="duet_claim",
+                                                 partition="duet_claim"))
+        return keep_history(wh, "duet_claim")
+
+    # a warehouse written before the history existed: its one run is kept when replaced
+    wh.write("claims", [_row("duet_claim", "tokens", INCONCLUSIVE, 0.01, "r1"),
+                        _row("duet_claim", "speed", REPRODUCED, 0.2, "r1")],
+             lineage=Lineage(run_id="r1", asset="duet_claim", partition="duet_claim"))
+    time.sleep(0.01)
+    assert run("r2", [_row("duet_claim", "tokens", REPRODUCED, 0.12, "r2"),
+                      _row("duet_claim", "speed", REPRODUCED, 0.3, "r2")]) == 2
+    assert keep_history(wh, "duet_claim") == 0  # already kept: not copied twice
+    wh.write("claims", [_row("tandem_claim", "drift", NOT_REPRODUCED, -0.2, "r3")],
+             lineage=Lineage(run_id="r3", asset="tandem_claim", partition="tandem_claim"))
+    keep_history(wh, "tandem_claim")
+
+    assert sorted(wh.partitions("claim_history")) == ["duet_claim/r1", "duet_claim/r2",
+                                                      "tandem_claim/r3"]
+    rows = claim_history(wh, ["duet_claim"])
+    assert [(r["claim"], r["run_id"], r["verdict"]) for r in rows] == [
+        ("speed", "r1", REPRODUCED), ("speed", "r2", REPRODUCED),
+        ("tokens", "r1", INCONCLUSIVE), ("tokens", "r2", REPRODUCED)]
+    assert {r["partition"] for r in rows} == {"duet_claim"}  # the rows keep their lineage
+    assert wh.read("claims").num_rows == 3  # claims itself still holds the newest runs only
+    assert len(claim_history(wh)) == 5
+
+    table = history_table(rows)
+    lines = table.splitlines()
+    assert lines[0].count("|") == 8 and len(lines) == 2 + 4 + 3
+    assert "+0.120 [+0.070, +0.170]" in lines[5] and "(r2)" in lines[5]
+    assert lines[-2] == "Verdicts that differ between runs of the same experiment:"
+    assert lines[-1] == f"- duet_claim Table 2 accuracy: {INCONCLUSIVE} -> {REPRODUCED}"
+    assert main(["--history", "duet_claim"]) == 0
+    assert capsys.readouterr().out.strip() == table
+    assert main(["--history", "no_such_claim"]) == 1
+
+
 def test_claim_svg_is_inline_sized_and_places_each_arm_on_one_axis():
     import re
     import xml.etree.ElementTree as ET
