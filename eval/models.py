@@ -86,8 +86,8 @@ class ModelSpec:
             yield default.base_url, served, None
             return
         server = LocalModelServer(model_path=self.path, served_name=served, port=free_port())
-        server.start()
         try:
+            server.start()
             yield server.base_url, served, None
         finally:
             server.stop()

@@ -336,8 +336,18 @@ class LocalModelServer:
                     f"(`python -m pipelines.serving stop --port {self.port}`) or pick another port"
                 )
             self._spawn()
-            self._wait_ready()
+            self._wait_until_ready_or_stop()
         return self
+
+    def _wait_until_ready_or_stop(self) -> None:
+        """``_wait_ready``, stopping the process just spawned when the wait ends any other way
+        (a Ctrl-C, a SIGTERM that Dagster turns into one, a failed start): nobody holds a server
+        that never came up, so it must not outlive the caller."""
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def revive(self) -> bool:
         """Start the server again when the one this object started has exited since (vLLM's
@@ -361,7 +371,7 @@ class LocalModelServer:
             with _start_lock(self.port):
                 if not self.is_ready():
                     self._spawn()
-                    self._wait_ready()
+                    self._wait_until_ready_or_stop()
         except ServerStartError as exc:
             log.error("restarting vLLM at %s failed: %s", self.base_url, exc)
             return False

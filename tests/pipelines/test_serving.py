@@ -258,6 +258,26 @@ def test_revive_restarts_only_a_server_it_started_that_has_exited(tmp_path, weft
     assert not other.revive()  # never started by this object
 
 
+class InterruptedStart(StandInServer):
+    """A Ctrl-C (or a SIGTERM Dagster turns into one) arrives while the server comes up."""
+
+    def is_ready(self) -> bool:
+        if self.process is not None:  # spawned: now waiting for it
+            raise KeyboardInterrupt
+        return False
+
+
+def test_a_start_interrupted_while_waiting_stops_the_server_it_spawned(tmp_path, weft_home):
+    from pipelines.serving import _state_path
+
+    server = InterruptedStart(model_path=_model_folder(tmp_path), served_name="stand-in",
+                              port=free_port(), startup_timeout_s=60)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert server.process is not None and server.process.poll() is not None  # not orphaned
+    assert not server.owned and not _state_path(server.port).exists()
+
+
 def test_an_llm_resource_client_revives_the_local_server_it_started(tmp_path, weft_home,
                                                                     monkeypatch):
     from assets import resources
