@@ -393,8 +393,8 @@ class LocalModelServer:
         log.info("starting vLLM for %s on %s (CPU bind %s; log: %s)", self.model_path,
                  self.base_url, self.cpu_bind, self.log_path)
         self.process = subprocess.Popen(
-            self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            [*DEFAULT_SIGNALS_EXEC, *self.command()], stdout=logf, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
         logf.close()
         self.owned = True
@@ -452,6 +452,20 @@ class LocalModelServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# Runs a server command with SIGTERM and SIGINT at their defaults. An ignored signal is
+# inherited across fork and exec, and a process that ran a Dagster job with SIGINT ignored
+# (started in the background: `nohup`, `&`, a CI runner) ignores SIGTERM afterwards too
+# (Dagster maps SIGTERM to SIGINT's handler when it restores them); a server started from
+# there would ignore `stop`'s SIGTERM and be killed only after the grace period.
+DEFAULT_SIGNALS_EXEC = (
+    sys.executable, "-c",
+    ("import os, signal, sys\n"
+     "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+     "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+     "os.execv(sys.argv[1], sys.argv[1:])"),
+)
 
 
 def _terminate_group(pid: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:

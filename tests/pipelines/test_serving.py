@@ -2,10 +2,12 @@
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -276,6 +278,35 @@ def test_a_start_interrupted_while_waiting_stops_the_server_it_spawned(tmp_path,
         server.start()
     assert server.process is not None and server.process.poll() is not None  # not orphaned
     assert not server.owned and not _state_path(server.port).exists()
+
+
+def _ignored_signals(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.MULTILINE).group(1), 16)
+
+
+def test_a_server_started_where_sigterm_is_ignored_still_stops_on_sigterm(tmp_path, weft_home):
+    """A background process that ran a Dagster job ignores SIGTERM (Dagster gives SIGTERM
+    SIGINT's handler, ignored under nohup); the server it starts must not inherit that."""
+    import signal
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        assert _ignored_signals(os.getpid()) & (1 << (signal.SIGTERM - 1))  # the setup holds
+        server = StandInServer(model_path=_model_folder(tmp_path), served_name="stand-in",
+                               port=free_port(), startup_timeout_s=60)
+        server.start()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    try:
+        assert server.is_ready()
+        ignored = _ignored_signals(server.process.pid)
+        assert not ignored & (1 << (signal.SIGTERM - 1))
+        assert not ignored & (1 << (signal.SIGINT - 1))
+        os.killpg(server.process.pid, signal.SIGTERM)
+        assert server.process.wait(timeout=30) == -signal.SIGTERM  # SIGTERM itself ended it
+    finally:
+        server.stop()
 
 
 def test_an_llm_resource_client_revives_the_local_server_it_started(tmp_path, weft_home,
