@@ -477,17 +477,31 @@ def claim_history(wh: Any, experiments: Sequence[str] = ()) -> list[dict[str, An
     return wh.sql(HISTORY_SQL.format(where=where)).to_pylist()
 
 
+def _seed_of(row: Mapping[str, Any]) -> str:
+    """``", seed N"`` when the row's config names its seed (the claims whose own config holds
+    one), else ``""``."""
+    import json
+
+    try:
+        config = json.loads(row.get("config_json") or "{}")
+    except ValueError:
+        return ""
+    seed = config.get("seed") if isinstance(config, dict) else None
+    return f", seed {seed}" if isinstance(seed, int) else ""
+
+
 def history_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
-    """Markdown: one line per claim part per run (the run's date and id, the difference with
-    its 95% CI, n, the verdict), then the parts whose verdict differs between runs."""
+    """Markdown: one line per claim part per run (the run's date, id and seed, the difference
+    with its 95% CI, n, the verdict), then the parts whose verdict differs between runs."""
     lines = ["| paper | where | metric | run | treatment − reference | n | verdict |",
              "|" + "---|" * 7]
     verdicts: dict[tuple[str, str, str, str], list[str]] = {}
     for row in rows:
         stamp = row.get("created_at")
         when = stamp.strftime("%Y-%m-%d %H:%M") if hasattr(stamp, "strftime") else str(stamp)
-        cells = [row.get("paper"), row.get("section"), row.get("metric"),
-                 f"{when} ({str(row.get('run_id'))[:8]})", _value(row, "", digits),
+        run = f"{when} ({str(row.get('run_id'))[:8]}{_seed_of(row)})"
+        cells = [row.get("paper"), row.get("section"), row.get("metric"), run,
+                 _value(row, "", digits),
                  row.get("n"), f"**{row.get('verdict')}**"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
         part = (str(row.get("experiment")), str(row.get("section")), str(row.get("claim")),

@@ -240,7 +240,8 @@ def test_history_keeps_every_run_and_names_the_verdicts_that_moved(weft_home, ca
                         _row("duet_claim", "speed", REPRODUCED, 0.2, "r1")],
              lineage=Lineage(run_id="r1", asset="duet_claim", partition="duet_claim"))
     time.sleep(0.01)
-    assert run("r2", [_row("duet_claim", "tokens", REPRODUCED, 0.12, "r2"),
+    assert run("r2", [dict(_row("duet_claim", "tokens", REPRODUCED, 0.12, "r2"),
+                           config_json='{"seed": 1}'),
                       _row("duet_claim", "speed", REPRODUCED, 0.3, "r2")]) == 2
     assert keep_history(wh, "duet_claim") == 0  # already kept: not copied twice
     wh.write("claims", [_row("tandem_claim", "drift", NOT_REPRODUCED, -0.2, "r3")],
@@ -260,7 +261,8 @@ def test_history_keeps_every_run_and_names_the_verdicts_that_moved(weft_home, ca
     table = history_table(rows)
     lines = table.splitlines()
     assert lines[0].count("|") == 8 and len(lines) == 2 + 4 + 3
-    assert "+0.120 [+0.070, +0.170]" in lines[5] and "(r2)" in lines[5]
+    assert "+0.120 [+0.070, +0.170]" in lines[5] and "(r2, seed 1)" in lines[5]
+    assert "(r1)" in lines[4]  # a run whose config names no seed shows none
     assert lines[-2] == "Verdicts that differ between runs of the same experiment:"
     assert lines[-1] == f"- duet_claim Table 2 accuracy: {INCONCLUSIVE} -> {REPRODUCED}"
     assert main(["--history", "duet_claim"]) == 0
