@@ -42,6 +42,8 @@ One run's CIs cover the units it evaluated, not the randomness of training its a
 re-run of the same experiment and config can move a verdict. ``claims`` keeps the newest run of
 each experiment; ``claim_history`` keeps every run (:func:`keep_history`), and
 ``python -m eval.claims --history`` lists them part by part and names the verdicts that moved.
+Runs of one design drawn with different seeds are pooled by :mod:`eval.replicates`
+(``python -m eval.claims --seeds``), whose CI covers the seed as well.
 """
 
 from __future__ import annotations
@@ -559,6 +561,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="print every recorded run of these experiments (all when none is "
                              "named), one line per claim part per run, instead of the newest "
                              "run's table")
+    parser.add_argument("--seeds", nargs="*", metavar="EXPERIMENT",
+                        help="pool every claim part over the newest run of each seed recorded "
+                             "for these experiments (all when none is named; same scale and "
+                             "design), instead of the newest run's table")
     parser.add_argument("--rejudge", action="store_true",
                         help="first re-apply the current verdict rule to the stored rows and "
                              "rewrite those whose verdict changed (prints each change)")
@@ -567,6 +573,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.rejudge:
         for experiment, section, metric, old, new in rejudge(wh):
             print(f"rejudged {experiment} {section} {metric}: {old} -> {new}", file=sys.stderr)
+    if args.seeds is not None:
+        from eval.replicates import pooled_rows, seeds_table
+
+        pooled = pooled_rows(claim_history(wh, args.seeds))
+        if not pooled:
+            print("no claim part of "
+                  f"{', '.join(args.seeds) or 'any experiment'} has runs with two different "
+                  "seeds (same scale and design) in claim_history: run the experiment's job "
+                  "again with another seed (docs/results.md says where each seed is)",
+                  file=sys.stderr)
+            return 1
+        print(seeds_table(pooled, digits=args.digits))
+        return 0
     if args.history is not None:
         history = claim_history(wh, args.history)
         if not history:

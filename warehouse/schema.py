@@ -94,6 +94,8 @@ _CLAIM = (
     ("verdict", pa.string()),
     ("paper_value", pa.string()),
     ("config_json", pa.string()),
+    ("seed", pa.int64()),  # the seed that drew the run (training and sampling); null: none
+    ("design", pa.string()),  # hash of the run config without its seed (replicates share it)
 )
 
 TABLES: dict[str, pa.Schema] = {

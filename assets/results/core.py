@@ -141,23 +141,63 @@ def claims_metadata(rows: Sequence[Mapping[str, Any]],
     return meta
 
 
+def seeds_metadata(wh: Warehouse, experiment: str, scale: str,
+                   design: str) -> dict[str, Any]:
+    """The page's "across seeds" entries when ``claim_history`` holds this experiment's design
+    at this scale for two seeds or more (:func:`eval.replicates.pooled_rows`): the pooled
+    verdict and a table of the parts pooled over the newest run of each seed; {} otherwise."""
+    from eval.claims import claim_history
+    from eval.replicates import pooled_rows
+
+    pooled = [r for r in pooled_rows(claim_history(wh, [experiment]))
+              if r["scale"] == scale and r["design"] == design]
+    if not pooled:
+        return {}
+    records = [dg.TableRecord({
+        "section": str(r["section"]), "metric": str(r["metric"]), "seeds": str(r["seeds"]),
+        "per seed": "; ".join(f"{s}: {d:+.3g} {v}" for s, d, v in r["per_seed"]),
+        "pooled difference": _ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"], signed=True),
+        "verdict": str(r["verdict"])}) for r in pooled]
+    columns = ["section", "metric", "seeds", "per seed", "pooled difference", "verdict"]
+    return {"verdict_across_seeds": combine(r["verdict"] for r in pooled),
+            "across_seeds": dg.MetadataValue.table(
+                records=records,
+                schema=dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns]))}
+
+
 def _slug(text: str) -> str:
     import re
 
     return re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
 
 
+def design_hash(settings: Mapping[str, Any]) -> str:
+    """12 hex characters naming a run's design: the SHA-256 of its settings as sorted JSON."""
+    import hashlib
+    import json
+
+    text = json.dumps(dict(settings), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: Experiment,
                   scale: str, compute: Callable[[], list[dict[str, Any]]],
                   config: Mapping[str, Any] | None = None,
-                  clients: Sequence[Any] = ()) -> dg.MaterializeResult:
+                  clients: Sequence[Any] = (), derived: Sequence[str] = ()
+                  ) -> dg.MaterializeResult:
     """Run ``compute`` (returns ``eval.claims.judge`` rows) inside the asset's `runs` record,
     stamp each row with the experiment, scale and config, write them to ``claims`` (partition
     = the experiment; the run it replaces and this one are kept in ``claim_history``,
     :func:`eval.claims.keep_history`) and return the page's metadata. A ``compute`` that raises records a
     failed run and fails the asset with its message (nothing already in ``claims`` is lost); a
     stopped one (Ctrl-C, Dagster's interrupt) records a canceled run. The LLM calls of
-    ``clients`` (LLM clients ``compute`` uses) are written with the run either way."""
+    ``clients`` (LLM clients ``compute`` uses) are written with the run either way.
+
+    Each row also gets the run's ``seed`` (``config["seed"]`` when it is an int; a row that
+    ``compute`` returns with its own ``seed``, taken from the upstream run, keeps it) and its
+    ``design``: :func:`design_hash` of ``config`` without the seed and without the keys named
+    in ``derived`` (what the run found rather than how it was set up: checkpoint ids, counts).
+    Runs with the same design and different seeds are replicates (:mod:`eval.replicates`)."""
     import json
 
     from eval.claims import ClaimError
@@ -174,14 +214,20 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
             raise dg.Failure(description=f"{experiment.name}: {exc}") from exc
         if not rows:
             raise dg.Failure(description=f"{experiment.name}: no claim rows were computed")
+        seed = settings.get("seed")
+        seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        design = design_hash({k: v for k, v in settings.items()
+                              if k != "seed" and k not in derived})
         stamped = [dict(r, experiment=experiment.name, scale=scale,
-                        config_json=json.dumps(settings, sort_keys=True, default=str))
+                        config_json=json.dumps(settings, sort_keys=True, default=str),
+                        seed=r.get("seed", seed), design=r.get("design", design))
                    for r in rows]
         keep_history(wh, experiment.name)  # the run this one replaces
         rec.write(CLAIMS_TABLE, stamped, partition=experiment.name)
         keep_history(wh, experiment.name)
     meta = claims_metadata(stamped)
     meta["scale"] = scale
+    meta.update(seeds_metadata(wh, experiment.name, scale, design))
     if scale == "cpu" and experiment.limits.get("cpu"):
         meta["what_limits_it"] = experiment.limits["cpu"]
     for row in stamped:

@@ -382,7 +382,7 @@ def sxs_latency_claim(context: dg.AssetExecutionContext, config: SxsClaimConfig,
                "heldout_left_out_as_training": overlap, "judge_quality": quality,
                "latency_coverage": coverage}
     result = record_claims(context, wh, SXS, config.scale, compute,
-                           {**config.model_dump(), **details})
+                           {**config.model_dump(), **details}, derived=tuple(details))
     return dg.MaterializeResult(metadata={
         **(result.metadata or {}),
         "judge_quality": dg.MetadataValue.json(quality),

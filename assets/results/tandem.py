@@ -547,7 +547,7 @@ def tandem_claim(context: dg.AssetExecutionContext, config: TandemClaimConfig,
                     "junior": junior_id, "heldout_problems": sum(len(p) for _, p in sets),
                     "benchmarks": [b.name for b, _ in sets]})
     result = record_claims(context, wh, TANDEM, config.scale, compute,
-                           {**config.model_dump(), **details})
+                           {**config.model_dump(), **details}, derived=tuple(details))
     return dg.MaterializeResult(metadata={
         **(result.metadata or {}),
         "arms": dg.MetadataValue.json(json.loads(json.dumps(details["arms"]))),

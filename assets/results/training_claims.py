@@ -90,6 +90,31 @@ def _latest(wh: Any, table: str, key: str) -> list[dict[str, Any]]:
                   "ORDER BY created_at DESC LIMIT 1)").to_pylist()
 
 
+def run_settings(wh: Any, asset: str, partition: str) -> dict[str, Any]:
+    """The recorded config of the newest ``runs`` row of ``asset`` and ``partition`` ({} if
+    none)."""
+    import json
+
+    runs = wh.sql("SELECT config_json FROM runs WHERE asset = $a AND partition = $p "
+                  "ORDER BY created_at DESC LIMIT 1", {"a": asset, "p": partition}).to_pylist()
+    return json.loads(runs[0]["config_json"]) if runs and runs[0]["config_json"] else {}
+
+
+def upstream_draw(wh: Any, asset: str, partition: str,
+                  own: dict[str, Any]) -> dict[str, Any]:
+    """The ``seed`` and ``design`` of a result whose arms an upstream experiment drew: the seed
+    of the newest ``asset`` run of ``partition`` (its recorded config) and the design hash of
+    that config and ``own`` (the result asset's settings), both without their seeds."""
+    from assets.results.core import design_hash
+
+    settings = run_settings(wh, asset, partition)
+    seed = settings.get("seed")
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    design = design_hash({"result": {k: v for k, v in own.items() if k != "seed"},
+                          asset: {k: v for k, v in settings.items() if k != "seed"}})
+    return {"seed": seed, "design": design}
+
+
 def _step_series(wh: Any, checkpoint_id: str, duet: bool) -> dict[str, dict[int, float]]:
     """Per-step generated tokens and wall clock of one arm (DUET logs the tokens it really
     generated as ``duet/tokens_generated``; plain GRPO's column counts every completion)."""
@@ -196,8 +221,6 @@ def heldout_arith_accuracy(config: DuetClaimConfig, wh: Any):
     """``accuracy(arm row)`` on held-out one-digit arithmetic (``assets.demo``'s held-out set
     and sampler: avg@k at temperature 1.0, 32 new tokens, the boxed grader), the problems of
     the demo's SFT and of the sweep's recipe (its dataset limit and seed) left out."""
-    import json
-
     from assets.demo import (
         DEMO_SFT_RECIPE,
         HELDOUT_MAX_TOKENS,
@@ -208,9 +231,7 @@ def heldout_arith_accuracy(config: DuetClaimConfig, wh: Any):
     )
 
     sweep = _latest(wh, "duet_sweep", "sweep")[0]
-    runs = wh.sql("SELECT config_json FROM runs WHERE asset = 'duet_sweep' AND partition = $p "
-                  "ORDER BY created_at DESC LIMIT 1", {"p": sweep["sweep"]}).to_pylist()
-    settings = json.loads(runs[0]["config_json"]) if runs and runs[0]["config_json"] else {}
+    settings = run_settings(wh, "duet_sweep", sweep["sweep"])
     overrides = [f"seed={sweep['seed']}"]
     if settings.get("dataset_limit") is not None:
         overrides.append(f"dataset_limit={settings['dataset_limit']}")
@@ -233,7 +254,11 @@ def duet_budget_claim(context: dg.AssetExecutionContext, config: DuetClaimConfig
 
     def compute():
         accuracy = heldout_arith_accuracy(config, wh) if config.heldout_arith > 0 else None
-        return duet_claims(wh, config.budget, accuracy)
+        rows = duet_claims(wh, config.budget, accuracy)
+        sweep = _latest(wh, "duet_sweep", "sweep")[0]
+        draw = upstream_draw(wh, "duet_sweep", sweep["sweep"],
+                             {"scale": config.scale, **config.model_dump()})
+        return [dict(r, **draw) for r in rows]
 
     return record_claims(context, wh, DUET, config.scale, compute, config.model_dump())
 
@@ -243,8 +268,15 @@ def duet_budget_claim(context: dg.AssetExecutionContext, config: DuetClaimConfig
 def ep_budget_claim(context: dg.AssetExecutionContext, config: ResultConfig,
                     warehouse: WarehouseResource) -> dg.MaterializeResult:
     wh = warehouse.get()
-    return record_claims(context, wh, TABLE5, config.scale, lambda: table5_claims(wh),
-                         config.model_dump())
+
+    def compute():
+        rows = table5_claims(wh)
+        table_id = _latest(wh, "ep_budget_scores", "table_id")[0]["table_id"]
+        draw = upstream_draw(wh, "ep_budget_table", table_id,
+                             {"scale": config.scale, **config.model_dump()})
+        return [dict(r, **draw) for r in rows]
+
+    return record_claims(context, wh, TABLE5, config.scale, compute, config.model_dump())
 
 
 EXPERIMENTS = [DUET, TABLE5]

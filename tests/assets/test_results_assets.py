@@ -130,10 +130,9 @@ def test_duet_claims_from_sweep_rows(weft_home):
         duet_claims(wh, 0.25)
 
 
-def test_table5_claims_score_budgeted_success(weft_home):
+def _table5_rows(wh):
     from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK
 
-    wh = Warehouse()
     pids = [f"q{i}" for i in range(12)]
     # EP: right and short on every problem; RLVR: right but over the 100-token budget on half
     _write_samples(wh, "ck-ep", HELDOUT_BENCHMARK, {p: [1] for p in pids}, "e1", budget=100,
@@ -143,6 +142,13 @@ def test_table5_claims_score_budgeted_success(weft_home):
     wh.write("ep_budget_scores", [
         {"arm": ARM_EP, "model": "ck-ep", "budget": 100, "table_id": "t1"},
         {"arm": "rlvr", "model": "ck-rl", "budget": 100, "table_id": "t1"}], partition="t1")
+
+
+def test_table5_claims_score_budgeted_success(weft_home):
+    from training.ep_budget import ARM_EP
+
+    wh = Warehouse()
+    _table5_rows(wh)
     (row,) = table5_claims(wh)
     assert row["reference"] == "rlvr" and row["treatment"] == ARM_EP
     assert row["diff"] == pytest.approx(0.5) and row["reference_value"] == pytest.approx(0.5)
@@ -303,3 +309,87 @@ def test_kitchen_claim_refuses_unknown_or_repeated_settings_before_any_llm_call(
     assert not result.success
     assert "settings must be a non-empty list of distinct Table 4 settings" in str(
         result.failure_data_for_node("ep_kitchen_claim").error)
+
+
+def test_runs_of_one_design_with_other_seeds_are_pooled_on_the_result_page(weft_home):
+    from assets.resources import WarehouseResource
+    from assets.results.core import ResultConfig, record_claims
+    from eval.claims import Claim, judge
+
+    experiment = Experiment(name="seeded_claim", paper="P", description="d",
+                            scales={"cpu": {}, "paper": {}})
+    claim = Claim(paper="P", section="S", statement="t beats r", metric="m", reference="r",
+                  treatment="t")
+
+    class SeededConfig(ResultConfig):
+        seed: int = 0
+        steps: int = 4
+        shift: float = 0.5
+
+    @dg.asset(name="seeded_claim")
+    def seeded(context: dg.AssetExecutionContext, config: SeededConfig,
+               warehouse: WarehouseResource) -> dg.MaterializeResult:
+        rng = np.random.default_rng(config.seed)
+        ref = rng.normal(0.0, 1.0, 30)
+
+        def compute():
+            return [judge(claim, ref, ref + config.shift + rng.normal(0.0, 0.3, 30), n_boot=300)]
+
+        return record_claims(context, warehouse.get(), experiment, config.scale, compute,
+                             config.model_dump(), derived=("shift",))
+
+    def run(**cfg):
+        result = dg.materialize([seeded], resources={"warehouse": WarehouseResource()},
+                                run_config={"ops": {"seeded_claim": {"config": cfg}}},
+                                instance=dg.DagsterInstance.ephemeral())
+        assert result.success
+        return result.asset_materializations_for_node("seeded_claim")[0].metadata
+
+    first = run(seed=0)
+    assert "across_seeds" not in first  # one seed: nothing to pool
+    rows = Warehouse().sql("SELECT seed, design FROM claims").to_pylist()
+    assert rows[0]["seed"] == 0 and len(rows[0]["design"]) == 12
+    # what the run found (`derived`) is not part of its design; its settings are
+    second = run(seed=1, shift=0.6)
+    table = second["across_seeds"]
+    assert isinstance(table, dg.TableMetadataValue) and len(table.records) == 1
+    assert table.records[0].data["seeds"] == "0, 1"
+    assert second["verdict_across_seeds"].value in VERDICTS
+    other = run(seed=2, steps=8)  # another design: pooled with nothing
+    assert "across_seeds" not in other
+    designs = Warehouse().sql("SELECT seed, design FROM claim_history ORDER BY seed").to_pylist()
+    assert designs[0]["design"] == designs[1]["design"] != designs[2]["design"]
+
+
+def test_duet_and_table5_rows_take_their_seed_and_design_from_the_upstream_run(weft_home):
+    from assets.results.training_claims import upstream_draw
+
+    wh = Warehouse()
+
+    def draw(run_id, partition, **settings):
+        wh.write("runs", [{"status": "success", "config_json": json.dumps(settings)}],
+                 lineage=Lineage(run_id=run_id, asset="duet_sweep", partition=partition))
+        return upstream_draw(wh, "duet_sweep", partition, {"scale": "cpu", "budget": 0.5})
+
+    a = draw("r1", "s1", seed=3, max_steps=20)
+    b = draw("r2", "s2", seed=4, max_steps=20)
+    c = draw("r3", "s3", seed=4, max_steps=40)
+    assert (a["seed"], b["seed"], c["seed"]) == (3, 4, 4)
+    assert a["design"] == b["design"] != c["design"]
+    assert upstream_draw(wh, "duet_sweep", "s1", {"scale": "paper"})["design"] != a["design"]
+    assert upstream_draw(wh, "duet_sweep", "never-ran", {})["seed"] is None
+
+
+def test_the_table5_result_asset_stamps_the_seed_of_the_table_it_judged(weft_home):
+    from assets.resources import WarehouseResource
+    from assets.results.training_claims import ep_budget_claim
+
+    wh = Warehouse()
+    _table5_rows(wh)
+    wh.write("runs", [{"status": "success", "config_json": json.dumps({"seed": 5})}],
+             lineage=Lineage(run_id="t", asset="ep_budget_table", partition="t1"))
+    result = dg.materialize([ep_budget_claim], resources={"warehouse": WarehouseResource()},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (row,) = Warehouse().sql("SELECT seed, design, metric FROM claims").to_pylist()
+    assert row["seed"] == 5 and row["metric"] == "BS@100" and len(row["design"]) == 12
