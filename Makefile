@@ -72,8 +72,11 @@ demo: setup
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# Two pytest-xdist workers (tests/conftest.py groups the tests: one worker owns the session's
+# model server, every file stays on one worker); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The browser test (tests/assets/test_webserver.py) drives Debian's chromium with Playwright
 # (its Python package only; no browser download).

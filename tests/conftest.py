@@ -13,10 +13,18 @@ _PROJECT_HOME = Path(os.environ.get("WEFT_HOME") or Path.cwd() / ".weft").resolv
 
 def pytest_collection_modifyitems(config, items):
     """A test that uses the session's real model server is a ``server`` test, whether or not it
-    says so: ``-m "not server"`` then deselects every test that would start or reuse it."""
+    says so: ``-m "not server"`` then deselects every test that would start or reuse it.
+
+    With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) every test is put
+    in a group: the tests of the session server in one, so one worker starts it and the other
+    never does, and every other test in its file's group, so module fixtures are made once."""
     for item in items:
-        if "local_server" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("server"):
+        uses_server = "local_server" in getattr(item, "fixturenames", ())
+        if uses_server and not item.get_closest_marker("server"):
             item.add_marker(pytest.mark.server)
+        if not item.get_closest_marker("xdist_group"):
+            group = "local_server" if uses_server else item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
