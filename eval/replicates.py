@@ -185,18 +185,20 @@ def _stamp(row: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def seeds_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
-    """Markdown: one line per pooled claim part: the seeds, each seed's difference and verdict,
+    """Markdown: one line per pooled claim part: its design (``not recorded`` for rows written
+    before designs were), the seeds, each seed's difference and verdict,
     the pooled difference with its 95% CI (t with k - 1 df), the units summed and the pooled
     verdict."""
-    header = ("| paper | where | metric | seeds (Δ, verdict each) | pooled Δ [95% CI] | n | "
-              "verdict across seeds |")
-    lines = [header, "|" + "---|" * 7]
+    header = ("| paper | where | metric | design | seeds (Δ, verdict each) | pooled Δ [95% CI] "
+              "| n | verdict across seeds |")
+    lines = [header, "|" + "---|" * 8]
     fmt = f"{{:+.{digits}f}}"
     for row in rows:
         each = "; ".join(f"{s}: {fmt.format(d)} {v}" for s, d, v in row["per_seed"])
         pooled = (f"{fmt.format(row['diff'])} [{fmt.format(row['diff_ci_low'])}, "
                   f"{fmt.format(row['diff_ci_high'])}]")
-        cells = [row["paper"], row["section"], row["metric"], each, pooled, row["n"],
+        design = row.get("design") or "not recorded"
+        cells = [row["paper"], row["section"], row["metric"], design, each, pooled, row["n"],
                  f"**{row['verdict']}** (k = {row['k']})"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -145,6 +145,6 @@ def test_cli_prints_the_pooled_table_or_says_what_to_run(weft_home, capsys):
                  folder=f"x/{run_id}")
     assert main(["--seeds", "x"]) == 0
     out = capsys.readouterr().out
-    assert "| P | S | m | 0: +" in out and "reproduced; 1: +" in out and "(k = 2)" in out
+    assert "| P | S | m | d1 | 0: +" in out and "reproduced; 1: +" in out and "(k = 2)" in out
     assert seeds_table(pooled_rows(wh.sql("SELECT * FROM claim_history").to_pylist())) in out
     assert main(["--seeds", "nothing-here"]) == 1
