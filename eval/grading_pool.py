@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "grading timed out"
 NOT_GRADED = "not graded: the call ran out of time"
 START_TIMEOUT_S = 120.0
+# workers a signal may end during start-up (SIGKILL from the OOM killer or an operator) before
+# the pool takes it for a machine that cannot start one: each is replaced until then
+START_KILLS_TOLERATED = 4
 # Most items per batch: a busy worker's batch cannot be taken over by an idle one, so a small
 # batch keeps the end of a call balanced (results come back per item whatever the size)
 MAX_BATCH = 16
@@ -109,6 +112,14 @@ def _pick_context(start_method: str | None) -> multiprocessing.context.BaseConte
     return ctx
 
 
+def _start_failure(worker: _Worker) -> RuntimeError:
+    return RuntimeError(
+        f"a grading worker exited during start-up (exit code {worker.process.exitcode}). "
+        "Workers re-import the main module: in a script, create the pool under "
+        "`if __name__ == '__main__':`; and check that `eval.graders` and math-verify import from "
+        "the project root")
+
+
 class _Worker:
     def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
         parent_end, child_end = ctx.Pipe(duplex=True)
@@ -148,7 +159,10 @@ class GradingPool:
     Results come back per item so the parent always knows which item a worker is on. A worker silent for ``per_item_timeout_s`` on one
     item is killed and replaced; that item gets ``error="grading timed out"`` and the rest of
     its batch is re-queued. A worker that dies mid-batch is replaced and its item retried once;
-    an item that kills a second worker is recorded as ``"grading worker died ..."``. Workers warm up before they take work, so start-up time never counts against
+    an item that kills a second worker is recorded as ``"grading worker died ..."``. A worker
+    that a signal ends while it starts (killed from outside) is replaced, up to
+    ``START_KILLS_TOLERATED`` per pool; one that exits on its own before it is ready (an import
+    error) raises RuntimeError. Workers warm up before they take work, so start-up time never counts against
     an item. The parent uses no signals, so the pool works from any thread (a Dagster op,
     pytest); one ``grade_many`` runs at a time per pool. Workers start with ``forkserver``
     (``spawn`` where missing); ``fork`` may be chosen but is unsafe in a process with threads.
@@ -172,6 +186,7 @@ class GradingPool:
         self._lock = threading.Lock()
         self.timeouts = 0  # items killed by the outer limit, over the pool's life
         self.deaths = 0  # workers found dead (not killed by the pool)
+        self.start_kills = 0  # of those, ended by a signal before they were ready
 
     def __enter__(self) -> Self:
         self.start()
@@ -276,8 +291,11 @@ class GradingPool:
 
     def _await_ready(self) -> None:
         """Wait until every worker has warmed up (at most START_TIMEOUT_S after its start)."""
-        for w in self._workers:
+        slot = 0
+        while slot < len(self._workers):
+            w = self._workers[slot]
             if w.ready:
+                slot += 1
                 continue
             left = w.started + START_TIMEOUT_S - time.monotonic()
             try:
@@ -286,11 +304,25 @@ class GradingPool:
                 w.ready = w.conn.recv() == _READY
             except (EOFError, OSError):
                 w.process.join(timeout=1)
-                raise RuntimeError(
-                    f"a grading worker exited during start-up (exit code {w.process.exitcode}). "
-                    "Workers re-import the main module: in a script, create the pool under "
-                    "`if __name__ == '__main__':`; and check that `eval.graders` and math-verify "
-                    "import from the project root") from None
+                if self._replace_killed_at_start(w):
+                    continue  # wait for its replacement in the same slot
+                raise _start_failure(w) from None
+            slot += 1
+
+    def _replace_killed_at_start(self, worker: _Worker) -> bool:
+        """Replace ``worker``, which ended before it was ready, when a signal ended it (exit
+        code < 0: killed from outside, which says nothing about whether workers can start) and
+        fewer than ``START_KILLS_TOLERATED`` have; False for any other exit (an import error,
+        a crash), which the caller raises as a start-up failure."""
+        code = worker.process.exitcode
+        if code is None or code >= 0 or self.start_kills >= START_KILLS_TOLERATED:
+            return False
+        self.start_kills += 1
+        self.deaths += 1
+        log.warning("grading worker killed by signal %d during start-up; starting another",
+                    -code)
+        self._replace(worker)
+        return True
 
     def _run(self, fn: Grader, kw: dict[str, Any], pairs: list[tuple[str, str]],
              call_timeout_s: float | None = None) -> list[GradeResult]:
@@ -382,12 +414,9 @@ class GradingPool:
                 except (EOFError, OSError):
                     w.process.join(timeout=1)
                     if not w.ready:
-                        raise RuntimeError(
-                            f"a grading worker exited during start-up (exit code "
-                            f"{w.process.exitcode}). Workers re-import the main module: in a script, "
-                            "create the pool under `if __name__ == '__main__':`; and check that "
-                            "`eval.graders` and math-verify import from the project root"
-                        ) from None
+                        if self._replace_killed_at_start(w):
+                            continue
+                        raise _start_failure(w) from None
                     self.deaths += 1
                     fail_current(w, f"grading worker died (exit code {w.process.exitcode})",
                                  retry=True)

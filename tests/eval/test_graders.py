@@ -409,6 +409,39 @@ def test_pool_replaces_a_worker_killed_from_outside(pool):
     assert pool.deaths == 1
 
 
+def test_a_worker_killed_while_it_starts_is_replaced_not_taken_for_an_import_error():
+    # SIGKILL (the OOM killer, an operator) can reach a worker before it has imported the
+    # graders; that says nothing about the import, so the pool starts another worker
+    with GradingPool(processes=2, per_item_timeout_s=60) as fresh:
+        os.kill(fresh.worker_pids()[0], signal.SIGKILL)
+        results = fresh.grade_many([(f"\\boxed{{{i}}}", str(i)) for i in range(6)])
+        assert all(r.correct for r in results)
+        assert fresh.deaths == 1
+
+
+def _exits_on_start(conn):
+    os._exit(3)  # as an import error would, before the worker says it is ready
+
+
+def _killed_on_start(conn):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    (_exits_on_start, "exit code 3"),  # an error of its own: raised at once
+    (_killed_on_start, "exit code -9"),  # killed at every start: raised after the tolerated few
+])
+def test_a_worker_that_cannot_start_is_still_an_error(monkeypatch, target, message):
+    from eval import grading_pool
+
+    monkeypatch.setattr(grading_pool, "_worker_main", target)  # "fork" runs it as set here
+    with GradingPool(processes=1, start_method="fork") as broken:
+        with pytest.raises(RuntimeError, match=f"exited during start-up \\({message}\\)"):
+            broken.grade_many([("\\boxed{1}", "1")])
+        kills = grading_pool.START_KILLS_TOLERATED if target is _killed_on_start else 0
+        assert broken.start_kills == kills
+
+
 def test_pool_works_from_a_non_main_thread(pool):
     out: list = []
     thread = threading.Thread(target=lambda: out.extend(pool.grade_many([("\\boxed{9}", "9")])))
