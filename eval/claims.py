@@ -131,15 +131,21 @@ def no_variation(row: Mapping[str, Any]) -> bool:
     return max(points) - min(points) <= 1e-12 * max(1.0, abs(float(points[0])))
 
 
+def row_margin(row: Mapping[str, Any]) -> float | None:
+    """A ``claims`` row's non-inferiority margin, None when it has none (null or NaN)."""
+    margin = row.get("margin")
+    if margin is None or (isinstance(margin, float) and math.isnan(margin)):
+        return None
+    return float(margin)
+
+
 def row_verdict(row: Mapping[str, Any]) -> str:
     """The verdict of one ``claims`` row (as :func:`judge` returns and the warehouse stores it)
     under the rule in the module docstring: ``inconclusive`` when the arms show no variation,
     else :func:`verdict` on the row's difference CI."""
     if no_variation(row):
         return INCONCLUSIVE
-    margin = row.get("margin")
-    margin = None if margin is None or (isinstance(margin, float) and math.isnan(margin)) \
-        else float(margin)
+    margin = row_margin(row)
     claim = Claim(paper=str(row["paper"]), section=str(row["section"]),
                   statement=str(row["claim"]), metric=str(row["metric"]),
                   reference=str(row["reference"]), treatment=str(row["treatment"]),
@@ -482,14 +488,10 @@ def claim_history(wh: Any, experiments: Sequence[str] = ()) -> list[dict[str, An
 def _seed_of(row: Mapping[str, Any]) -> str:
     """``", seed N"`` when the row's config names its seed (the claims whose own config holds
     one), else ``""``."""
-    import json
+    from eval.replicates import run_seed
 
-    try:
-        config = json.loads(row.get("config_json") or "{}")
-    except ValueError:
-        return ""
-    seed = config.get("seed") if isinstance(config, dict) else None
-    return f", seed {seed}" if isinstance(seed, int) else ""
+    seed = run_seed(row)
+    return "" if seed is None else f", seed {seed}"
 
 
 def history_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:

@@ -98,18 +98,22 @@ def pool(estimates: Sequence[float], ses: Sequence[float]) -> Pooled:
     return Pooled(mu, mu - half, mu + half, math.sqrt(var), k, tau2)
 
 
+def as_seed(value: Any) -> int | None:
+    """``value`` when it is an int seed (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def run_seed(row: Mapping[str, Any]) -> int | None:
     """The seed of the run a ``claims`` row comes from: its ``seed`` column, else the ``seed``
     of its recorded config (rows written before the column existed), else None."""
-    seed = row.get("seed")
-    if isinstance(seed, int) and not isinstance(seed, bool):
+    seed = as_seed(row.get("seed"))
+    if seed is not None:
         return seed
     try:
         config = json.loads(row.get("config_json") or "{}")
     except ValueError:
         return None
-    seed = config.get("seed") if isinstance(config, dict) else None
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    return as_seed(config.get("seed")) if isinstance(config, dict) else None
 
 
 def _p_value(claim_kind: str, higher_is_better: bool, margin: float | None, mu: float,
@@ -131,7 +135,7 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     difference pooled by :func:`pool`, the verdict by :func:`eval.claims.row_verdict`. A row
     carries the ``claims`` columns plus ``k`` (seeds pooled), ``seeds`` and ``run_ids``; ``n``
     is the units summed over the pooled runs."""
-    from eval.claims import row_verdict
+    from eval.claims import row_margin, row_verdict
 
     parts: dict[tuple[Any, ...], dict[int, Mapping[str, Any]]] = {}
     for row in history:
@@ -161,9 +165,7 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                            f"{prefix}_ci_high": arm.ci_high})
         diff = pool([float(r["diff"]) for r in runs],
                     [se_from_ci(float(r["diff_ci_low"]), float(r["diff_ci_high"])) for r in runs])
-        margin = pooled["margin"]
-        margin = None if margin is None or (isinstance(margin, float) and math.isnan(margin)) \
-            else float(margin)
+        margin = row_margin(pooled)
         pooled.update({
             "diff": diff.value, "diff_ci_low": diff.ci_low, "diff_ci_high": diff.ci_high,
             "p_value": _p_value(str(pooled["kind"]), bool(pooled["higher_is_better"]), margin,

@@ -26,6 +26,7 @@ import dagster as dg
 
 from assets.common import now, run_record
 from eval.claims import CLAIMS_TABLE, claim_svg, combine, inline_svg, keep_history
+from eval.replicates import as_seed
 from warehouse import Warehouse
 
 SCALES = ("cpu", "paper")
@@ -214,8 +215,7 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
             raise dg.Failure(description=f"{experiment.name}: {exc}") from exc
         if not rows:
             raise dg.Failure(description=f"{experiment.name}: no claim rows were computed")
-        seed = settings.get("seed")
-        seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        seed = as_seed(settings.get("seed"))
         design = design_hash({k: v for k, v in settings.items()
                               if k != "seed" and k not in derived})
         stamped = [dict(r, experiment=experiment.name, scale=scale,

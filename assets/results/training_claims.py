@@ -106,10 +106,10 @@ def upstream_draw(wh: Any, asset: str, partition: str,
     of the newest ``asset`` run of ``partition`` (its recorded config) and the design hash of
     that config and ``own`` (the result asset's settings), both without their seeds."""
     from assets.results.core import design_hash
+    from eval.replicates import as_seed
 
     settings = run_settings(wh, asset, partition)
-    seed = settings.get("seed")
-    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    seed = as_seed(settings.get("seed"))
     design = design_hash({"result": {k: v for k, v in own.items() if k != "seed"},
                           asset: {k: v for k, v in settings.items() if k != "seed"}})
     return {"seed": seed, "design": design}
