@@ -389,14 +389,28 @@ def grade_code(candidate: str, problem_meta: dict, sandbox: Any = None,
     getattr(box, "isolation", None)  # a sandbox that cannot run says so first (one probe)
     start = time.monotonic()
     task = problem_meta.get("task_id") or problem_meta.get("question_id")
-    if kind == HUMANEVAL:
-        verdict = _grade_humaneval(candidate, problem_meta, box, timeout_s)
-    elif kind == MBPPPLUS:
-        verdict = _grade_mbpp(candidate, problem_meta, box, timeout_s)
-    else:
-        verdict = _grade_lcb(candidate, problem_meta, box, timeout_s)
+    grader = {HUMANEVAL: _grade_humaneval, MBPPPLUS: _grade_mbpp}.get(kind, _grade_lcb)
+    _PHASE.judging = False
+    try:
+        verdict = grader(candidate, problem_meta, box, timeout_s)
+    except (SandboxUnavailable, E2BUnavailable):
+        raise
+    except Exception as exc:
+        if not _PHASE.judging:
+            raise  # the problem itself cannot be graded (its caller says so: ungradable)
+        # The candidate ran: whatever its answers make the host do (a value it cannot render
+        # or compare) is the candidate's failure, never an ungradable problem.
+        verdict = {"passed": False, "tests_passed": 0, "timed_out": False,
+                   "reason": f"its answers could not be judged: {type(exc).__name__}: "
+                             f"{str(exc)[:300]}"}
+    finally:
+        _PHASE.judging = False
     return CodeGradeResult(benchmark=kind, task_id=None if task is None else str(task),
                            duration_s=time.monotonic() - start, **verdict)
+
+
+# Whether the grading in this thread has run the candidate (then an exception is its failure).
+_PHASE = threading.local()
 
 
 def _relay(box: Any, source: str, target: tuple, calls: list, timeout_s: float, cap: int,
@@ -416,6 +430,7 @@ def _relay(box: Any, source: str, target: tuple, calls: list, timeout_s: float, 
         program = relay_program(source, target, calls, results_cap=cap,
                                 digest_above=DIGEST_ABOVE, digest_count=digest_count)
         result = box.run(program, stdin=marker_nonce(marker), limits=limits)
+    _PHASE.judging = True
     outcome = read_relay(result.stdout, marker, len(calls), max_chars=keep)
     if outcome.problem and not result.ok:
         outcome = RelayOutcome(outcome.results, _failed_run(result), outcome.output)
@@ -574,6 +589,7 @@ def _grade_lcb(candidate: str, problem: dict, box, timeout_s: float) -> dict:
                 "reason": "passed" if ok else first_bad or "failed",
                 "details": "" if ok else _details(outcome)}
     passed = 0
+    _PHASE.judging = True
     for i, test in enumerate(tests):
         expected = str(test["output"])
         # Output much longer than the expected output is wrong anyway: keep no more than that.

@@ -535,22 +535,28 @@ def _decode_fields(data):
     return fields
 
 
-def _reap_jail():
-    """As pid 1 of the jail: kill every other process, reap, repeat until none is left."""
+def _reap_jail(keep):
+    """As pid 1 of a jail whose candidates share its pid namespace: kill every process but this
+    driver and ``keep`` (the template), reap, repeat until none is left."""
     import signal
+    import time
 
-    for _ in range(100):
+    spare = {"1", str(keep)}
+    for _ in range(400):
+        others = [int(n) for n in os.listdir("/proc") if n.isdigit() and n not in spare]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            while True:
-                os.waitpid(-1, 0)
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
         except ChildProcessError:
             pass
-        if not any(n.isdigit() and n != "1" for n in os.listdir("/proc")):
-            return
+        time.sleep(0.005)
 
 
 def _reap_group(pid):
@@ -615,56 +621,265 @@ def _finish_child():
             pass
 
 
-def _prefork(rfd, wfd, jailed):
-    """Fork the next program's process before its request is read, so it never holds what the
-    request carries (its stdin: a grader's nonce) in memory. It waits for its job (code and
-    limits) on a pipe; its stdin arrives in a memfd it already holds."""
+# ---------------------------------------------------------------------------------------------
+# serve mode: runner. A template process that never reads a request forks every candidate; in
+# the bubblewrap jail each candidate gets namespaces of its own (mount, IPC, pid) and a fresh
+# /tmp and /dev/shm, all discarded with it.
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWPID = 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
+_CAP_SYS_ADMIN = 21
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
+# fds a candidate is handed, in this order (the template passes them on, then closes its own)
+_GIVEN = ("job_r", "rep_w", "res_w", "out_w", "in_fd", "st_w")
+_LIBC = []
+
+
+def _libc():
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+def _cap_masks():
+    """The capability sets of this process (CapInh, CapPrm, CapEff, CapAmb) from /proc."""
+    masks = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            name, _, value = line.partition(":")
+            if name in _CAP_FIELDS:
+                masks[name] = int(value.strip(), 16)
+    return masks
+
+
+def _has_admin():
+    try:
+        return bool(_cap_masks().get("CapEff", 0) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError):
+        return False
+
+
+def _drop_caps():
+    """Give up every capability for good (ambient, effective, permitted, inheritable) and set
+    no_new_privs, so no later exec can regain one. Fails closed: exits when any set is left."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    libc = _libc()
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    libc.capset(ctypes.byref(Header(_CAPABILITY_VERSION_3, 0)), (Data * 2)())
+    try:
+        left = any(_cap_masks().get(name, 1) for name in _CAP_FIELDS)
+    except (OSError, ValueError):
+        left = True
+    if left:
+        sys.stderr.write("weft sandbox driver: could not drop capabilities\n")
+        os._exit(71)
+
+
+def _mount(source, target, fstype, flags, data):
+    import ctypes
+
+    if _libc().mount(source, target, fstype, flags, data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {target!r}: {os.strerror(errno)}")
+
+
+def _fresh_mounts(mounts):
+    """In a new mount namespace: private propagation, a fresh size- and inode-limited tmpfs on
+    /tmp and on /dev/shm, a /proc of the candidate's own pid namespace (where the kernel allows
+    it), the work dir entered anew; then every capability dropped."""
+    disk_b, disk_files, shm_b, shm_files = mounts
+    _mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None)
+    flags = _MS_NOSUID | _MS_NODEV
+    _mount(b"weft-tmp", b"/tmp", b"tmpfs", flags,
+           b"size=%d,nr_inodes=%d,mode=0700" % (disk_b, disk_files))
+    _mount(b"weft-shm", b"/dev/shm", b"tmpfs", flags,
+           b"size=%d,nr_inodes=%d,mode=0700" % (shm_b, shm_files))
+    try:
+        _mount(b"proc", b"/proc", b"proc", flags | _MS_NOEXEC, None)
+    except OSError:
+        pass  # the jail's /proc stays: it shows the outer processes, all non-dumpable
+    os.chdir("/tmp")
+    _drop_caps()
+
+
+def _template(ctl, isolated, mounts):
+    """The process every candidate is forked from. It is forked from the driver before the
+    driver reads any request, and it reads none itself: it gets only trusted preloads and, per
+    candidate, a set of descriptors. So no candidate inherits a byte of an earlier candidate's
+    program, stdin, output or results (the driver that handled them is never forked again)."""
+    import socket
+
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(ctl, 4096, len(_GIVEN))
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        if msg[:1] == b"P" and len(fds) == 1:
+            source = os.pread(fds[0], os.fstat(fds[0]).st_size, 0)
+            os.close(fds[0])
+            reply = _preload(msg[1:].decode("utf-8"), source.decode("utf-8"))
+            error = reply.get("error")
+            ctl.send(("E" + error[0] + "\0" + error[1]).encode("utf-8", "replace")[:4000]
+                     if error else b"ok")
+        elif msg[:1] == b"F" and len(fds) == len(_GIVEN):
+            pid = _fork_candidate(ctl, fds, isolated, mounts)
+            for fd in fds:
+                os.close(fd)
+            ctl.send(b"%d" % pid if pid else b"E")
+        else:
+            for fd in fds:
+                os.close(fd)
+            ctl.send(b"E")
+
+
+def _fork_candidate(ctl, fds, isolated, mounts):
+    """Fork a candidate's init through a short-lived middle process, which (in the jail) first
+    unshares the mount, IPC and pid namespaces; the middle process exits at once, so the init
+    is re-parented to the driver (the jail's pid 1, or a subreaper in the fallback), which can
+    wait for it. Returns the init's pid (None when it could not be started)."""
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        status = 72
+        try:
+            os.close(r)
+            ctl.close()
+            if isolated and _libc().unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWPID):
+                os._exit(72)
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                _candidate_init(dict(zip(_GIVEN, fds)), isolated, mounts)  # never returns
+            _write_all(w, b"%d" % pid)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    data = _read_all(r)
+    os.close(r)
+    os.waitpid(middle, 0)
+    return int(data) if data.isdigit() else None
+
+
+def _candidate_init(fds, isolated, mounts):
+    """A candidate's first process: in the jail, pid 1 of the candidate's own pid namespace
+    (when it exits the kernel kills everything the candidate left), holding its own mounts and
+    IPC namespace. It forks the program, reaps whatever is re-parented to it, and writes the
+    program's wait status to the driver on a pipe the program does not hold."""
+    status = 73
+    try:
+        if isolated:
+            _fresh_mounts(mounts)
+        else:
+            os.setpgid(0, 0)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as fh:  # the first to go when short
+                fh.write("1000")
+        except OSError:
+            pass
+        pid = os.fork()
+        if pid == 0:
+            os.close(fds.pop("st_w"))
+            _program(fds)  # never returns
+        for name in ("job_r", "rep_w", "res_w", "out_w", "in_fd"):
+            os.close(fds[name])
+        waited = None
+        while waited is None:
+            try:
+                done, code = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if done == pid:
+                waited = code
+        if waited is not None:
+            _write_all(fds["st_w"], b"%d" % waited)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _program(fds):
+    """The candidate's program process: waits for its job (code and limits) on a pipe; its
+    stdin arrives in a memfd it already holds."""
     import signal
+
+    status = 70
+    try:
+        for fd in fds.values():
+            os.set_inheritable(fd, False)
+        data = _read_all(fds["job_r"])
+        os.close(fds["job_r"])
+        if not data:  # the runner is shutting down
+            os._exit(0)
+        import json
+
+        job = json.loads(data.decode("utf-8", "surrogatepass"))
+        relay = job.get("relay")
+        if relay is None:
+            os.close(fds["res_w"])
+            os.close(fds["out_w"])
+        in_fd = fds["in_fd"]
+        if not job["stdin"]:
+            os.close(in_fd)
+            in_fd = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(in_fd, 0)
+        os.close(in_fd)
+        for signum in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _set_limits(job["limits"])
+        if relay is not None:
+            _relay_child(relay, fds["rep_w"], fds["res_w"], fds["out_w"])  # never returns
+        status = _run_program(job["code"], "main.py", fds["rep_w"])
+        _finish_child()
+    finally:
+        os._exit(status)
+
+
+def _prefork(ctl):
+    """Have the template fork the next candidate before its request is read (its pipes are
+    made here and handed over; the driver keeps the other ends)."""
+    import socket
 
     job_r, job_w = os.pipe()
     rep_r, rep_w = os.pipe()
     res_r, res_w = os.pipe()  # a relay's results and output (unused by a plain program)
     out_r, out_w = os.pipe()
+    st_r, st_w = os.pipe()
     in_fd = os.memfd_create("stdin", 0)
-    pid = os.fork()
-    if pid == 0:  # child: becomes the program once its job arrives
-        status = 70
-        try:
-            for fd in (job_w, rep_r, rfd, wfd, res_r, out_r):
-                os.close(fd)
-            os.set_inheritable(rep_w, False)
-            data = _read_all(job_r)
-            os.close(job_r)
-            if not data:  # the runner is shutting down
-                os._exit(0)
-            import json
-
-            job = json.loads(data.decode("utf-8", "surrogatepass"))
-            relay = job.get("relay")
-            if relay is None:
-                os.close(res_w)
-                os.close(out_w)
-            if not job["stdin"]:
-                os.close(in_fd)
-                in_fd = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(in_fd, 0)
-            os.close(in_fd)
-            if not jailed:
-                os.setpgid(0, 0)
-            for signum in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM, signal.SIGCHLD):
-                signal.signal(signum, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            _set_limits(job["limits"])
-            if relay is not None:
-                _relay_child(relay, rep_w, res_w, out_w)  # never returns
-            status = _run_program(job["code"], "main.py", rep_w)
-            _finish_child()
-        finally:
-            os._exit(status)
-    for fd in (job_r, rep_w, res_w, out_w):
+    given = (job_r, rep_w, res_w, out_w, in_fd, st_w)
+    try:
+        socket.send_fds(ctl, [b"F"], list(given))
+        answer = ctl.recv(64)
+    except OSError:
+        answer = b""
+    for fd in (job_r, rep_w, res_w, out_w, st_w):
         os.close(fd)
-    return {"pid": pid, "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd, "res_r": res_r,
-            "out_r": out_r}
+    if not answer.isdigit():
+        sys.stderr.write("weft sandbox driver: the runner's template is gone\n")
+        os._exit(75)  # the host sees the runner die and starts a new one
+    return {"pid": int(answer), "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd,
+            "res_r": res_r, "out_r": out_r, "st_r": st_r}
 
 
 def _relay_child(relay, rep_w, res_w, out_w):
@@ -755,9 +970,9 @@ def _print_relay(relay, state, status, nonce):
 
 
 def _drop(zygote):
-    """End a pre-forked process that got no job."""
+    """End a pre-forked candidate that got no job."""
     for fd in (zygote["job_w"], zygote["rep_r"], zygote["in_fd"], zygote["res_r"],
-               zygote["out_r"]):
+               zygote["out_r"], zygote["st_r"]):
         os.close(fd)
     try:
         os.waitpid(zygote["pid"], 0)
@@ -765,7 +980,11 @@ def _drop(zygote):
         pass
 
 
-def _spawn(req, zygote, jailed, workdirs):
+def _spawn(req, zygote, mode, keep):
+    """Run one request in the pre-forked candidate ``zygote`` and clean up after it. ``mode``:
+    ``isolated`` (the candidate has its own namespaces: its init's end ends it all), ``jailed``
+    (a shared pid namespace: every process but this driver and ``keep`` is killed, the work
+    dirs wiped) or ``plain`` (the fallback: the candidate's process group is killed)."""
     import json
     import select
     import signal
@@ -783,10 +1002,12 @@ def _spawn(req, zygote, jailed, workdirs):
     job = json.dumps({"code": req["code"], "limits": req["limits"], "relay": relay,
                       "stdin": stdin is not None and relay is None}
                      ).encode("utf-8", "surrogatepass")
+    del req
     try:
         _write_all(zygote["job_w"], job)
     except OSError:
-        pass  # the child died before reading its job: reported from its exit status below
+        pass  # the candidate died before reading its job: reported from its status below
+    del job
     os.close(zygote["job_w"])
     pidfd = os.pidfd_open(pid)
     try:
@@ -801,12 +1022,13 @@ def _spawn(req, zygote, jailed, workdirs):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _, status, usage = os.wait4(pid, 0)
-    if jailed:
-        _reap_jail()
-    else:
+    _, init_status, usage = os.wait4(pid, 0)
+    if mode == "jailed":
+        _reap_jail(keep)
+    elif mode == "plain":
         _reap_group(pid)
-        os.set_blocking(rep_r, False)
+    for fd in (rep_r, zygote["st_r"]):
+        os.set_blocking(fd, False)
     chunks = []
     try:
         while data := os.read(rep_r, 1 << 16):
@@ -814,6 +1036,12 @@ def _spawn(req, zygote, jailed, workdirs):
     except BlockingIOError:
         pass
     os.close(rep_r)
+    try:
+        told = os.read(zygote["st_r"], 64)
+    except BlockingIOError:
+        told = b""
+    os.close(zygote["st_r"])
+    status = int(told) if told.isdigit() else init_status
     error = None
     try:
         fields = _decode_fields(b"".join(chunks))
@@ -823,6 +1051,8 @@ def _spawn(req, zygote, jailed, workdirs):
         pass
     code = os.waitstatus_to_exitcode(status)
     used = usage.ru_utime + usage.ru_stime
+    if mode != "isolated":
+        _wipe([os.getcwd()] + (["/dev/shm"] if mode == "jailed" else []))
     if relay is not None:
         if not timed_out:  # every process of the run is gone: read the pipes to their end
             for fd in (zygote["res_r"], zygote["out_r"]):
@@ -830,23 +1060,21 @@ def _spawn(req, zygote, jailed, workdirs):
             _print_relay(relay, gathered, code, stdin)
         os.close(zygote["res_r"])
         os.close(zygote["out_r"])
-        _wipe(workdirs)
         # Like a relay program's parent, which ends normally whatever its child did: the
         # child's own status is in the payload.
         return {"exit_code": 0, "error": None, "timed_out": timed_out, "cpu_exceeded": False,
                 "cpu_used": used}
     os.close(zygote["res_r"])
     os.close(zygote["out_r"])
-    _wipe(workdirs)
     return {"exit_code": code, "error": error, "timed_out": timed_out,
             "cpu_exceeded": (not timed_out) and code < 0 and used >= cpu_s - 0.05,
             "cpu_used": used}
 
 
-def _preload(req):
-    """Execute trusted module source from the host in this (pristine) runner, registered in
-    ``sys.modules`` under its name, so that every program forked later has it loaded."""
-    name, source = req.get("name"), req.get("code")
+def _preload(name, source):
+    """Execute trusted module source from the host in the template (which no request has
+    touched), registered in ``sys.modules`` under its name, so that every program forked
+    later has it loaded."""
     if not (isinstance(name, str) and name.isidentifier() and isinstance(source, str)):
         return {"error": ["ProtocolError", "preload takes a module name and its source", ""]}
     module = type(sys)(name)
@@ -858,18 +1086,60 @@ def _preload(req):
     return {"preloaded": name}
 
 
-def _serve_runner(rfd, wfd, jailed):
+def _ask_preload(ctl, req):
+    """Forward a preload request to the template; the reply the host gets."""
+    name, source = req.get("name"), req.get("code")
+    if not (isinstance(name, str) and name.isidentifier() and isinstance(source, str)):
+        return {"error": ["ProtocolError", "preload takes a module name and its source", ""]}
+    import socket
+
+    fd = os.memfd_create("preload", 0)
+    try:
+        _write_all(fd, source.encode("utf-8", "surrogatepass"))
+        socket.send_fds(ctl, [b"P" + name.encode("utf-8")], [fd])
+        answer = ctl.recv(4096)
+    except OSError:
+        answer = b""
+    finally:
+        os.close(fd)
+    if answer == b"ok":
+        return {"preloaded": name}
+    if not answer:
+        sys.stderr.write("weft sandbox driver: the runner's template is gone\n")
+        os._exit(75)
+    name, _, value = answer[1:].decode("utf-8", "replace").partition("\0")
+    return {"error": [name, value, ""]}
+
+
+def _serve_runner(rfd, wfd, jailed, mounts):
     import shutil  # noqa: F401  (imported once here so children do not pay for it)
     import signal
+    import socket
     import stat  # noqa: F401
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    workdirs = [os.getcwd()] + (["/dev/shm"] if jailed else [])
-    _send(wfd, {"ready": True, "pid": os.getpid()})
+    isolated = jailed and mounts is not None and _has_admin()
+    if not jailed:  # orphaned candidates come back to this driver, which reaps them
+        _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    ctl, ctl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    template = os.fork()
+    if template == 0:
+        try:
+            for fd in (rfd, wfd):
+                os.close(fd)
+            ctl.close()
+            _template(ctl_child, isolated, mounts)
+        finally:
+            os._exit(0)
+    ctl_child.close()
+    if _has_admin():
+        _drop_caps()  # only the template (and each candidate's set-up) needs them
+    mode = "isolated" if isolated else "jailed" if jailed else "plain"
+    _send(wfd, {"ready": True, "pid": os.getpid(), "isolated": isolated})
     zygote = None
     while True:
         if zygote is None:
-            zygote = _prefork(rfd, wfd, jailed)
+            zygote = _prefork(ctl)
         req = _recv(rfd)
         if req is None:
             _drop(zygote)
@@ -877,26 +1147,28 @@ def _serve_runner(rfd, wfd, jailed):
         nonce = req.pop("nonce", None)
         op = req.get("op")
         if op == "spawn":
-            reply = _spawn(req, zygote, jailed, workdirs)
+            reply = _spawn(req, zygote, mode, template)
             zygote = None
         elif op == "preload":
             _drop(zygote)  # forked before the module existed: the next one is forked after
             zygote = None
-            reply = _preload(req)
+            reply = _ask_preload(ctl, req)
         else:
             reply = {"error": ["ProtocolError", f"unknown op {op!r}", ""]}
+        del req
         reply["nonce"] = nonce
         _send(wfd, reply)
 
 
-def _serve(request_fd, reply_fd, spec, jailed, role):
+def _serve(request_fd, reply_fd, spec, jailed, role, mounts=""):
     rfd = _move_high(request_fd)
     wfd = _move_high(reply_fd)
     _seal_process()
     _set_limits(spec)
     _OWNER.append(os.getpid())
     if role == "runner":
-        return _serve_runner(rfd, wfd, jailed == "1")
+        sizes = tuple(int(x) for x in mounts.split(",")) if mounts else None
+        return _serve_runner(rfd, wfd, jailed == "1", sizes)
     return _serve_session(rfd, wfd, jailed == "1")
 
 
@@ -905,7 +1177,7 @@ def _main(argv):
     if mode == "once":
         _once(int(argv[2]), int(argv[3]), argv[4])
     elif mode == "serve":
-        raise SystemExit(_serve(int(argv[2]), int(argv[3]), argv[4], argv[5], argv[6]))
+        raise SystemExit(_serve(int(argv[2]), int(argv[3]), *argv[4:8]))
     else:
         sys.stderr.write(f"weft sandbox driver: unknown mode {mode!r}\n")
         raise SystemExit(2)

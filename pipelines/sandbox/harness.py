@@ -74,6 +74,12 @@ OUTPUT_KEEP_BYTES = 4096  # of the candidate's own stdout/stderr, kept for the f
 MAX_DEPTH = 100  # plain data nested deeper than this is not plain data
 DIGEST_ABOVE = 100_000  # encodings longer than this cross as a sha256 (where digests are asked)
 MAX_ERROR_CHARS = 300
+# The largest int the host decodes: one whose decimal form stays within CPython's default
+# int-to-str limit (4,300 digits), so the host can always render and compare it.
+MAX_INT_DIGITS = 4300
+INT_BOUND = 10 ** MAX_INT_DIGITS
+MAX_INT_HEX = 3 + math.ceil(MAX_INT_DIGITS / math.log10(16))  # '-0x' and the hex digits
+MAX_EQUAL_HASHES = 8  # members of one decoded set or dict that may share a hash value
 NONCE_HEX = 32
 
 
@@ -163,7 +169,12 @@ def plain_encode(value, digest_above=0):
 
 def plain_decode(obj, on_digest=None):
     """Inverse of :func:`plain_encode`: only builtin values come out; anything malformed raises
-    ``ValueError``. ``on_digest(hex)`` makes the value for a sha256 tag (else it is an error)."""
+    ``ValueError``. ``on_digest(hex)`` makes the value for a sha256 tag (else it is an error).
+    Bounded: an int of more than 4,300 decimal digits, or a set or dict with more than 8
+    members of one hash value, is malformed (see ``MAX_INT_DIGITS``, ``MAX_EQUAL_HASHES``)."""
+    # copies of the module's constants (this function also runs in sandbox programs)
+    max_int_digits, max_int_hex, max_equal_hashes = 4300, 3575, 8
+    int_bound = 10 ** max_int_digits
 
     def dec(o, depth):
         if depth > 110:
@@ -183,21 +194,26 @@ def plain_decode(obj, on_digest=None):
         if tag in ("set", "frozenset"):
             try:
                 items = [dec(x, depth + 1) for x in v]
+                spread(items)
                 return set(items) if tag == "set" else frozenset(items)
             except TypeError as exc:
                 raise ValueError(f"unhashable set member: {exc}") from None
         if tag == "dict":
-            out = {}
+            pairs = []
             for pair in v:
                 if type(pair) is not list or len(pair) != 2:
                     raise ValueError("malformed dict item")
-                try:
-                    out[dec(pair[0], depth + 1)] = dec(pair[1], depth + 1)
-                except TypeError as exc:
-                    raise ValueError(f"unhashable dict key: {exc}") from None
-            return out
-        if type(v) is str and tag == "int" and len(v) < 1_000_000:
-            return int(v, 16)
+                pairs.append((dec(pair[0], depth + 1), dec(pair[1], depth + 1)))
+            try:
+                spread([key for key, _ in pairs])
+                return dict(pairs)
+            except TypeError as exc:
+                raise ValueError(f"unhashable dict key: {exc}") from None
+        if type(v) is str and tag == "int":
+            number = int(v, 16) if len(v) <= max_int_hex else None
+            if number is None or not -int_bound < number < int_bound:
+                raise ValueError(f"an int of more than {max_int_digits:,} decimal digits")
+            return number
         if type(v) is str and tag == "float" and v in ("nan", "inf", "-inf"):
             return float(v)
         if tag == "complex" and type(v) is list and len(v) == 2 and all(
@@ -208,6 +224,17 @@ def plain_decode(obj, on_digest=None):
         if type(v) is str and tag == "sha256" and on_digest is not None:
             return on_digest(v)
         raise ValueError(f"unknown value tag {tag!r}")
+
+    def spread(keys):
+        # Members whose hashes are equal cost a comparison with each other on every insert and
+        # look-up (ints that differ by multiples of 2**61 - 1 all hash alike): a set of n such
+        # members costs O(n**2) host time. A real set or dict has almost none; refuse more.
+        seen = {}
+        for key in keys:
+            h = hash(key)
+            seen[h] = seen.get(h, 0) + 1
+            if seen[h] > max_equal_hashes:
+                raise ValueError("a set or dict whose members share one hash value")
 
     try:
         return dec(obj, 0)
@@ -563,6 +590,15 @@ def find_payload(stdout: str, marker: str, max_chars: int | None = None) -> Any:
     return read_payload(stdout, marker, max_chars)[0]
 
 
+def safe_repr(value: Any, limit: int = 200) -> str:
+    """At most ``limit`` characters of ``repr(value)``; never raises (a value the host cannot
+    render is named by its type)."""
+    try:
+        return repr(value)[:limit]
+    except Exception:  # noqa: BLE001 - e.g. an int past the int-to-str digit limit
+        return f"<a {type(value).__name__} the host cannot render>"
+
+
 @dataclass(frozen=True)
 class CallResult:
     """One call's outcome: ``kind`` is ``ok`` (``value`` is the decoded result), ``error``
@@ -578,7 +614,7 @@ class CallResult:
 
     def describe(self) -> str:
         if self.kind == "ok":
-            return f"returned {self.value!r:.200}"
+            return f"returned {safe_repr(self.value, 200)}"
         if self.kind == "error":
             return f"raised {self.value}"
         return str(self.value)

@@ -64,9 +64,10 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pipelines.sandbox import cgroups
 from pipelines.sandbox.result import ISOLATION_BWRAP, ISOLATION_SUBPROCESS, Limits
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class JailSpec:
     uid: int | None = None
     extra_ro_binds: tuple[str, ...] = ()
     inode_mounts: tuple[str, str, str, str] | None = None
+    candidate_namespaces: bool = False
 
 
 def jail_env() -> dict[str, str]:
@@ -223,14 +225,24 @@ def _mount_points() -> tuple[str, str]:
     return points
 
 
-# Mount the two size- and inode-limited tmpfs dirs, then drop to the jail's uid and start
-# bubblewrap (exec: same pid, so --die-with-parent still watches the launching thread).
-_MOUNT_SCRIPT = ('"$1" -t tmpfs -o "$2" weft-tmp "$3" && "$1" -t tmpfs -o "$4" weft-shm "$5" '
+# Join the jail's control groups (the count, then each group's cgroup.procs), mount the two
+# size- and inode-limited tmpfs dirs, then drop to the jail's uid and start bubblewrap (exec:
+# same pid, so --die-with-parent still watches the launching thread).
+_MOUNT_SCRIPT = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; '
+                 'n=$((n - 1)); done; '
+                 '"$1" -t tmpfs -o "$2" weft-tmp "$3" && "$1" -t tmpfs -o "$4" weft-shm "$5" '
                  '&& shift 5 && exec "$@"')
 
 
-def _inode_prefix(spec: JailSpec, limits: Limits) -> list[str]:
-    """The command that makes the jail's private tmpfs mounts and drops privileges, or []."""
+def candidate_mounts(limits: Limits) -> str:
+    """The driver's argument for the tmpfs mounts each candidate of a runner gets:
+    '/tmp bytes,/tmp files,/dev/shm bytes,/dev/shm files'."""
+    return f"{limits.disk_mb * _MB},{limits.disk_files},{SHM_MB * _MB},{SHM_FILES}"
+
+
+def _inode_prefix(spec: JailSpec, limits: Limits, groups: tuple[str, ...] = ()) -> list[str]:
+    """The command that puts the jail in its control groups, makes its private tmpfs mounts and
+    drops privileges, or []."""
     if spec.inode_mounts is None or spec.uid is None:
         return []
     unshare, mount, setpriv, sh = spec.inode_mounts
@@ -238,18 +250,25 @@ def _inode_prefix(spec: JailSpec, limits: Limits) -> list[str]:
     owner = f"mode=0700,uid={spec.uid},gid={spec.uid},nosuid,nodev"
     tmp_opts = f"size={limits.disk_mb * _MB},nr_inodes={limits.disk_files},{owner}"
     shm_opts = f"size={SHM_MB * _MB},nr_inodes={SHM_FILES},{owner}"
+    joins = [str(len(groups))] + [os.path.join(group, "cgroup.procs") for group in groups]
     return [unshare, "--mount", "--propagation", "private", "--", sh, "-c", _MOUNT_SCRIPT, "sh",
-            mount, tmp_opts, tmp_dir, shm_opts, shm_dir,
+            *joins, mount, tmp_opts, tmp_dir, shm_opts, shm_dir,
             setpriv, f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--"]
 
 
-def bwrap_argv(spec: JailSpec, limits: Limits, *, as_pid_1: bool = True) -> list[str]:
+def bwrap_argv(spec: JailSpec, limits: Limits, *, as_pid_1: bool = True,
+               keep_admin: bool = False, groups: tuple[str, ...] = ()) -> list[str]:
     """The bubblewrap command line (without the command to run inside). With
-    ``spec.inode_mounts`` it starts with the host-side mount-and-drop prefix (run it as root)."""
+    ``spec.inode_mounts`` it starts with the host-side mount-and-drop prefix (run it as root).
+    ``keep_admin``: the jail's init keeps CAP_SYS_ADMIN in the jail's own user namespace (a
+    runner's driver, which gives each candidate namespaces of its own and drops it).
+    ``groups``: control-group folders the jail joins (see :mod:`pipelines.sandbox.cgroups`)."""
     assert spec.bwrap is not None
-    argv = _inode_prefix(spec, limits)
+    argv = _inode_prefix(spec, limits, groups)
     argv += [spec.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
              "--die-with-parent", "--new-session", "--clearenv"]
+    if keep_admin:
+        argv += ["--cap-add", "CAP_SYS_ADMIN"]
     for key, value in jail_env().items():
         argv += ["--setenv", key, value]
     for path in _RO_BINDS + _python_binds(spec.python) + spec.extra_ro_binds:
@@ -324,11 +343,13 @@ def python_argv(spec: JailSpec, driver_args: list[str]) -> tuple[list[str], tupl
 
 @dataclass
 class Launch:
-    """A started jail: the process, and the temp work dir to remove (fallback only)."""
+    """A started jail: the process, the temp work dir to remove (fallback only) and the jail's
+    control groups (removed when it ends)."""
 
     proc: subprocess.Popen
     workdir: str | None
     isolation: str
+    groups: tuple[str, ...] = ()
 
 
 def _drop_privileges_kwargs(spec: JailSpec) -> dict:
@@ -382,22 +403,29 @@ _LAUNCHER = _LauncherThread()
 
 
 def launch(spec: JailSpec, limits: Limits, driver_args: list[str], *, pass_fds: tuple[int, ...],
-           stdin, stdout, stderr, as_pid_1: bool = True, long_lived: bool = False) -> Launch:
+           stdin, stdout, stderr, as_pid_1: bool = True, long_lived: bool = False,
+           keep_admin: bool = False) -> Launch:
     """Start the driver in the jail (or in the fallback) with the given descriptors.
     ``long_lived`` jails (sessions, runners) are started from a thread that lives as long as
-    the process (see :class:`_LauncherThread`)."""
+    the process (see :class:`_LauncherThread`); ``keep_admin``: see :func:`bwrap_argv`."""
     if long_lived:
         return _LAUNCHER.call(lambda: launch(spec, limits, driver_args, pass_fds=pass_fds,
                                              stdin=stdin, stdout=stdout, stderr=stderr,
-                                             as_pid_1=as_pid_1))
+                                             as_pid_1=as_pid_1, keep_admin=keep_admin))
     priv = _drop_privileges_kwargs(spec)
     py_argv, py_fds = python_argv(spec, driver_args)
     pass_fds = tuple(pass_fds) + py_fds
     if spec.isolation == ISOLATION_BWRAP:
-        argv = bwrap_argv(spec, limits, as_pid_1=as_pid_1) + py_argv
-        proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env={},
-                                cwd="/", pass_fds=pass_fds, start_new_session=True, **priv)
-        return Launch(proc, None, ISOLATION_BWRAP)
+        groups = cgroups.create(limits.memory_mb, _host_tag()) if spec.inode_mounts else ()
+        argv = bwrap_argv(spec, limits, as_pid_1=as_pid_1, keep_admin=keep_admin,
+                          groups=groups) + py_argv
+        try:
+            proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env={},
+                                    cwd="/", pass_fds=pass_fds, start_new_session=True, **priv)
+        except BaseException:
+            cgroups.remove(groups)
+            raise
+        return Launch(proc, None, ISOLATION_BWRAP, groups)
     workdir = tempfile.mkdtemp(prefix="weft-sandbox-")
     if spec.uid is not None:
         os.chown(workdir, spec.uid, spec.uid)
@@ -494,6 +522,9 @@ def cleanup(launch_: Launch) -> None:
             pass
     if launch_.workdir:
         shutil.rmtree(launch_.workdir, ignore_errors=True)
+    if launch_.groups and launch_.proc.returncode is not None:
+        cgroups.remove(launch_.groups)
+        launch_.groups = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,10 +542,20 @@ def _check_python(python: str) -> None:
             "(apt-get install python3) or pass python=... to LocalSandbox")
 
 
-def _probe_bwrap(spec: JailSpec) -> str | None:
-    """Run ``python3 -c pass`` in the jail; None when it works, else what went wrong."""
-    argv = bwrap_argv(spec, Limits()) + [spec.python, *PYTHON_FLAGS, "-c",
-                                         "import sys; sys.stdout.write('ok')"]
+# What a runner's driver does for each candidate (new mount, IPC and pid namespaces, a tmpfs on
+# /tmp), tried once by the probe: ``ok`` when the jail allows it.
+_NAMESPACE_PROBE = ("import ctypes, sys; c = ctypes.CDLL(None); "
+                    "ok = c.unshare(0x28020000) == 0 and "
+                    "c.mount(b'weft', b'/tmp', b'tmpfs', 6, b'size=65536') == 0; "
+                    "sys.stdout.write('ok' if ok else 'no')")
+
+
+def _probe_bwrap(spec: JailSpec, keep_admin: bool = False) -> str | None:
+    """Run ``python3 -c pass`` in the jail (with ``keep_admin``: the per-candidate namespace
+    set-up a runner does); None when it works, else what went wrong."""
+    code = _NAMESPACE_PROBE if keep_admin else "import sys; sys.stdout.write('ok')"
+    argv = bwrap_argv(spec, Limits(), keep_admin=keep_admin) + [spec.python, *PYTHON_FLAGS,
+                                                                 "-c", code]
     try:
         done = subprocess.run(argv, capture_output=True, env={}, cwd="/", timeout=20,
                               start_new_session=True, check=False,
@@ -534,6 +575,21 @@ def _inode_tools(uid: int | None) -> tuple[str, str, str, str] | None:
         return None
     tools = tuple(shutil.which(name) for name in ("unshare", "mount", "setpriv", "sh"))
     return tools if all(tools) else None  # type: ignore[return-value]
+
+
+def _with_candidate_namespaces(spec: JailSpec) -> JailSpec:
+    """``spec`` with candidate namespaces when this host's bubblewrap lets a runner's jail keep
+    CAP_SYS_ADMIN in its own user namespace; else unchanged, with a warning (runners then kill
+    leftovers by pid and wipe the work dir instead, which a candidate can outlast)."""
+    problem = _probe_bwrap(spec, keep_admin=True)
+    if problem is None:
+        return replace(spec, candidate_namespaces=True)
+    message = (f"weft sandbox: per-candidate namespaces unavailable ({problem}); warm runners "
+               "kill leftovers by pid and wipe their work dir between candidates instead, which a "
+               "candidate can outlast, and SysV IPC objects persist across candidates")
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    log.warning(message)
+    return spec
 
 
 @functools.lru_cache(maxsize=16)
@@ -559,10 +615,11 @@ def resolve_spec(isolation: str = "auto", python: str = DEFAULT_PYTHON,
             spec = JailSpec(ISOLATION_BWRAP, python, bwrap, real_uid, extra_ro_binds, tools)
             problem = _probe_bwrap(spec)
             if problem is None:
-                return spec
+                return _with_candidate_namespaces(spec)
             if tools is not None:  # e.g. root without CAP_SYS_ADMIN in a container
                 plain = JailSpec(ISOLATION_BWRAP, python, bwrap, real_uid, extra_ro_binds)
                 if _probe_bwrap(plain) is None:
+                    plain = _with_candidate_namespaces(plain)
                     message = (f"weft sandbox: inode-limited tmpfs mounts failed ({problem}); "
                                "jails get bubblewrap's own tmpfs, whose file count is not "
                                "bounded by Limits.disk_files")

@@ -48,6 +48,7 @@ from pipelines.sandbox.jail import (
     DEFAULT_PYTHON,
     JailSpec,
     Launch,
+    candidate_mounts,
     cleanup,
     kill_jail,
     launch,
@@ -221,12 +222,17 @@ class _Kernel:
         self.err_r, err_w = os.pipe()
         kernel_limits = rlimit_spec(limits, cpu=False)
         jailed = "1" if spec.isolation == ISOLATION_BWRAP else "0"
+        # a runner in a jail that allows it gives each candidate its own namespaces and mounts
+        isolate = role == "runner" and spec.isolation == ISOLATION_BWRAP \
+            and spec.candidate_namespaces
+        mounts = candidate_mounts(limits) if isolate else ""
         devnull = os.open(os.devnull, os.O_RDONLY)
         try:
             self.child: Launch = launch(
-                spec, limits, ["serve", str(req_r), str(resp_w), kernel_limits, jailed, role],
+                spec, limits,
+                ["serve", str(req_r), str(resp_w), kernel_limits, jailed, role, mounts],
                 pass_fds=(req_r, resp_w), stdin=devnull, stdout=out_w, stderr=err_w,
-                long_lived=True)
+                long_lived=True, keep_admin=isolate)
         except BaseException:
             close_all(req_r, resp_w, out_w, err_w, devnull, self.req_w, self.resp_r,
                        self.out_r, self.err_r)
@@ -244,6 +250,7 @@ class _Kernel:
             text = self.err.take()[0].strip()
             self.kill()
             raise SandboxError(f"sandbox kernel did not start ({state}): {text[:2000]}")
+        self.isolated = bool(reply.get("isolated"))
         self.out.take()
         self.err.take()
 

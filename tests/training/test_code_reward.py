@@ -63,6 +63,20 @@ CASES = [  # (name, completion, expected reward)
      "import os\ndef sum_multiples_of_3(nums):\n    return os.system('echo pwned')\n", 0.0),
     ("memory bomb", "def sum_multiples_of_3(nums):\n    x = [0] * (10 ** 10)\n    return 0\n",
      0.0),
+    # values the host cannot render or compare cheaply are failed items, never unscorable
+    ("an int past the host's digit limit",
+     "def sum_multiples_of_3(nums):\n    return 10 ** 5000\n", 0.0),
+    ("a negative int past the host's digit limit",
+     "def sum_multiples_of_3(nums):\n    return -(7 ** 6000)\n", 0.0),
+    ("a set of ints that share one hash",
+     "def sum_multiples_of_3(nums):\n    return {i * (2 ** 61 - 1) for i in range(2000)}\n",
+     0.0),
+    ("dict keys that share one hash",
+     "def sum_multiples_of_3(nums):\n    return {float(2 ** (61 * k)): 0 for k in range(16)}\n",
+     0.0),
+    ("tuples that share one hash",
+     ("def sum_multiples_of_3(nums):\n"
+      "    return {(i * (2 ** 61 - 1), 0) for i in range(2000)}\n"), 0.0),
 ]
 
 
