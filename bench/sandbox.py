@@ -8,7 +8,9 @@
 - warm runner latency (one program through a fork-server worker), median.
 - HumanEval canonical solutions graded on a warm pool: programs per second, and the old
   in-process programs (solution + test in one process), interleaved round by round: on a pool
-  as the old path had it (no warm imports) and on the same pool as the grader. CPU seconds per
+  as the old path had it (no warm imports) and on the same pool as the grader; and the same
+  grader on runners whose candidates share their jail's namespaces (the cost of a mount, IPC
+  and pid namespace and a fresh /tmp per candidate). CPU seconds per
   program (the host process and the pool's jails, from /proc) are reported next to the wall
   figures, which a loaded machine distorts (each wake-up waits for a core).
 - host memory while grading a candidate that prints 64 MiB (tracemalloc peak, peak-RSS growth).
@@ -134,22 +136,28 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
     candidates = [p["canonical_solution"] for p in problems]
     limits = Limits(timeout_s=10)
     jobs = [RunJob(_in_process_program(p), limits=limits) for p in problems]
-    runs: dict[str, list[tuple[float, float]]] = {"graded": [], "old": [], "same_pool": []}
+    runs: dict[str, list[tuple[float, float]]] = {
+        "graded": [], "old": [], "same_pool": [], "shared_ns": []}
+    shared_box = LocalSandbox(isolation="bwrap", candidate_namespaces=False)
     with SandboxPool(LocalSandbox(isolation="bwrap"), workers=workers) as pool, \
             SandboxPool(LocalSandbox(isolation="bwrap"), workers=workers,
-                        warm_imports=()) as old_pool:
-        pool.warm_up()
-        old_pool.warm_up()
+                        warm_imports=()) as old_pool, \
+            SandboxPool(shared_box, workers=workers) as shared_pool:
+        for warm in (pool, old_pool, shared_pool):
+            warm.warm_up()
         results = grade_code_many(candidates, problems, pool=pool)  # records every task once
+        shared = grade_code_many(candidates, problems, pool=shared_pool)
         pool.run_many(jobs[:8])
         old_pool.run_many(jobs[:8])
         steps = {"graded": lambda: results.__setitem__(
                      slice(None), grade_code_many(candidates, problems, pool=pool)),
                  "old": lambda: old_pool.run_many(jobs),
-                 "same_pool": lambda: pool.run_many(jobs)}
+                 "same_pool": lambda: pool.run_many(jobs),
+                 "shared_ns": lambda: shared.__setitem__(
+                     slice(None), grade_code_many(candidates, problems, pool=shared_pool))}
         order = list(steps)
         for r in range(rounds):
-            for name in order[r % 3:] + order[:r % 3]:
+            for name in order[r % len(order):] + order[:r % len(order)]:
                 runs[name].append(_timed_cpu(steps[name]))
         old = old_pool.run_many(jobs)
     best = {name: min(w for w, _ in done) for name, done in runs.items()}
@@ -169,6 +177,12 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
             "humaneval_in_process_cpu_ms_per_program": cpu_ms["old"],
             "humaneval_in_process_same_pool_cpu_ms_per_program": cpu_ms["same_pool"],
             "humaneval_cpu_ratio_vs_in_process": round(cpu_ms["graded"] / cpu_ms["old"], 2),
+            # the same grader on runners whose candidates share the jail's namespaces (killed by
+            # pid, work dir wiped): what a mount, IPC and pid namespace per candidate costs
+            "humaneval_shared_ns_programs_per_s": round(len(shared) / best["shared_ns"], 1),
+            "humaneval_shared_ns_passed": sum(r.passed for r in shared),
+            "humaneval_ratio_vs_shared_ns": round(best["graded"] / best["shared_ns"], 2),
+            "humaneval_shared_ns_cpu_ms_per_program": cpu_ms["shared_ns"],
             "humaneval_workers": workers, "humaneval_rounds": rounds}
 
 

@@ -17,13 +17,17 @@ Modes:
   ROLE ``session`` runs cells in one persistent namespace (a trailing expression's ``repr``
   is returned as the value, like a notebook; inside the jail, processes a cell started are
   killed when it ends; after a timed-out cell the reply says how many threads are still
-  running, ``threads_left``, and the host then replaces the kernel). ROLE ``runner`` forks a
-  fresh child per program from this pristine process (a warm "fork server"), enforces the
-  wall-clock limit, kills every leftover process and wipes the work dir before answering. The
+  running, ``threads_left``, and the host then replaces the kernel). ROLE ``runner`` (a warm
+  "fork server") first forks a *template* that never reads a request, then serves: each
+  program is forked from the template (through a middle process that, in the jail, unshares
+  the mount, IPC and pid namespaces; optional argument MOUNTS gives the sizes of the fresh
+  ``/tmp`` and ``/dev/shm`` each candidate mounts before dropping every capability), so no
+  program inherits a byte of an earlier one's code, input, output or results, and its init's
+  end ends everything it left. This driver enforces the wall-clock limit and answers. The
   child is forked before its request is read and gets its code over a pipe and its stdin in a
   memfd, so the request's stdin (a grader's secret nonce) is never in the program's memory.
   A ``preload`` request (from the host, before any program: trusted code such as the
-  grader's relay module) is executed once in the runner as a module of the given name, and
+  grader's relay module) is executed once in the template as a module of the given name, and
   every program forked after it finds that module in ``sys.modules`` already loaded.
   A spawn request with ``relay`` runs a candidate function for the grader with this driver as
   its trusted parent (the role the relay program's own parent plays elsewhere, see

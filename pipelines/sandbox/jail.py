@@ -32,10 +32,18 @@ does NOT hide the filesystem or the network, does not bound the work dir at all,
 process that calls ``setsid`` can outlive the run; it is used only where the caller asks for it
 (``isolation="subprocess"``, or ``allow_unjailed=True`` with ``auto``), with a loud warning.
 
+Control groups (root hosts with usable controllers, see :mod:`pipelines.sandbox.cgroups`):
+every jail joins a group of its own from the root mount helper before bubblewrap starts, with a
+quota of one CPU and one memory cap for all its processes, files and shared memory. A runner's
+jail keeps CAP_SYS_ADMIN inside its own user namespace (``--cap-add``; never on the host) so
+its driver can give each candidate mount, IPC and pid namespaces of its own (see ``_driver``).
+
 Not guaranteed: anything against kernel exploits (no seccomp filter is installed); the file
-count of ``/tmp`` when the host is not root, or cannot mount (then bubblewrap's own tmpfs is
-used, with a warning); host memory used through channels other than files: memfds and SysV
-shared memory are bounded only by the file-size, open-files and process rlimits.
+count of ``/tmp`` of sessions and one-shot runs when the host is not root, or cannot mount
+(then bubblewrap's own tmpfs is used, with a warning); a CPU quota and a memory cap per jail
+where the host gives no control groups (then memfds and SysV shared memory are bounded only by
+the file-size, open-files and process rlimits, and a neighbour can slow a program past its
+wall-clock limit).
 
 Reaping: every process weft starts is waited for by weft. A jail is killed from the inside out
 (its init first, so bubblewrap reaps it, then bubblewrap), because killing bubblewrap first

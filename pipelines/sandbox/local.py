@@ -10,8 +10,9 @@ fallback (see :mod:`pipelines.sandbox.jail`).
   a kernel whose timed-out cell left threads running (they would keep burning CPU between
   cells). :meth:`LocalSession.execute` never raises for what a cell does.
 - :meth:`LocalSandbox.runner` starts one jail holding a fork server: each :meth:`Runner.run`
-  forks a fresh process from a pristine interpreter (a few ms) and, afterwards, kills every
-  leftover process of the jail and wipes its work dir.
+  forks a fresh process from a template interpreter that has never read a request (a few ms),
+  in mount, IPC and pid namespaces of its own with a fresh ``/tmp`` and ``/dev/shm``; when it
+  ends, the kernel ends everything it left and discards its mounts and IPC objects.
   :class:`~pipelines.sandbox.pool.SandboxPool` keeps several runners warm.
 
 Every request to a kernel carries a fresh random nonce; a reply must be exactly one well-formed
@@ -42,6 +43,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Self
 
 from pipelines.sandbox.jail import (
@@ -101,23 +103,30 @@ class LocalSandbox:
     ``uid``: the unprivileged user to run as when root (-1: 65534 when root, else yourself).
     ``allow_unjailed``: with ``isolation="auto"``, accept the plain-subprocess fallback where
     bubblewrap cannot run (default: refuse with :class:`SandboxUnavailable`, which says how to
-    install it). The choice is made on first use (a probe of ~20 ms, cached per process) and
+    install it). ``candidate_namespaces=False``: warm runners run every candidate in the
+    namespaces of their jail (leftovers killed by pid, the work dir wiped) instead of giving
+    each its own; weaker (a candidate can outlast the wipe; SysV IPC persists), for comparison. The choice is made on first use (a probe of ~20 ms, cached per process) and
     recorded in every result's ``isolation``.
     """
 
     def __init__(self, limits: Limits | None = None, *, isolation: str = "auto",
                  python: str = DEFAULT_PYTHON, uid: int | None = -1,
-                 extra_ro_binds: tuple[str, ...] = (), allow_unjailed: bool = False) -> None:
+                 extra_ro_binds: tuple[str, ...] = (), allow_unjailed: bool = False,
+                 candidate_namespaces: bool = True) -> None:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
         self.limits = limits or Limits()
         self._options = (isolation, python, uid, tuple(extra_ro_binds), bool(allow_unjailed))
+        self._namespaces = bool(candidate_namespaces)
         self._spec: JailSpec | None = None
 
     @property
     def spec(self) -> JailSpec:
         if self._spec is None:
-            self._spec = resolve_spec(*self._options)
+            spec = resolve_spec(*self._options)
+            if not self._namespaces:
+                spec = replace(spec, candidate_namespaces=False)
+            self._spec = spec
         return self._spec
 
     @property
@@ -531,9 +540,11 @@ def limits_fit(own: Limits, limits: Limits) -> bool:
 class Runner:
     """A warm fork server in its own jail: fast stateless runs, one at a time.
 
-    Each program runs in a freshly forked process with its own rlimits and ``__main__``; after
-    it, every process left in the jail is killed and the work dir is wiped, so programs do not
-    see each other. ``fits(limits)`` says whether a run's limits are within the jail's own.
+    Each program runs in a freshly forked process with its own rlimits and ``__main__``,
+    forked from a template that never saw another program, in namespaces of its own (mount,
+    IPC, pid) with a fresh ``/tmp`` and ``/dev/shm``, all discarded when it ends, so programs
+    do not see each other (where the jail cannot give a candidate namespaces, leftovers are
+    killed by pid and the work dir is wiped instead). ``fits(limits)`` says whether a run's limits are within the jail's own.
 
     ``preload`` maps module names to source the fork server executes once, before it forks
     any program (and again after each restart): trusted code only (it runs in the pristine
