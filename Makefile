@@ -67,7 +67,7 @@ setup: $(SYS_STAMP) $(STAMP)
 	$(PY) -m pipelines.models convert
 
 demo: setup
-	$(PY) -m assets.demo
+	$(PY) -m cli.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -100,7 +100,7 @@ test-all: setup
 # refuses to start when UI_PORT is taken (e.g. by an earlier `make ui`), instead of running a
 # second daemon beside the first
 ui: setup
-	$(PY) -m assets.instance ui --host 127.0.0.1 --port $(UI_PORT)
+	$(PY) -m cli.instance ui --host 127.0.0.1 --port $(UI_PORT)
 
 bench: setup
 	@for f in bench/*.py; do [ "$$f" = bench/gpu_smoke.py ] && continue; \

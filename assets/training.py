@@ -20,7 +20,7 @@ metadata. A GRPO asset starts from the checkpoint of its parent's latest materia
 ``train_metrics`` and ``checkpoints`` are written by the script itself.
 
 ``make demo`` trains ``sft_checkpoint`` → ``grpo_checkpoint`` with its CPU recipes (minutes on a
-laptop) as one run of the code location's asset job (``assets.demo``).
+laptop) as one run of the code location's asset job (``cli.demo``).
 """
 
 

@@ -52,8 +52,10 @@ def weft_command(root: Path = ROOT) -> list[str]:
     weft = Path(sys.executable).with_name("weft")
     if root == ROOT and weft.exists():
         return [str(weft)]
+    # checkouts from before the command moved out of the code location have assets/instance.py
+    module = "cli.instance" if (root / "cli" / "instance.py").is_file() else "assets.instance"
     code = (f"import sys; sys.path.insert(0, {str(root)!r}); "
-            "from assets.instance import main; sys.exit(main())")
+            f"from {module} import main; sys.exit(main())")
     return [sys.executable, "-c", code]
 
 
@@ -148,9 +150,9 @@ def compare_cached(baseline: Path, args: argparse.Namespace, env: dict[str, str]
                    partition: str, config: dict) -> int:
     """Fully cached re-runs of this checkout and of ``baseline``, alternated, after one run
     that fills the cache; one JSON line per run and a summary with the ratio of the medians."""
-    if not (baseline / "assets" / "instance.py").is_file():
+    if not any((baseline / folder / "instance.py").is_file() for folder in ("cli", "assets")):
         raise SystemExit(f"--baseline-root {baseline} is not a weft checkout (no "
-                         "assets/instance.py); e.g. `git worktree add /tmp/base HEAD~4`")
+                         "cli/instance.py); e.g. `git worktree add /tmp/base HEAD~4`")
     command = ["job", "eval_job", "--partition", partition, "--config-json", json.dumps(config)]
     run_weft(command, env)  # fills the cache
     walls: dict[str, list[float]] = {"current": [], "baseline": []}

@@ -5,7 +5,7 @@ Three pieces, all plain ``logging`` (no Dagster here):
 
 - ``WEFT_LOGGERS`` names weft's top-level loggers. Inside Dagster runs they reach the run log
   because the instance's ``dagster.yaml`` lists them under ``python_logs.managed_python_loggers``
-  (``assets.instance.ensure_dagster_home`` writes that); scripts call ``log_to_stderr`` instead.
+  (``cli.instance.ensure_dagster_home`` writes that); scripts call ``log_to_stderr`` instead.
 - ``gather_with_progress`` is ``asyncio.gather`` with progress lines (done/total, failures,
   items/s, completion tokens/s, ETA) every 10 % and at least every ``log_every_s`` seconds,
   also while nothing finishes (``pipelines.llm.batch.Progress`` formats and paces them).

@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _no_leaked_dagster_home():
-    """``assets.instance.ensure_dagster_home`` (run by the demo, ``weft`` and some tests) sets
+    """``cli.instance.ensure_dagster_home`` (run by the demo, ``weft`` and some tests) sets
     ``DAGSTER_HOME`` process-wide; restore it after every test so a later test never opens the
     instance of a temp directory that is gone."""
     before = os.environ.get("DAGSTER_HOME")

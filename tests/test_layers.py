@@ -1,6 +1,6 @@
 """The layer rules of the architecture (docs/architecture.md), checked over every import in the code.
 
-Every ``.py`` file in pipelines/, training/, eval/, warehouse/ and assets/ is parsed with
+Every ``.py`` file in pipelines/, training/, eval/, warehouse/, assets/ and cli/ is parsed with
 ``ast``; every ``import`` statement counts, wherever it is (module level, inside a function,
 under ``if TYPE_CHECKING``), because a lazy import is still a dependency. So do calls that
 import by name: ``importlib.import_module(...)`` (or ``import_module`` imported from
@@ -10,8 +10,10 @@ or the importing module) or from a module-level string constant; a name computed
 cannot be read, so such a call must be declared in :data:`DYNAMIC_IMPORTS` with the modules
 it can reach, and those edges are checked like any other. Forbidden edges:
 
-- ``pipelines``, ``training``, ``eval``, ``warehouse`` never import ``dagster`` or ``assets``
-  (``dagster_pipes``, a separate dependency-free package, is allowed);
+- ``pipelines``, ``training``, ``eval``, ``warehouse`` never import ``dagster``, ``assets`` or
+  ``cli`` (``dagster_pipes``, a separate dependency-free package, is allowed);
+- ``assets`` (the Dagster code location) never imports ``cli`` (the ``weft`` command, the
+  launcher, the console and the demo, which import the code location);
 - ``warehouse`` imports no stage (``pipelines``, ``training``, ``eval``);
 - ``pipelines`` imports neither ``training`` nor ``eval``;
 - ``eval`` imports no ``training``;
@@ -32,16 +34,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("pipelines", "training", "eval", "warehouse", "assets")
+LAYERS = ("pipelines", "training", "eval", "warehouse", "assets", "cli")
 # Modules every layer may import: settings and small text helpers, no stage logic.
 BASE_MODULES = ("pipelines.settings", "pipelines.text")
 # layer -> top-level packages it must not import
 FORBIDDEN = {
-    "pipelines": ("dagster", "assets", "training", "eval"),
-    "training": ("dagster", "assets"),
-    "eval": ("dagster", "assets", "training"),
-    "warehouse": ("dagster", "assets", "pipelines", "training", "eval"),
-    "assets": (),
+    "pipelines": ("dagster", "assets", "cli", "training", "eval"),
+    "training": ("dagster", "assets", "cli"),
+    "eval": ("dagster", "assets", "cli", "training"),
+    "warehouse": ("dagster", "assets", "cli", "pipelines", "training", "eval"),
+    "assets": ("cli",),  # the code location holds definitions only; the programs import it
+    "cli": (),
 }
 # (importer, imported): forbidden module pairs, whatever the layers say.
 FORBIDDEN_PAIRS = (("eval.graders", "eval.grading_pool"),)

@@ -37,7 +37,7 @@ The claim's four parts, each one ``claims`` row, paired by held-out problem:
 The CPU task (``heldout_arith`` > 0): the start is the demo's SFT checkpoint (recipe
 ``demo_sft``: format SFT on built-in two-digit arithmetic), the arms train on ``demo_grpo``'s
 prompts (``builtin:arith1``), and the held-out problems are one-digit problems neither recipe
-trains on (``assets.demo.heldout_arith``), prompted with the training prompt's instruction
+trains on (``training.heldout.heldout_arith``), prompted with the training prompt's instruction
 (the boxed-answer instruction, then the problem, in the one user turn an evaluation sends).
 The SFT data's solutions read ``We compute $a + b = v$.`` blank line ``The answer is
 $\\boxed{v}$.``: two reasoning steps, so the alternate schedule (a handoff at every blank
@@ -396,7 +396,7 @@ def heldout_sets(config: TandemClaimConfig, arm_args: list[str]
     """[(benchmark, problem rows)]: the held-out arithmetic (problems of the start's recipe and
     of the arms' recipe left out) or each of ``benchmarks``."""
     if config.heldout_arith > 0:
-        from assets.demo import heldout_arith, training_problems
+        from training.heldout import heldout_arith, training_problems
 
         seen = training_problems([(config.recipe, arm_args)]
                                  + ([(config.start_recipe, [])] if config.start_recipe else []))

@@ -218,10 +218,10 @@ class DuetClaimConfig(ResultConfig):
 
 
 def heldout_arith_accuracy(config: DuetClaimConfig, wh: Any):
-    """``accuracy(arm row)`` on held-out one-digit arithmetic (``assets.demo``'s held-out set
+    """``accuracy(arm row)`` on held-out one-digit arithmetic (``training.heldout``'s held-out set
     and sampler: avg@k at temperature 1.0, 32 new tokens, the boxed grader), the problems of
     the demo's SFT and of the sweep's recipe (its dataset limit and seed) left out."""
-    from assets.demo import (
+    from training.heldout import (
         DEMO_SFT_RECIPE,
         HELDOUT_MAX_TOKENS,
         HELDOUT_TEMPERATURE,

@@ -2,7 +2,7 @@
 the run's own process, a run with another step keeps one process per step, scores are computed
 once per evaluation, and one grading pool serves every step of a run.
 
-Runs are created and executed through ``assets.launch.Launcher`` (what ``weft job`` runs) on a
+Runs are created and executed through ``cli.launch.Launcher`` (what ``weft job`` runs) on a
 persistent test instance, against a fake OpenAI-compatible server whose answers are right
 exactly for the problems with an even gold answer."""
 
@@ -16,8 +16,8 @@ import pytest
 
 from assets import evaluation, schedules
 from assets.execution import IN_PROCESS, AutoExecutor, light_step, weft_executor
-from assets.launch import Launcher
 from assets.resources import GraderResource
+from cli.launch import Launcher
 from pipelines.llm.testing import FakeLLMServer
 from warehouse import Warehouse
 
@@ -192,7 +192,7 @@ def test_the_demos_run_config_is_valid_for_the_jobs_it_launches(job):
     """The demo pins every stage in process through the executor's config; each job the demo
     launches must accept that config (a job with an executor of its own rejected it)."""
     from assets.definitions import defs
-    from assets.demo import demo_run_config
+    from cli.demo import demo_run_config
 
     job_def = defs.resolve_job_def(job)
     execution = dg.validate_run_config(job_def, demo_run_config())["execution"]

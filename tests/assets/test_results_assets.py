@@ -175,14 +175,14 @@ def test_weft_job_runs_a_claim_job_from_the_shell_with_json_config(weft_home):
 
     config = json.dumps({"scale": "cpu", "ops": {"ep_patrol_claim": {"config": {
         **TINY, "train_episodes": 40, "eval_episodes": 10}}}})
-    done = subprocess.run([sys.executable, "-m", "assets.instance", "job", "ep_patrol_claim_job",
+    done = subprocess.run([sys.executable, "-m", "cli.instance", "job", "ep_patrol_claim_job",
                            "--config-json", config], check=False, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = Warehouse().sql("SELECT section, scale FROM claims ORDER BY section").to_pylist()
     assert [r["section"] for r in rows] == sorted(
         ["Table 2a (module level)", "Table 2b (state level, depth 2)",
          "Table 2b (state level, depth 3)"])
-    bad = subprocess.run([sys.executable, "-m", "assets.instance", "job", "ep_patrol_claim_job",
+    bad = subprocess.run([sys.executable, "-m", "cli.instance", "job", "ep_patrol_claim_job",
                           "--config-json", "{scale: cpu"], check=False, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "not valid JSON" in bad.stderr

@@ -121,7 +121,7 @@ def test_a_failed_run_records_its_calls_and_a_failed_runs_row(eval_env):
 
 
 def test_dagster_home_has_run_monitoring(tmp_path, monkeypatch):
-    from assets.demo import ensure_dagster_home
+    from cli.demo import ensure_dagster_home
 
     home = tmp_path / "dagster_home"
     home.mkdir()

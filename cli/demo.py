@@ -19,7 +19,7 @@ thread (:func:`training_threads`); ``--train-only`` runs just this part.
 The last lines say whether the trained model is measurably better than the base model, and
 whether GRPO itself added anything over its SFT start; neither is assumed.
 
-What it prints (:mod:`assets.console`): the terminal gets the demo's own lines only: each stage
+What it prints (:mod:`cli.console`): the terminal gets the demo's own lines only: each stage
 as it starts and what it produced (problems per source, each model's scores, what the base
 model's GSM8K answers state and why they score what they do, one line per finished training
 step, the held-out comparison, where to look). Everything else (Dagster's event lines, the
@@ -44,29 +44,33 @@ from typing import Any
 
 import dagster as dg
 
-from assets import console
-from assets.console import say, stage
+from cli import console
+from cli.console import say, stage
 
-# DAGSTER_HOME preparation lives in assets.instance (shared with `make ui` and `weft`)
-from assets.instance import (  # noqa: F401 - re-exported for callers of assets.demo
+# DAGSTER_HOME preparation lives in cli.instance (shared with `make ui` and `weft`)
+from cli.instance import (  # noqa: F401 - re-exported for callers of cli.demo
     ENV_MAX_RUN_SECONDS,
     ensure_dagster_home,
     run_monitoring_settings,
 )
 from pipelines.settings import data_dir, weft_home
+from training.heldout import (
+    DEMO_SFT_RECIPE,
+    HELDOUT_MAX_TOKENS,
+    HELDOUT_TEMPERATURE,
+    heldout_arith,
+    sample_scores,
+    training_problems,
+)
 
 DEMO_BENCHMARKS = ("gsm8k", "math500")
-DEMO_SFT_RECIPE = "demo_sft"
 CHECKPOINT_BENCHMARK = "gsm8k"  # where the trained checkpoints are evaluated like the base model
 LEADERBOARD_SQL = ("SELECT benchmark, model, metric, k, round(value, 3) AS value, "
                    "round(ci_low, 3) AS ci_low, round(ci_high, 3) AS ci_high, n_problems "
                    "FROM latest_scores WHERE benchmark = 'gsm8k' ORDER BY value DESC, model")
 DEMO_GRPO_RECIPE = "demo_grpo"
-HELDOUT_SEED = 1
 HELDOUT_PROBLEMS = 48
 HELDOUT_K = 2
-HELDOUT_TEMPERATURE = 1.0  # the GRPO sampling temperature: the score GRPO's reward estimates
-HELDOUT_MAX_TOKENS = 32  # = demo_grpo's max_completion_length
 
 
 ENV_THREADS = "WEFT_DEMO_THREADS"
@@ -154,7 +158,7 @@ def step_summary(line: str) -> str | None:
 
 
 def follow_log(line: str) -> None:
-    """The demo's :class:`assets.console.Console` follower: one short terminal line per
+    """The demo's :class:`cli.console.Console` follower: one short terminal line per
     finished training step."""
     summary = step_summary(line)
     if summary is not None:
@@ -333,85 +337,6 @@ class LearningCheck:
         return self.trained_vs_base.ci_low > 0.0
 
 
-def problem_text(row: dict[str, Any]) -> str:
-    """The problem of a training row: its ``problem`` column, or the last user message of its
-    ``prompt`` (SFT rows)."""
-    if "problem" in row:
-        return str(row["problem"])
-    from training.data import as_messages
-
-    prompt = as_messages(row["prompt"], "prompt")
-    if isinstance(prompt, str):
-        return prompt
-    return [m["content"] for m in prompt if m["role"] == "user"][-1]
-
-
-def training_problems(runs: list[tuple[str, list[str]]]) -> set[str]:
-    """Every problem text the (recipe, overrides) runs train on (read through their dataset
-    specs)."""
-    from training.config import load_config
-    from training.data import load_dataset
-
-    seen: set[str] = set()
-    for recipe, overrides in runs:
-        config = load_config(recipe, overrides)
-        data = load_dataset(config.dataset, fallback=config.dataset_fallback,
-                            limit=config.dataset_limit, seed=config.seed)
-        seen.update(problem_text(r) for r in data.rows)
-    return seen
-
-
-def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] | frozenset[str] = frozenset()
-                  ) -> list[dict]:
-    """``n`` one-digit problems (``training.data.builtin_arith1``, all 207 in the order of
-    ``seed``) whose text is not in ``exclude`` (the training problems)."""
-    from training.data import ARITH1_SIZE, builtin_arith1
-
-    if n < 2:
-        raise ValueError(f"held-out problems: need at least 2 for a paired test, got {n}")
-    rows = [r for r in builtin_arith1(ARITH1_SIZE, seed) if r["problem"] not in exclude]
-    if len(rows) < n:
-        raise ValueError(f"only {len(rows)} one-digit problems are left after excluding the "
-                         f"{len(exclude)} training problems; ask for at most {len(rows)}")
-    return rows[:n]
-
-
-def sample_scores(model_path: str, rows: list[dict], *, k: int, temperature: float,
-                  max_new_tokens: int, seed: int = 0, batch_size: int = 32,
-                  threads: int = 1) -> dict[str, float]:
-    """avg@k per problem: ``k`` sampled completions per problem from the model at
-    ``model_path`` (transformers, CPU, the boxed-format prompt GRPO trains on), each graded by
-    ``training.rewards.is_correct`` (the reward's grader). Deterministic for a given seed."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.data import grpo_examples
-    from training.rewards import is_correct
-
-    torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    prompts = [tokenizer.apply_chat_template(e["prompt"], tokenize=False,
-                                             add_generation_prompt=True)
-               for e in grpo_examples(rows, "boxed")]
-    torch.manual_seed(seed)
-    scores: dict[str, float] = {}
-    for start in range(0, len(rows), batch_size):
-        batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
-                          add_special_tokens=False)
-        with torch.inference_mode():
-            out = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0,
-                                 top_k=0, max_new_tokens=max_new_tokens, num_return_sequences=k,
-                                 pad_token_id=tokenizer.pad_token_id)
-        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:],
-                                       skip_special_tokens=True)
-        for i, row in enumerate(rows[start:start + batch_size]):
-            right = sum(is_correct(t, row["answer"], "boxed") for t in texts[i * k:(i + 1) * k])
-            scores[row["problem_id"]] = right / k
-    return scores
-
-
 def learning_check(base: str, sft: str, trained: str, rows: list[dict], *, k: int,
                    temperature: float, max_new_tokens: int, threads: int = 1) -> LearningCheck:
     """Score the base, SFT and trained models on the same held-out rows and compare them with
@@ -485,7 +410,7 @@ def demo_run_config(ops: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def demo_stage_run(launcher: Any, tag: str, job: str | None = None, **kwargs: Any) -> bool:
     """One stage of the demo as a run of a job of weft's code location, created and executed by
-    ``launcher`` (an ``assets.launch.Launcher``), so the UI can re-execute it; tagged
+    ``launcher`` (an ``cli.launch.Launcher``), so the UI can re-execute it; tagged
     ``weft/demo=<tag>``. True when the run succeeded; otherwise says which run to look at."""
     run = launcher.launch(job, tags={"weft/demo": tag}, **kwargs)
     if run.status == dg.DagsterRunStatus.SUCCESS:
@@ -509,7 +434,7 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
     ``demo_grpo``, as the recipes stand, with ``torch_threads`` from
     :func:`training_threads`), then the base, SFT and trained models on held-out one-digit
     problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
-    from assets.launch import Launcher
+    from cli.launch import Launcher
     from training.run import resolve_model
 
     stages = stages if stages is not None else {}
@@ -615,7 +540,7 @@ def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_
 def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True,
         heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
         threads: int | None = None) -> int:
-    from assets.launch import Launcher
+    from cli.launch import Launcher
     from pipelines.models import EMBEDDED_SERVED_NAME
     from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
     from warehouse import Warehouse
@@ -714,7 +639,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assets.demo")
+    parser = argparse.ArgumentParser(prog="python -m cli.demo")
     parser.add_argument("--limit", type=int, default=12)
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=384)

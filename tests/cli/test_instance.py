@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from assets.instance import (
+from cli.instance import (
     WeftUsageError,
     add_model_partition,
     ensure_dagster_home,
@@ -112,7 +112,7 @@ def test_busy_port_is_detected_and_explained(capsys):
 
 
 def _weft(args, env):
-    return subprocess.run([sys.executable, "-m", "assets.instance", *args], check=False, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli.instance", *args], check=False, cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -171,7 +171,7 @@ def test_stopping_weft_cancels_the_run_keeps_its_record_and_stops_dagster(weft_h
     env["WEFT_HOME"] = str(weft_home)
     # a long grace: weft must return as soon as the interrupted run has ended, not wait it out
     env["WEFT_STOP_GRACE_S"] = "900"
-    proc = subprocess.Popen([sys.executable, "-m", "assets.instance", "job",
+    proc = subprocess.Popen([sys.executable, "-m", "cli.instance", "job",
                              "ep_deliberation_claim_job", "--config-json",
                              json.dumps({"scale": "cpu"})], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -250,7 +250,7 @@ def test_materialize_checks_every_partitioned_assets_key(dagster_home, capsys, s
 
 def test_partition_check_accepts_valid_keys_and_reads_dynamic_ones_from_the_instance(
         dagster_home):
-    from assets.instance import check_partition
+    from cli.instance import check_partition
 
     assert check_partition("ep_episodes", "kitchen.reflexpatch") is None
     assert check_partition("mosaic_trajectories", "reasoning_gym") is None
@@ -286,7 +286,7 @@ def test_weft_ui_serves_and_a_second_one_refuses(weft_home):
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     env["WEFT_HOME"] = str(weft_home)
-    first = subprocess.Popen([sys.executable, "-m", "assets.instance", "ui", "--port", str(port)],
+    first = subprocess.Popen([sys.executable, "-m", "cli.instance", "ui", "--port", str(port)],
                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, up = time.monotonic() + 240, False
@@ -312,7 +312,7 @@ def test_weft_ui_serves_and_a_second_one_refuses(weft_home):
 def test_run_config_merges_files_then_json_and_explains_bad_input(tmp_path):
     import argparse
 
-    from assets.instance import run_config_of
+    from cli.instance import run_config_of
 
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     first.write_text("ops:\n  problems:\n    config: {limit: 3, prefer: hub}\nexecution: {}\n")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from assets.demo import (
+from cli.demo import (
     DEMO_GRPO_RECIPE,
     DEMO_SFT_RECIPE,
     LearningCheck,
@@ -63,7 +63,7 @@ def test_demo_grpo_recipe_alone_trains_on_one_digit_problems_and_heldout_ones_ar
 
 
 def test_training_threads_use_every_core_only_when_they_are_idle(monkeypatch):
-    from assets.demo import ENV_THREADS, idle_cores, training_threads
+    from cli.demo import ENV_THREADS, idle_cores, training_threads
 
     monkeypatch.delenv(ENV_THREADS, raising=False)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
@@ -92,7 +92,7 @@ def test_training_threads_use_every_core_only_when_they_are_idle(monkeypatch):
     (["--heldout", "1"], "--heldout needs at least 2 problems"),
 ])
 def test_demo_refuses_contradictory_options(argv, message, capsys):
-    from assets.demo import main
+    from cli.demo import main
 
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -156,7 +156,7 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
 
 
 def test_heldout_comparison_lands_in_the_claims_table(weft_home):
-    from assets.demo import HELDOUT_EXPERIMENT, heldout_claims, record_heldout_claims
+    from cli.demo import HELDOUT_EXPERIMENT, heldout_claims, record_heldout_claims
     from eval.claims import claim_history, latest_claims
     from warehouse import Warehouse
 

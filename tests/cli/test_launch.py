@@ -1,9 +1,9 @@
-"""Runs made through ``assets.launch`` are re-executable by Dagster itself: they carry their
+"""Runs made through ``cli.launch`` are re-executable by Dagster itself: they carry their
 remote and code origins, and Dagster's GraphQL ``launchRunReexecution`` (what the UI's
 *Re-execute* button sends), run against a workspace loaded the way ``dagster dev -m MODULE``
 loads it (a real code server process), re-executes them; the same mutation fails for a run made
 by ``dg.materialize``. Also: what the launcher refuses before a run exists, and the demo's stage
-runs (through ``assets.demo.demo_stage_run``) on weft's own code location."""
+runs (through ``cli.demo.demo_stage_run``) on weft's own code location."""
 
 import time
 from pathlib import Path
@@ -14,12 +14,12 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import ModuleTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
 
-from assets.demo import demo_run_config, demo_stage_run
-from assets.instance import WeftUsageError
-from assets.launch import Launcher, deep_merge
+from cli.demo import demo_run_config, demo_stage_run
+from cli.instance import WeftUsageError
+from cli.launch import Launcher, deep_merge
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCATION = "tests.assets.launch_location"
+LOCATION = "tests.cli.launch_location"
 IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
 REEXECUTE = """
 mutation Reexecute($parentRunId: String!) {
@@ -115,7 +115,7 @@ def test_launched_runs_are_reexecuted_by_dagster_and_materialized_ones_are_not(i
 
 
 def _numbers_asset():
-    from tests.assets.launch_location import numbers
+    from tests.cli.launch_location import numbers
 
     return numbers
 
@@ -165,7 +165,7 @@ def test_a_failed_demo_stage_says_which_run_to_open(instance, launch_log, capsys
 
 def test_the_demos_stage_runs_come_from_weft_code_location_and_reexecute(instance,
                                                                          monkeypatch):
-    """The demo's ingest stage, as ``assets.demo.run`` starts it, on the built-in generator:
+    """The demo's ingest stage, as ``cli.demo.run`` starts it, on the built-in generator:
     a run of ``ingest_job`` of ``assets.definitions`` that Dagster's GraphQL re-executes."""
     monkeypatch.delenv("WEFT_ENV", raising=False)
     selection = ["reasoning_gym_problems", "problems"]
@@ -190,12 +190,12 @@ def test_the_demos_stage_runs_come_from_weft_code_location_and_reexecute(instanc
 
 
 def test_every_demo_stage_goes_through_the_launcher():
-    """Each stage of ``assets.demo`` (ingest, eval, report, train) starts its run with
+    """Each stage of ``cli.demo`` (ingest, eval, report, train) starts its run with
     ``demo_stage_run`` (a run of the code location's job); nothing in the demo starts one with
     ``materialize`` / ``execute_in_process`` (an ad-hoc job the UI cannot re-execute)."""
     import ast
 
-    tree = ast.parse((ROOT / "assets" / "demo.py").read_text())
+    tree = ast.parse((ROOT / "cli" / "demo.py").read_text())
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
     names = {ast.unparse(node.func).split(".")[-1] for node in calls}
     assert not names & {"materialize", "execute_in_process", "materialize_to_memory"}

@@ -1,7 +1,7 @@
 """The demo's terminal holds its own story; library output goes to the log file it names.
 
-The routing tests run a real process (a script under ``assets.console.run_logged``, as
-``python -m assets.demo`` does) whose work starts real child processes and, for the failing
+The routing tests run a real process (a script under ``cli.console.run_logged``, as
+``python -m cli.demo`` does) whose work starts real child processes and, for the failing
 stage, a real Dagster run whose asset launches a script through Dagster Pipes, the way the
 training assets launch ``training/`` scripts.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from assets.console import last_error_record, last_traceback, run_log_path, verbose_from_env
-from assets.demo import AnswerDiagnosis, describe_answers, diagnose_answers, step_summary
+from cli.console import last_error_record, last_traceback, run_log_path, verbose_from_env
+from cli.demo import AnswerDiagnosis, describe_answers, diagnose_answers, step_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,8 +48,8 @@ def test_terminal_shows_the_story_and_the_log_holds_the_library_lines(tmp_path):
     body = f"""
         import logging, subprocess, sys, time, warnings
         from pathlib import Path
-        from assets.console import run_logged, say, stage
-        from assets.demo import follow_log
+        from cli.console import run_logged, say, stage
+        from cli.demo import follow_log
 
         def work():
             stage("[demo] stage one: a library that talks ...")
@@ -95,7 +95,7 @@ def test_terminal_shows_the_story_and_the_log_holds_the_library_lines(tmp_path):
 def test_verbose_keeps_library_output_on_the_terminal(tmp_path):
     body = f"""
         import subprocess, sys
-        from assets.console import run_logged, say, verbose_from_env
+        from cli.console import run_logged, say, verbose_from_env
 
         def work():
             say("[demo] stage one ...")
@@ -116,7 +116,7 @@ FAILING_STAGE = """
     import sys
     from pathlib import Path
     import dagster as dg
-    from assets.console import run_logged, stage
+    from cli.console import run_logged, stage
 
     CHILD = (
         "from dagster_pipes import open_dagster_pipes\\n"
@@ -257,7 +257,7 @@ def test_verbose_setting_and_log_names(tmp_path, monkeypatch):
 
 
 def test_ingest_and_score_lines_read_the_warehouse(weft_home):
-    from assets.demo import ingest_summary, score_line
+    from cli.demo import ingest_summary, score_line
     from warehouse import Lineage, Warehouse
 
     wh = Warehouse()
