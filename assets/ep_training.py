@@ -196,7 +196,8 @@ def ep_budget_table(context: dg.AssetExecutionContext, config: EpBudgetTableConf
                     trainer: TrainerLauncher, warehouse: WarehouseResource, llm: LLMResource,
                     grader: GraderResource) -> dg.MaterializeResult:
     from pipelines.settings import weft_home
-    from training.data import DatasetError, fingerprint
+    from training.data import fingerprint
+    from training.errors import DatasetError
 
     started = now()
     if config.start_from:

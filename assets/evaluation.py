@@ -41,23 +41,17 @@ from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, md_table, now, runs_disagreements
+from assets.common import lineage, lineage_metadata, md_table, now, runs_disagreements
 from assets.execution import IN_PROCESS
 from assets.ingest import problems
+from assets.partitions import eval_partitions, partition_dims, table_partition
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
-from eval.benchmarks import BENCHMARKS
 from eval.benchmarks import get as get_benchmark
 from eval.recorded import Evaluation, evaluate_recorded
 from eval.runner import EvalConfig, score
-from warehouse.partitions import eval_partition
+from warehouse.lineage import model_lineage
 from warehouse.runs import record_run
-
-benchmark_partitions = dg.StaticPartitionsDefinition(sorted(BENCHMARKS))
-model_partitions = dg.DynamicPartitionsDefinition(name="models")
-eval_partitions = dg.MultiPartitionsDefinition(
-    {"benchmark": benchmark_partitions, "model": model_partitions}
-)
 
 
 class EvalSamplesConfig(dg.Config):
@@ -91,15 +85,7 @@ class EvalSamplesConfig(dg.Config):
     use_cache: bool = True
 
 
-def table_partition(benchmark: str, model: str) -> str:
-    """The warehouse partition of the evaluation assets' partition (``benchmark``, ``model``):
-    Dagster's partition key itself (``warehouse.partitions.eval_partition``)."""
-    return eval_partition(benchmark, model)
 
-
-def partition_dims(context: dg.AssetExecutionContext) -> tuple[str, str]:
-    keys = context.partition_key.keys_by_dimension
-    return keys["benchmark"], keys["model"]
 
 
 def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str = "") -> EvalConfig:
@@ -277,8 +263,6 @@ def _trained_from(wh: Any, model_id: str) -> dict[str, Any]:
     """What trained the evaluated model, as links on the evaluation's page (the graph has no
     edge from a checkpoint to the partitions that evaluate it): the training asset, the data
     and the asset that wrote it, the run. Empty for a model weft did not train."""
-    from assets.training import lineage_metadata, model_lineage
-
     return lineage_metadata(model_lineage(wh, model_id))
 
 

@@ -25,16 +25,8 @@ import os
 
 import dagster as dg
 
-from assets.evaluation import (
-    eval_partitions,
-    eval_samples,
-    eval_scores,
-    model_partitions,
-    table_partition,
-)
-from eval.benchmarks import BENCHMARKS
-
-DEFAULT_SUITE = ("gsm8k", "math500")
+from assets.evaluation import eval_samples, eval_scores
+from assets.partitions import eval_partitions, eval_suite, model_partitions, table_partition
 
 eval_job = dg.define_asset_job(
     "eval_job",
@@ -51,15 +43,6 @@ ingest_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups("ingest"),
     description="Ingest every configured source and rebuild `problems`.",
 )
-
-
-def eval_suite() -> list[str]:
-    raw = os.environ.get("WEFT_EVAL_SUITE") or os.environ.get("WEFT_NIGHTLY_BENCHMARKS", "")
-    names = [n.strip() for n in raw.split(",") if n.strip()] or list(DEFAULT_SUITE)
-    unknown = [n for n in names if n not in BENCHMARKS]
-    if unknown:
-        raise ValueError(f"WEFT_EVAL_SUITE names unknown benchmarks {unknown}; known: {sorted(BENCHMARKS)}")
-    return names
 
 
 ENV_NIGHTLY_LIMIT = "WEFT_NIGHTLY_LIMIT"

@@ -42,7 +42,9 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pipelines.settings import weft_home
 
@@ -153,7 +155,7 @@ def parse_eval_partition(key: str, registered: list[str] | None = None) -> tuple
 
 def add_model_partition(instance, model_id: str, registered: list[str]) -> bool:
     """Add ``model_id`` to the instance's `models` partitions (True if it was new)."""
-    from assets.evaluation import model_partitions
+    from assets.partitions import model_partitions
 
     if model_id not in registered:
         raise WeftUsageError(
@@ -465,6 +467,17 @@ def print_run_summary(since: float) -> None:
             print(line, flush=True)
 
 
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``over``, mapping values merged key by key (``over`` wins)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
 def run_config_of(args: argparse.Namespace) -> dict:
     """The run config of ``weft materialize`` / ``weft job``: each ``-c`` YAML file in order,
     then ``--config-json``, merged key by key (a later value wins). WeftUsageError for a
@@ -472,8 +485,6 @@ def run_config_of(args: argparse.Namespace) -> dict:
     import json
 
     import yaml
-
-    from cli.launch import deep_merge
 
     config: dict = {}
     for path in args.config or []:

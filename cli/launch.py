@@ -41,6 +41,7 @@ from cli.instance import (
     DEFINITIONS_MODULE,
     WeftUsageError,
     _did_you_mean,
+    deep_merge,
     ensure_dagster_home,
     runs_summary,
 )
@@ -259,17 +260,6 @@ def _short(message: str, limit: int = 300) -> str:
     if len(message) > limit and ' Expected: "' in message:
         message = message.split(' Expected: "')[0].rstrip(".")
     return message
-
-
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` updated by ``over``, mapping values merged key by key (``over`` wins)."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(dict(out[key]), value)
-        else:
-            out[key] = value
-    return out
 
 
 # ------------------------------------------------------------------ the child `weft` spawns

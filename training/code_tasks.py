@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.errors import DatasetError, DatasetMissing
+
 log = logging.getLogger(__name__)
 
 CODE_PROBLEM_KEY = "code_problem"
@@ -389,8 +391,6 @@ CODE_TASKS_SIZE = sum(len(f.params) for f in FAMILIES)
 
 def builtin_code_tasks(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     """The first ``n`` of the :data:`CODE_TASKS_SIZE` generated problems in a seeded order."""
-    from training.data import DatasetError
-
     if not 1 <= n <= CODE_TASKS_SIZE:
         raise DatasetError(f"builtin:code_tasks has {CODE_TASKS_SIZE} distinct problems; ask for "
                            f"n (or dataset_limit) between 1 and {CODE_TASKS_SIZE}, got {n}")
@@ -548,8 +548,6 @@ def mbppplus_keys() -> tuple[set[int], set[str]]:
 
 
 def _read_records(target: str, params: Mapping[str, str]) -> list[Any]:
-    from training.data import DatasetError, DatasetMissing
-
     path = Path(target).expanduser()
     if target.lower().endswith(LOCAL_SUFFIXES) or path.exists():
         from pipelines.ingest import IngestError, read_local_records
@@ -579,8 +577,6 @@ def load_code_rows(target: str, params: Mapping[str, str], *,
     ``decontaminate`` is ``mbppplus`` (default: drop tasks MBPP+ evaluates, by MBPP task number
     when the target is an MBPP dataset, and by task sentence always) or ``none``. Records that
     cannot become problems are logged with their reason and counted; none left raises."""
-    from training.data import DatasetError, DatasetMissing
-
     allowed = {"config", "split", "decontaminate"}
     extra = sorted(set(params) - allowed)
     if extra:

@@ -79,7 +79,8 @@ from training.config_recipes import (
     read_recipe,
     resolve_kind,
 )
-from training.data import DatasetError, parse_spec
+from training.data import parse_spec
+from training.errors import DatasetError
 from training.rewards import ANSWER_FORMATS, correctness_reward_index, parse_reward_specs
 
 __all__ = [

@@ -36,16 +36,10 @@ from urllib.parse import parse_qsl
 
 from pipelines.formats import BOXED_SYSTEM_PROMPT, budget_instruction
 from pipelines.formats import system_prompt as _format_system_prompt
+from training import code_tasks
+from training.errors import DatasetError, DatasetMissing
 
 LINEAGE_COLUMNS = ("run_id", "asset", "partition", "config_hash", "created_at")
-
-
-class DatasetError(ValueError):
-    """Rows that cannot be used as asked; the message names the spec, row or column."""
-
-
-class DatasetMissing(DatasetError):
-    """The spec points at data that does not exist (yet)."""
 
 
 @dataclass(frozen=True)
@@ -198,9 +192,7 @@ def builtin_step_instances(n: int = 32, seed: int = 0) -> list[dict[str, Any]]:
 
 def builtin_code_tasks(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     """Generated MBPP+-style function-writing tasks (``training.code_tasks``)."""
-    from training.code_tasks import builtin_code_tasks as generate
-
-    return generate(n=n, seed=seed)
+    return code_tasks.builtin_code_tasks(n=n, seed=seed)
 
 
 BUILTINS: dict[str, Callable[..., list[dict[str, Any]]]] = {
@@ -300,9 +292,7 @@ def load_rows(spec: str, *, limit: int | None = None, seed: int = 0) -> list[dic
             raise DatasetMissing(f"dataset {spec!r}: {exc}") from exc
         rows = _filter([p.to_row() for p in result.problems], params, spec)
     elif kind == "mbpp":
-        from training.code_tasks import load_code_rows
-
-        rows = load_code_rows(target, params, limit=limit)
+        rows = code_tasks.load_code_rows(target, params, limit=limit)
     else:
         path = Path(target).expanduser()
         if not path.is_file():

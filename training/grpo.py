@@ -26,7 +26,8 @@ import logging
 import sys
 
 from training.config import WeftGRPOConfig
-from training.data import DatasetError, add_budgets, grpo_examples, load_dataset
+from training.data import add_budgets, grpo_examples, load_dataset
+from training.errors import DatasetError
 from training.pipes import Reporter, process_rank
 from training.rewards import build_rewards, correctness_reward_index
 from training.rollouts import local_processes, start_rollout_server

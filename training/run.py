@@ -33,7 +33,8 @@ from typing import Any
 
 from training.callbacks import RunRecorder
 from training.config import EMBEDDED, RecipeError, config_summary, describe_config, load_config
-from training.data import DatasetError, LoadedData
+from training.data import LoadedData
+from training.errors import DatasetError
 from training.pipes import Reporter, json_value, md, open_reporter, path_value
 from warehouse import Lineage, config_hash
 

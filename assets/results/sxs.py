@@ -246,7 +246,8 @@ def checked_arms(config: SxsClaimConfig) -> dict[str, list[str]]:
 def same_traces(config: SxsClaimConfig) -> list[str]:
     """The trace ids both arms train on, in order; a dg.Failure when the two variants' rows
     would not be the same traces in the same order."""
-    from training.data import DatasetError, load_rows
+    from training.data import load_rows
+    from training.errors import DatasetError
 
     ids = {}
     for variant in ARMS:

@@ -11,11 +11,12 @@ docstring says what it guarantees.
 
 Modules:
 
-- ``core``: the shared loop (:func:`build_rows`, :func:`load_rows`, :func:`read_records`), the
-  spec base class (:class:`IngestSpec`), results (:class:`LoadResult`) and rejects.
+- ``core``: the shared loop (:func:`build_rows`, :func:`read_records`), the spec base class
+  (:class:`IngestSpec`), results (:class:`LoadResult`) and rejects.
 - ``sources``: the problem sources registry (:class:`SourceSpec`, :data:`SOURCES`, one table
-  row per source, with :class:`BenchmarkUse` when it is a benchmark), :class:`Problem` rows and
-  :func:`load_source`.
+  row per source, with :class:`BenchmarkUse` when it is a benchmark), :class:`Problem` rows,
+  :func:`load_source`, and :func:`load_rows` (read, decontaminate against registered problem
+  sources, build: every kind's loader, so it lives beside the registry it loads from).
 - ``benchmark_file``: local JSONL benchmarks declared in ``$WEFT_BENCHMARKS`` or
   ``$WEFT_HOME/benchmarks.yaml``, registered when this package is imported.
 - ``io``: reading raw records from local files, the Hugging Face hub and reasoning-gym, and the
@@ -46,7 +47,6 @@ from pipelines.ingest.core import (
     build_rows,
     clean_problem_text,
     dump_meta,
-    load_rows,
     problem_id,
     read_records,
 )
@@ -75,6 +75,7 @@ from pipelines.ingest.sources import (
     Problem,
     SourceSpec,
     load_file,
+    load_rows,
     load_source,
     register_source,
 )

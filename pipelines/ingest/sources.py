@@ -35,6 +35,7 @@ from typing import Any
 
 from pipelines.ingest import adapters as ad
 from pipelines.ingest.core import (
+    IngestError,
     IngestSpec,
     LoadResult,
     Prefer,
@@ -43,9 +44,9 @@ from pipelines.ingest.core import (
     build_rows,
     check_load_args,
     dump_meta,
-    load_rows,
     lookup,
     read_local,
+    read_records,
 )
 from pipelines.ingest.io import (
     DEFAULT_LIMITS,
@@ -259,6 +260,56 @@ def _load_reasoning_gym(spec: SourceSpec, count: int, seed: int) -> IngestResult
             break
         wanted += count - len(result.problems) + len(REASONING_GYM_TASKS)
     del result.problems[count:]
+    return result
+
+
+def decontamination_texts(
+    spec: IngestSpec,
+    *,
+    data_dir: Path | str | None,
+    prefer: Prefer,
+    limits: RecordLimits,
+) -> frozenset[str]:
+    """Normalised problem texts of every source in ``spec.exclude_sources``."""
+    texts: set[str] = set()
+    for other in spec.exclude_sources:
+        try:
+            found = load_source(other, data_dir=data_dir, prefer=prefer, decontaminate=False,
+                                limits=limits)
+        except IngestError as exc:
+            raise IngestError(
+                f"cannot decontaminate {spec.name!r} against {other!r} ({exc}); make that "
+                "benchmark available or pass decontaminate=False"
+            ) from exc
+        texts.update(normalize_problem_text(p.problem) for p in found.problems)
+    return frozenset(texts)
+
+
+def load_rows(
+    spec: IngestSpec,
+    *,
+    data_dir: Path | str | None = None,
+    prefer: Prefer = "local",
+    limit: int | None = None,
+    decontaminate: bool = True,
+    limits: RecordLimits = DEFAULT_LIMITS,
+) -> LoadResult:
+    """Read (:func:`read_records`), decontaminate against ``spec.exclude_sources`` (unless
+    ``decontaminate`` is false) and build (:func:`build_rows`) one spec's rows. ``limit`` caps
+    raw records read (before deduplication); ``limits`` bounds each raw record's field size
+    and nesting (over it: a reject)."""
+    check_load_args(prefer, limit)
+    records, read_rejects, origin = read_records(spec, data_dir=data_dir, prefer=prefer,
+                                                 limit=limit)
+    exclude: frozenset[str] = frozenset()
+    if decontaminate and spec.exclude_sources:
+        exclude = decontamination_texts(spec, data_dir=data_dir, prefer=prefer, limits=limits)
+    stamp = spec.STAMPS_DECONTAMINATION and exclude
+    result = build_rows(
+        spec, records, origin, exclude_texts=exclude, limits=limits,
+        extra_meta={"decontaminated_against": list(spec.exclude_sources)} if stamp else None,
+    )
+    result.rejects[:0] = read_rejects
     return result
 
 

@@ -46,10 +46,10 @@ from pipelines.ingest.core import (
     Prefer,
     Registry,
     dump_meta,
-    load_rows,
     lookup,
 )
 from pipelines.ingest.io import DEFAULT_LIMITS, RecordLimits
+from pipelines.ingest.sources import load_rows
 from pipelines.text import last_boxed
 from pipelines.tir import (
     KIND_ANSWER,

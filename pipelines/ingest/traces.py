@@ -37,10 +37,10 @@ from pipelines.ingest.core import (
     Registry,
     TableRow,
     dump_meta,
-    load_rows,
     lookup,
 )
 from pipelines.ingest.io import DEFAULT_LIMITS, RecordLimits
+from pipelines.ingest.sources import load_rows
 from pipelines.text import last_boxed, normalize_problem_text
 
 THINK_OPEN = "<think>"
@@ -235,7 +235,7 @@ def load_traces(
     limits: RecordLimits = DEFAULT_LIMITS,
 ) -> TraceResult:
     """Load one registered trace source (local file first unless ``prefer="hf"``) through
-    ``pipelines.ingest.core.load_rows``; ``limit`` caps raw records read, ``limits`` bounds each
+    ``pipelines.ingest.sources.load_rows``; ``limit`` caps raw records read, ``limits`` bounds each
     raw record's field size and nesting (over it: a reject); ``decontaminate`` applies to a
     spec with ``exclude_sources`` (none of the built-in ones)."""
     return load_rows(lookup(TRACE_SOURCES, name, TraceSpec.KIND), data_dir=data_dir,

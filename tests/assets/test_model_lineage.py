@@ -8,10 +8,11 @@ import json
 import dagster as dg
 
 from assets import evaluation, ingest
+from assets.common import lineage_metadata
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
-from assets.training import lineage_metadata, model_lineage
 from warehouse import Lineage, Warehouse
+from warehouse.lineage import model_lineage
 
 
 def _checkpoint(wh, checkpoint_id, *, kind, recipe, spec, fallback="", parent=None,

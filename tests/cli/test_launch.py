@@ -15,8 +15,8 @@ from dagster._core.workspace.load_target import ModuleTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
 
 from cli.demo import demo_run_config, demo_stage_run
-from cli.instance import WeftUsageError
-from cli.launch import Launcher, deep_merge
+from cli.instance import WeftUsageError, deep_merge
+from cli.launch import Launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCATION = "tests.cli.launch_location"

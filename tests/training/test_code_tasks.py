@@ -21,7 +21,8 @@ from training.code_tasks import (
     split_assertions,
 )
 from training.config import load_config
-from training.data import DatasetError, DatasetMissing, load_dataset, load_rows, parse_spec
+from training.data import load_dataset, load_rows, parse_spec
+from training.errors import DatasetError, DatasetMissing
 
 
 @pytest.fixture(scope="module")

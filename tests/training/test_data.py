@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from training import data as D
+from training.errors import DatasetError, DatasetMissing
 from training.rewards import get_action_process_reward, get_format_reward, get_outcome_reward
 
 
@@ -32,7 +33,7 @@ def test_parse_spec(spec, expected):
     ("builtin:nope", "no built-in set 'nope'"),
 ])
 def test_parse_spec_errors(spec, message):
-    with pytest.raises(D.DatasetError, match=message):
+    with pytest.raises(DatasetError, match=message):
         D.parse_spec(spec)
 
 
@@ -60,7 +61,7 @@ def test_builtins_are_deterministic_and_well_formed():
     assert fn(completions=perfect, reference_action=[r["reference_action"] for r in steps],
               reference_kind=[r["reference_kind"] for r in steps],
               is_last_step=[r["is_last_step"] for r in steps]) == [1.0] * 6
-    with pytest.raises(D.DatasetError, match="only n and seed"):
+    with pytest.raises(DatasetError, match="only n and seed"):
         D.load_rows("builtin:arith?size=3")
 
 
@@ -84,7 +85,7 @@ def test_arith1_is_every_one_digit_problem_once_with_right_answers():
     assert first != D.load_rows("builtin:arith1?seed=1", limit=96)
     assert len(D.load_rows("builtin:arith1")) == 64  # the built-ins' default size
     for bad in ("builtin:arith1?n=208", "builtin:arith1?n=0"):
-        with pytest.raises(D.DatasetError, match="207 distinct problems; ask for n"):
+        with pytest.raises(DatasetError, match="207 distinct problems; ask for n"):
             D.load_rows(bad)
 
 
@@ -95,19 +96,19 @@ def test_files_and_filters(tmp_path):
     (tmp_path / "x.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     assert D.load_rows(f"parquet:{tmp_path / 'x.parquet'}") == rows
     assert D.load_rows(f"{tmp_path / 'x.jsonl'}?split=b") == rows[1:]
-    with pytest.raises(D.DatasetError, match="cannot filter on 'nope'"):
+    with pytest.raises(DatasetError, match="cannot filter on 'nope'"):
         D.load_rows(f"{tmp_path / 'x.jsonl'}?nope=1")
-    with pytest.raises(D.DatasetMissing, match="no file"):
+    with pytest.raises(DatasetMissing, match="no file"):
         D.load_rows(f"parquet:{tmp_path / 'missing.parquet'}")
     (tmp_path / "bad.jsonl").write_text('{"a": 1}\nnot json\n')
-    with pytest.raises(D.DatasetError, match="bad.jsonl:2: not JSON"):
+    with pytest.raises(DatasetError, match="bad.jsonl:2: not JSON"):
         D.load_rows(str(tmp_path / "bad.jsonl"))
 
 
 def test_warehouse_spec_and_fallback(weft_home):
     from warehouse import Lineage, Warehouse
 
-    with pytest.raises(D.DatasetMissing, match="materialize the `sxs_sft_dataset` asset"):
+    with pytest.raises(DatasetMissing, match="materialize the `sxs_sft_dataset` asset"):
         D.load_rows("warehouse:sxs_sft_dataset")
     loaded = D.load_dataset("warehouse:sxs_sft_dataset", fallback="builtin:sxs_sft", limit=5)
     assert loaded.fallback_from == "warehouse:sxs_sft_dataset" and loaded.spec == "builtin:sxs_sft"
@@ -124,7 +125,7 @@ def test_warehouse_spec_and_fallback(weft_home):
     assert examples[0] == {"prompt": [{"role": "user", "content": "q1"}],
                            "completion": [{"role": "assistant", "content": "a1"}]}
     assert got.fingerprint == D.load_dataset("warehouse:tir_sft_dataset?rendering=state_preserved").fingerprint
-    with pytest.raises(D.DatasetMissing):
+    with pytest.raises(DatasetMissing):
         D.load_dataset("warehouse:nothing_here")
 
 
@@ -144,7 +145,7 @@ def test_sft_examples_formats_and_errors():
         ([{"prompt": 5, "completion": "c"}], "expected text or a non-empty list"),
         ([], "no SFT rows"),
     ]:
-        with pytest.raises(D.DatasetError, match=message):
+        with pytest.raises(DatasetError, match=message):
             D.sft_examples(rows)
 
 
@@ -157,7 +158,7 @@ def test_grpo_examples_and_budgets():
     assert "answer" in rows[0] and "solution" in rows[0]
     kept = D.grpo_examples([{"prompt": "p", "answer": "1", "x": 2}], keep=["answer"])
     assert kept == [{"prompt": "p", "answer": "1"}]
-    with pytest.raises(D.DatasetError, match="'prompt' or a 'problem'"):
+    with pytest.raises(DatasetError, match="'prompt' or a 'problem'"):
         D.grpo_examples([{"question": "q"}])
     budgeted = D.add_budgets(rows, [100, 200], seed=0)
     assert sorted(r["budget"] for r in budgeted) == [100] * 4 + [200] * 4
@@ -169,7 +170,7 @@ def test_grpo_examples_and_budgets():
         assert row["prompt"][-1]["content"].endswith("\n\n" + words[row["budget"]])
     assert rows[0]["prompt"][-1]["content"].startswith("What is")  # input rows untouched
     assert "50" in D.add_budgets([{"prompt": "plain"}], [50], style="numeric")[0]["prompt"]
-    with pytest.raises(D.DatasetError, match="positive integers"):
+    with pytest.raises(DatasetError, match="positive integers"):
         D.add_budgets(rows, [0])
-    with pytest.raises(D.DatasetError, match="no user message"):
+    with pytest.raises(DatasetError, match="no user message"):
         D.add_budgets([{"prompt": [{"role": "system", "content": "s"}]}], [5])
