@@ -12,22 +12,26 @@ command (or the ``WEFT_SQL_*`` environment variables):
 
     python -m warehouse sql --timeout 900 --memory-limit 8GB "SELECT ..."
 
-Exit status: 0 success, 1 SQL error, 2 refused query (empty, several statements, a write or
-other non-SELECT statement, a file outside the warehouse), 3 stopped by a limit (the message
-names the limit and how to raise it).
+``sql`` reads its result in batches and prints at most 200 rows as a table, 10,000 as CSV or
+JSON, and 8 MiB in any format (``warehouse.output``), then says on stderr that the result has
+more and how to print more: ``--max-rows N`` / ``WEFT_SQL_MAX_ROWS``, ``--max-bytes SIZE`` /
+``WEFT_SQL_MAX_BYTES``, 0 for no cap; big results are for Python (``Warehouse.sql``,
+``Warehouse.stream``). Formatting and printing count towards ``--timeout``.
+
+Exit status: 0 success (also when a reader closed the output early, as ``head`` does), 1 SQL
+error, 2 refused query (empty, several statements, a write or other non-SELECT statement, a
+file outside the warehouse), 3 stopped by a limit (the message names the limit and how to
+raise it; output printed before it stopped is incomplete, and the command says so).
 ``samples`` prints whole evaluation samples (``warehouse.samples``); it exits 1 when none match.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -48,40 +52,45 @@ from warehouse.limits import (
     format_size,
     parse_size,
 )
+from warehouse.output import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ROWS,
+    ENV_MAX_BYTES,
+    ENV_MAX_ROWS,
+    FORMATS,
+    TABLE_MAX_ROWS,
+    DeadlineWriter,
+    OutputCaps,
+    ResultWriter,
+    format_table,
+    parse_count,
+)
 from warehouse.store import UnsafeQueryError, Warehouse
 
 
-def _cell(value: Any, width: int) -> str:
-    text = "NULL" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _print_query(wh: Warehouse, query: str, fmt: str, caps: OutputCaps) -> int:
+    """Stream ``query``'s rows to stdout within ``caps``, all of it inside the query's limits;
+    the cap note goes to stderr. An error after output began says the output is incomplete."""
+    writer = None
+    try:
+        with wh.stream(query) as result:
+            writer = ResultWriter(fmt, result.schema.names, max_rows=caps.rows_for(fmt),
+                                  max_bytes=caps.max_bytes,
+                                  out=DeadlineWriter(sys.stdout, result.deadline))
+            writer.write(result)
+    except (QueryLimitError, duckdb.Error) as err:
+        if writer is not None and writer.out.written:
+            err.add_note(f"the printed output is incomplete: it stopped after "
+                         f"{writer.rows:,} row{'s' if writer.rows != 1 else ''}")
+        raise
+    note = writer.cap_note()
+    if note:
+        print(note, file=sys.stderr)
+    return 0
 
 
-def format_table(table: pa.Table, max_width: int = 40, max_rows: int = 200) -> str:
-    """Aligned plain-text rendering with truncated cells and a row count footer."""
-    names = table.column_names
-    rows = table.slice(0, max_rows).to_pylist()
-    cells = [[_cell(r[n], max_width) for n in names] for r in rows]
-    widths = [max([len(n)] + [len(c[i]) for c in cells]) for i, n in enumerate(names)]
-    line = "  ".join(n.ljust(w) for n, w in zip(names, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-    more = f" (showing {max_rows})" if table.num_rows > max_rows else ""
-    out.append(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''}{more})")
-    return "\n".join(out)
-
-
-def format_result(table: pa.Table, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(table.to_pylist(), default=str, indent=1)
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(table.column_names)
-        for row in table.to_pylist():
-            writer.writerow(["" if row[n] is None else row[n] for n in table.column_names])
-        return buf.getvalue().rstrip("\n")
-    return format_table(table)
+def _error(message: str, err: BaseException) -> None:
+    print("\n".join([message, *getattr(err, "__notes__", ())]), file=sys.stderr)
 
 
 def _print_samples(wh: Warehouse, args: argparse.Namespace) -> int:
@@ -108,6 +117,13 @@ def _print_samples(wh: Warehouse, args: argparse.Namespace) -> int:
 def _size(text: str) -> int:
     try:
         return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        return parse_count(text, "a row count")
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -158,7 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     lim = _limits_parser()
     q = sub.add_parser("sql", help="run a SQL query against the catalog", parents=[lim])
     q.add_argument("query")
-    q.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    q.add_argument("--format", choices=FORMATS, default="table")
+    caps = q.add_argument_group("output caps (a flag wins over its environment variable)")
+    caps.add_argument("--max-rows", type=_count, default=None, metavar="N",
+                      help=f"print at most N rows, 0 = all (env {ENV_MAX_ROWS}; default "
+                           f"{TABLE_MAX_ROWS} as a table, {DEFAULT_MAX_ROWS:,} as csv or json)")
+    caps.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
+                      help=f"print at most SIZE of output, whole rows only, 0 = no cap (env "
+                           f"{ENV_MAX_BYTES}; default {format_size(DEFAULT_MAX_BYTES)})")
     sub.add_parser("tables", help="list tables with row counts", parents=[lim])
     smp = sub.add_parser("samples", help="print whole evaluation samples (prompt, output, "
                                          "extracted answer, gold, correct)", parents=[lim])
@@ -171,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         limits = limits_from_args(args)
+        caps = (OutputCaps.from_env(max_rows=args.max_rows, max_bytes=args.max_bytes)
+                if args.cmd == "sql" else None)
     except ValueError as err:  # a bad WEFT_SQL_* variable or flag value
         parser.error(str(err))
     wh = Warehouse(args.root, limits=limits)
@@ -180,17 +205,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "tables":
             _print_tables(wh)
         else:
-            print(format_result(wh.sql(args.query), args.format))
+            return _print_query(wh, args.query, args.format, caps)
     except UnsafeQueryError as err:
-        print(f"query refused: {err}", file=sys.stderr)
+        _error(f"query refused: {err}", err)
         return 2
     except QueryLimitError as err:
-        print(err, file=sys.stderr)
+        _error(str(err), err)
         return 3
     except duckdb.Error as err:
-        print(f"SQL error: {err}\nTables: python -m warehouse tables", file=sys.stderr)
+        _error(f"SQL error: {err}\nTables: python -m warehouse tables", err)
         return 1
+    except BrokenPipeError:  # the reader closed the output (`| head`): nothing left to do
+        _silence_stdout()
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file descriptor
+        pass
 
 
 if __name__ == "__main__":

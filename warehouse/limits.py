@@ -1,7 +1,7 @@
 """Resource limits for user SQL: memory, threads, disk spill and wall-clock time.
 
-Every query through ``Warehouse.sql`` (hence ``python -m warehouse``) runs under a
-``QueryLimits``. The defaults suit a laptop; each limit is configurable in Python
+Every query through ``Warehouse.sql`` or ``Warehouse.stream`` (hence ``python -m warehouse``)
+runs under a ``QueryLimits``. The defaults suit a laptop; each limit is configurable in Python
 (``QueryLimits(...)``, ``Warehouse(limits=...)``, ``Warehouse.sql(..., limits=...)``), by
 environment variable, and by a ``python -m warehouse`` flag:
 
@@ -17,6 +17,9 @@ time           300 s                       ``WEFT_SQL_TIMEOUT_S``       ``--time
 spill folder   ``WEFT_HOME/tmp/sql-spill`` ``WEFT_SQL_SPILL_DIR``       ``--spill-dir``
 =============  ==========================  ===========================  ==================
 
+The rows and bytes ``python -m warehouse sql`` prints are capped too (``WEFT_SQL_MAX_ROWS``,
+``WEFT_SQL_MAX_BYTES``, ``--max-rows``, ``--max-bytes``: ``warehouse.output``).
+
 Sizes are written like DuckDB's (``512MB``, ``4GB``, ``4GiB``, or a number of bytes). Memory,
 threads and spill are DuckDB's ``memory_limit``, ``threads`` and ``max_temp_directory_size``,
 set before the connection's configuration is locked; spill files go to the spill folder (under
@@ -24,14 +27,17 @@ set before the connection's configuration is locked; spill files go to the spill
 when a query first spills and removes when the connection closes. The wall-clock limit is a
 watchdog thread that calls ``interrupt()`` on the query's connection once the deadline has
 passed, and again every ``INTERRUPT_REPEAT_S`` until the query returns (an interrupt that lands
-between two statements is lost, so it is repeated). A query stopped by a limit raises
-``QueryLimitError`` naming the limit, its value and how to raise it.
+between two statements is lost, so it is repeated); work outside DuckDB that counts towards the
+limit (``Warehouse.stream``'s consumer, the command's formatting and writing) checks a
+``Deadline`` between steps. A query stopped by a limit raises ``QueryLimitError`` naming the
+limit, its value and how to raise it.
 
 Not guaranteed: the limits bound one connection, not the whole process (concurrent queries each
 get their own); DuckDB's memory limit covers its buffer manager, not every allocation (Python
-conversion of a large result is outside it); the wall-clock limit stops the query within about
-``INTERRUPT_REPEAT_S`` of the deadline, not to the millisecond, and the time to open the
-catalog counts towards it.
+conversion of a large result is outside it: ``Warehouse.sql`` holds the whole result,
+``Warehouse.stream`` one batch at a time); the wall-clock limit stops the query within about
+``INTERRUPT_REPEAT_S`` of the deadline, not to the millisecond, work outside DuckDB at its
+next check, and the time to open the catalog counts towards it.
 """
 
 from __future__ import annotations
@@ -256,6 +262,26 @@ def out_of_memory_error(err: duckdb.OutOfMemoryException, limits: QueryLimits) -
     return spill_error(limits) if "max_temp_directory_size" in str(err) else memory_error(limits)
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The wall-clock limit of one query as a point in time (``time.monotonic()``), for work
+    outside DuckDB that counts towards it (reading a result in batches, formatting, writing):
+    ``check()`` between steps raises the limit's ``QueryLimitError`` once it has passed."""
+
+    limits: QueryLimits
+    started: float
+
+    def remaining_s(self) -> float:
+        return self.started + self.limits.timeout_s - time.monotonic()
+
+    def error(self) -> QueryLimitError:
+        return timeout_error(self.limits, time.monotonic() - self.started)
+
+    def check(self) -> None:
+        if self.remaining_s() <= 0:
+            raise self.error()
+
+
 class _Watchdog:
     def __init__(self, con: duckdb.DuckDBPyConnection, deadline: float):
         self.con = con
@@ -286,14 +312,15 @@ class _Watchdog:
 
 @contextmanager
 def enforce(con: duckdb.DuckDBPyConnection, limits: QueryLimits, started: float | None = None
-               ) -> Iterator[None]:
+               ) -> Iterator[Deadline]:
     """Run the block under ``limits``: interrupt ``con`` once ``limits.timeout_s`` have passed
     since ``started`` (``time.monotonic()``, default now) and raise ``QueryLimitError``; map
-    DuckDB's out-of-memory errors to the memory or spill limit."""
+    DuckDB's out-of-memory errors to the memory or spill limit. The block gets the
+    ``Deadline``, to check between steps of its own work outside DuckDB."""
     started = time.monotonic() if started is None else started
     with _Watchdog(con, started + limits.timeout_s) as dog:
         try:
-            yield
+            yield Deadline(limits, started)
         except duckdb.OutOfMemoryException as err:
             if dog.fired:
                 raise timeout_error(limits, time.monotonic() - started) from err

@@ -43,20 +43,22 @@ and PID namespace, checked with ``kill(pid, 0)``) or when it is older than
 ``STALE_TEMP_AGE_S`` (the fallback for other hosts, recycled PIDs and temp names without a
 PID). A live writer's temp file is never removed while it is younger than that age.
 
-User SQL (``Warehouse.sql``, ``Warehouse.connect``, hence ``python -m warehouse``) is read-only
-and confined: exactly one statement, of the SELECT family (SELECT/WITH/FROM/VALUES/DESCRIBE/SHOW/
-SUMMARIZE, or EXPLAIN of one of those), checked with DuckDB's own parser; on a connection that
-opens the catalog read-only (or the in-memory fallback) with DuckDB's external access disabled
-except for the warehouse folder (``allowed_directories``; DuckDB canonicalises paths, so ``..``
-and symlinks out of it are refused) and the views' relative globs, allowed one by one as exact
-strings (``allowed_paths``; a relative path that is not one of them is refused, since DuckDB
-would look for it in the working directory first; the files a glob matches are checked
-against the warehouse folder too), extension install/autoload off, and the configuration
-locked so the query cannot undo any of it. Refusals raise ``UnsafeQueryError`` saying why. It
-is also bounded (``warehouse.limits``): memory, threads, disk spill (to a folder under
-``WEFT_HOME``, not the warehouse folder) and wall-clock time, each with a default and
-configurable; a query stopped by a limit raises ``QueryLimitError`` naming the limit and how to
-raise it.
+User SQL (``Warehouse.sql``, ``Warehouse.stream``, ``Warehouse.connect``, hence ``python -m
+warehouse``) is read-only and confined: exactly one statement, of the SELECT family
+(SELECT/WITH/FROM/VALUES/DESCRIBE/SHOW/SUMMARIZE, or EXPLAIN of one of those), checked with
+DuckDB's own parser; on a connection that opens the catalog read-only (or the in-memory
+fallback) with DuckDB's external access disabled except for the warehouse folder
+(``allowed_directories``; DuckDB canonicalises paths, so ``..`` and symlinks out of it are
+refused) and the views' relative globs, allowed one by one as exact strings (``allowed_paths``;
+a relative path that is not one of them is refused, since DuckDB would look for it in the
+working directory first; the files a glob matches are checked against the warehouse folder too),
+extension install/autoload off, and the configuration locked so the query cannot undo any of it.
+Refusals raise ``UnsafeQueryError`` saying why. It is also bounded (``warehouse.limits``):
+memory, threads, disk spill (to a folder under ``WEFT_HOME``, not the warehouse folder) and
+wall-clock time, each with a default and configurable; a query stopped by a limit raises
+``QueryLimitError`` naming the limit and how to raise it. ``sql`` returns the whole result as
+one Arrow table; ``stream`` hands it over in record batches read as they are consumed, its time
+limit covering the consumer's work too.
 
 Quarantined partitions: a partition whose folder or data file resolves (symlinks followed) to a
 place outside the warehouse folder cannot be read by the confined connection, and a view over a
@@ -118,6 +120,7 @@ from warehouse.catalog import (
 from warehouse.limits import QueryLimits, enforce, limit_settings
 from warehouse.migrations import DATA_MIGRATIONS
 from warehouse.partitions import partition_dir_name, partition_from_dir
+from warehouse.results import STREAM_BATCH_ROWS, ResultStream, next_batch
 from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
 
 log = logging.getLogger(__name__)
@@ -142,6 +145,8 @@ _CONFINED_LIMITS: dict[str, tuple] = {}
 # Warehouse folders whose pending data migrations this process has applied (Warehouse.upgrade).
 _UPGRADED: set[str] = set()
 _UPGRADE_LOCK = threading.Lock()
+# A query that failed because a writer replaced one of its files runs again this many times.
+RETRY_ATTEMPTS = 8
 
 
 class _OtherLimits(Exception):
@@ -682,13 +687,62 @@ class Warehouse:
                         rel = con.sql(query, params=params) if params else con.sql(query)
                         return pa.table({}) if rel is None else rel.to_arrow_table()
                 except duckdb.PermissionException as err:
-                    raise UnsafeQueryError(
-                        f"{err}. Queries may read files only under the warehouse folder "
-                        f"{self.root}; query its tables and views by name instead "
-                        "(python -m warehouse tables lists them)"
-                    ) from err
+                    raise self._outside_error(err) from err
 
         return _retry_replaced_files(run, self.root)
+
+    @contextmanager
+    def stream(self, query: str, params: Mapping[str, Any] | list[Any] | None = None, *,
+               limits: QueryLimits | None = None, batch_rows: int = STREAM_BATCH_ROWS
+               ) -> Iterator[ResultStream]:
+        """Run one read-only query like ``sql`` and hand its rows over as DuckDB produces them:
+        a ``ResultStream`` of Arrow record batches of at most ``batch_rows`` rows, so memory
+        holds one batch whatever the size of the result (write a big result to Parquet with
+        ``pyarrow.parquet.ParquetWriter(path, result.schema)``, one ``write_batch`` per batch).
+        Stopping early (leaving the ``with`` block) stops the query.
+
+        The wall-clock limit of ``limits`` covers the whole ``with`` block, counted from this
+        call: the consumer's work between batches counts too, and the next batch raises
+        ``QueryLimitError`` once it has passed. Raises what ``sql`` raises; a query whose files a
+        writer replaced before its first batch runs again, after that the error propagates."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a SQL string, got {type(query).__name__}")
+        if not isinstance(batch_rows, int) or batch_rows < 1:
+            raise ValueError(f"batch_rows must be a whole number of at least 1, got {batch_rows!r}")
+        limits = self.query_limits(limits)
+        started = time.monotonic()
+        for attempt in range(RETRY_ATTEMPTS):
+            before = _file_versions(self.root)
+            with self.connect(limits) as con:
+                check_read_only(con, query)
+                with enforce(con, limits, started) as deadline:
+                    rel = reader = None
+                    try:
+                        rel = con.sql(query, params=params) if params else con.sql(query)
+                        reader = (pa.RecordBatchReader.from_batches(pa.schema([]), [])
+                                  if rel is None else rel.to_arrow_reader(batch_rows))
+                        first = next_batch(reader)
+                    except duckdb.PermissionException as err:
+                        raise self._outside_error(err) from err
+                    except duckdb.Error:
+                        if reader is not None:
+                            reader.close()
+                        rel = reader = None
+                        if attempt == RETRY_ATTEMPTS - 1 or _file_versions(self.root) == before:
+                            raise
+                    else:
+                        result = ResultStream(reader, first, deadline, keep=rel)
+                        try:
+                            yield result
+                        finally:
+                            result.close()
+                        return
+            time.sleep(0.01 * (attempt + 1))
+
+    def _outside_error(self, err: duckdb.PermissionException) -> UnsafeQueryError:
+        return UnsafeQueryError(
+            f"{err}. Queries may read files only under the warehouse folder {self.root}; query "
+            "its tables and views by name instead (python -m warehouse tables lists them)")
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
@@ -763,6 +817,10 @@ def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
         "SET allow_community_extensions = false",
         # memory, threads and the spill folder and its size (DuckDB allows its temp directory)
         *limit_settings(limits),
+        # DuckDB draws a progress bar on stdout during queries over 2 s, into the rows that
+        # python -m warehouse prints (a per-connection setting: later connections to a locked
+        # shared catalog keep DuckDB's default)
+        "SET enable_progress_bar = false",
         f"SET allowed_directories = [{', '.join(_sql_string(d) for d in dirs)}]",
         f"SET allowed_paths = [{allowed}]",
         "SET enable_external_access = false",
@@ -814,7 +872,7 @@ def temp_file_is_stale(path: Path, *, now: float | None = None,
     return pid > 0 and not _pid_alive(pid)
 
 
-def _retry_replaced_files(fn, root: Path, attempts: int = 8):
+def _retry_replaced_files(fn, root: Path, attempts: int = RETRY_ATTEMPTS):
     """DuckDB opens a Parquet file more than once per query (schema, then data). If a writer
     replaced the file in between, the two opens see different versions and the query fails.
     Each file is always whole, so when a data file under ``root`` changed during a failed

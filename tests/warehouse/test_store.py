@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from warehouse import Lineage, Warehouse
-from warehouse.__main__ import format_result
 from warehouse.__main__ import main as warehouse_main
+from warehouse.output import format_result
 
 
 def _rows(n, tag="a"):
