@@ -505,7 +505,7 @@ def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_
     """Write :func:`heldout_claims` to the warehouse's ``claims`` table (partition
     ``demo_heldout``; earlier runs stay in ``claim_history``), so ``python -m eval.claims`` and
     the UI show the demo's result."""
-    from eval.claims import keep_history
+    from eval.claims.readers import keep_history
     from warehouse import Lineage, Warehouse
 
     rows = [dict(r, experiment=HELDOUT_EXPERIMENT, scale="cpu",

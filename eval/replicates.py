@@ -39,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eval.claims import row_margin, row_verdict
+
 Z_975 = 1.959963984540054  # the standard normal's 0.975 quantile
 
 
@@ -135,8 +137,6 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     difference pooled by :func:`pool`, the verdict by :func:`eval.claims.row_verdict`. A row
     carries the ``claims`` columns plus ``k`` (seeds pooled), ``seeds`` and ``run_ids``; ``n``
     is the units summed over the pooled runs."""
-    from eval.claims import row_margin, row_verdict
-
     parts: dict[tuple[Any, ...], dict[int, Mapping[str, Any]]] = {}
     for row in history:
         seed = run_seed(row)

@@ -241,7 +241,7 @@ TABLES: dict[str, pa.Schema] = {
     "claims": _schema(*_CLAIM),
     # every run's claims rows, one folder per run (<experiment>/<run_id>, rows keep their
     # lineage): `claims` holds only the newest run of an experiment, this keeps the ones it
-    # replaced (eval.claims.keep_history), so verdicts can be compared across re-runs
+    # replaced (eval.claims.readers.keep_history), so verdicts can be compared across re-runs
     "claim_history": _schema(*_CLAIM),
     "eval_pairwise": _schema(
         ("benchmark", pa.string()),

@@ -25,7 +25,9 @@ from typing import Any
 import dagster as dg
 
 from assets.common import now, run_record
-from eval.claims import CLAIMS_TABLE, claim_svg, combine, inline_svg, keep_history
+from eval.claims import combine
+from eval.claims.draw import claim_svg, inline_svg
+from eval.claims.readers import CLAIMS_TABLE, keep_history
 from eval.replicates import as_seed
 from warehouse import Warehouse
 
@@ -147,7 +149,7 @@ def seeds_metadata(wh: Warehouse, experiment: str, scale: str,
     """The page's "across seeds" entries when ``claim_history`` holds this experiment's design
     at this scale for two seeds or more (:func:`eval.replicates.pooled_rows`): the pooled
     verdict and a table of the parts pooled over the newest run of each seed; {} otherwise."""
-    from eval.claims import claim_history
+    from eval.claims.readers import claim_history
     from eval.replicates import pooled_rows
 
     pooled = [r for r in pooled_rows(claim_history(wh, [experiment]))
@@ -189,7 +191,7 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
     """Run ``compute`` (returns ``eval.claims.judge`` rows) inside the asset's `runs` record,
     stamp each row with the experiment, scale and config, write them to ``claims`` (partition
     = the experiment; the run it replaces and this one are kept in ``claim_history``,
-    :func:`eval.claims.keep_history`) and return the page's metadata. A ``compute`` that raises records a
+    :func:`eval.claims.readers.keep_history`) and return the page's metadata. A ``compute`` that raises records a
     failed run and fails the asset with its message (nothing already in ``claims`` is lost); a
     stopped one (Ctrl-C, Dagster's interrupt) records a canceled run. The LLM calls of
     ``clients`` (LLM clients ``compute`` uses) are written with the run either way.

@@ -133,7 +133,8 @@ def claims_of(wh: Any, reference: str, treatment: str, benchmark: str, *,
     """The claim's rows (ABO, AIRW, accuracy) from the newest interleaved-mode evaluations of
     models ``reference`` (standard SFT) and ``treatment`` (SxS SFT) on ``benchmark``, and how
     many samples and problems each latency metric had to leave out (no speak token)."""
-    from eval.claims import Claim, ClaimError, judge, newest_samples, problem_scores
+    from eval.claims import Claim, ClaimError, judge
+    from eval.claims.readers import newest_samples, problem_scores
 
     common = {"paper": "SxS", "reference": "standard-CoT SFT", "treatment": "SxS SFT"}
     parts = [

@@ -189,7 +189,7 @@ def _key(bench: str, problem_id: str) -> str:
 def solo_rows(wh: Any, model: str, bench: str) -> list[dict[str, Any]]:
     """The solo (mode ``single``) samples of the newest evaluation of ``model`` on ``bench``
     that generated an answer (the drift and legibility corpora)."""
-    from eval.claims import newest_samples
+    from eval.claims.readers import newest_samples
 
     return [r for r in newest_samples(wh, model, bench)
             if r.get("mode") in (None, "single") and r.get("gen_error") is None]
@@ -199,7 +199,8 @@ def handoff_scores(wh: Any, senior: str, junior: str, bench: str, *, k: int,
                    schedule: str = "alternate", p: float = 0.5) -> dict[str, dict[str, float]]:
     """Per-problem handoff pass@k of ``senior`` with ``junior`` on ``bench``, for each start
     (``{"senior": {...}, "junior": {...}}``; newest evaluation of each team)."""
-    from eval.claims import ClaimError, newest_samples
+    from eval.claims import ClaimError
+    from eval.claims.readers import newest_samples
     from eval.handoff import handoff_label
     from eval.tandem_metrics import per_problem
 
@@ -273,7 +274,8 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
     (each start's handoff means, each arm's θ and the frequent tokens). Legibility rows are
     read from ``tandem_legibility`` (partition ``<bench>|<senior>|<junior>``)."""
     from assets.tandem import legibility_partition
-    from eval.claims import ClaimError, judge, problem_scores
+    from eval.claims import ClaimError, judge
+    from eval.claims.readers import problem_scores
     from eval.tandem_metrics import per_problem
 
     claims = _claims(handoff_k)

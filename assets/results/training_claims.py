@@ -146,7 +146,8 @@ def duet_claims(wh: Any, budget: float = 0.5,
     """The DUET claim's three parts from the newest ``duet_sweep`` in ``wh``. ``accuracy(arm
     row) -> {problem: score}`` scores an arm's checkpoint (default: its evaluation on the
     sweep's benchmark in ``eval_samples``)."""
-    from eval.claims import Claim, ClaimError, judge, problem_scores
+    from eval.claims import Claim, ClaimError, judge
+    from eval.claims.readers import problem_scores
 
     arms = _latest(wh, "duet_sweep", "sweep")
     grpo = [a for a in arms if a["method"] == "grpo"]
@@ -185,7 +186,8 @@ def table5_claims(wh: Any) -> list[dict[str, Any]]:
     """Table 5 from the newest ``ep_budget_table``: EP-aware vs every RLVR arm, per-problem
     budgeted success (correct within the budget) at the smallest budget."""
     from eval.budget import per_problem_at_b
-    from eval.claims import Claim, ClaimError, judge, newest_samples
+    from eval.claims import Claim, ClaimError, judge
+    from eval.claims.readers import newest_samples
     from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK
 
     rows = _latest(wh, "ep_budget_scores", "table_id")

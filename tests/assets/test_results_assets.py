@@ -12,7 +12,9 @@ from assets.results import EXPERIMENTS, RESULT_ASSETS, RESULT_JOBS
 from assets.results.__main__ import main as results_main
 from assets.results.core import Experiment
 from assets.results.training_claims import DUET_ACCURACY_MARGIN, duet_claims, table5_claims
-from eval.claims import INLINE_MARKDOWN_LIMIT, VERDICTS, latest_claims
+from eval.claims import VERDICTS
+from eval.claims.draw import INLINE_MARKDOWN_LIMIT
+from eval.claims.readers import latest_claims
 from warehouse import Lineage, Warehouse
 
 TINY = {"training_seeds": 1, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}

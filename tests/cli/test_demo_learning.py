@@ -157,7 +157,7 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
 
 def test_heldout_comparison_lands_in_the_claims_table(weft_home):
     from cli.demo import HELDOUT_EXPERIMENT, heldout_claims, record_heldout_claims
-    from eval.claims import claim_history, latest_claims
+    from eval.claims.readers import claim_history, latest_claims
     from warehouse import Warehouse
 
     base, sft, trained = [0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10

@@ -11,11 +11,10 @@ from eval.claims import (
     ClaimError,
     combine,
     judge,
-    rejudge,
-    results_table,
     row_verdict,
     verdict,
 )
+from eval.claims.readers import rejudge, results_table
 
 
 def better(higher=True):
@@ -186,7 +185,8 @@ def _row(experiment, claim, verdict_, diff, run_id):
 def test_latest_claims_and_the_results_table_from_the_warehouse(weft_home, capsys):
     import time
 
-    from eval.claims import latest_claims, main, results_table
+    from eval.claims.__main__ import main
+    from eval.claims.readers import latest_claims, results_table
     from warehouse import Lineage, Warehouse
 
     wh = Warehouse()
@@ -221,7 +221,8 @@ def test_latest_claims_and_the_results_table_from_the_warehouse(weft_home, capsy
 def test_history_keeps_every_run_and_names_the_verdicts_that_moved(weft_home, capsys):
     import time
 
-    from eval.claims import claim_history, history_table, keep_history, main
+    from eval.claims.__main__ import main
+    from eval.claims.readers import claim_history, history_table, keep_history
     from warehouse import Lineage, Warehouse
 
     wh = Warehouse()
@@ -274,7 +275,7 @@ def test_claim_svg_is_inline_sized_and_places_each_arm_on_one_axis():
     import re
     import xml.etree.ElementTree as ET
 
-    from eval.claims import INLINE_MARKDOWN_LIMIT, claim_svg, inline_svg
+    from eval.claims.draw import INLINE_MARKDOWN_LIMIT, claim_svg, inline_svg
 
     row = {"claim": "c", "metric": "generated tokens per step", "verdict": NOT_REPRODUCED,
            "reference": "GRPO full budget with a long name", "reference_value": 0.2,
@@ -293,7 +294,7 @@ def test_claim_svg_is_inline_sized_and_places_each_arm_on_one_axis():
 
 
 def test_rejudge_rewrites_only_rows_whose_verdict_moved(weft_home, capsys):
-    from eval.claims import main
+    from eval.claims.__main__ import main
     from warehouse import Lineage, Warehouse
 
     wh = Warehouse()

@@ -9,7 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from eval.claims import Claim, judge, main, row_verdict
+from eval.claims import Claim, judge, row_verdict
+from eval.claims.__main__ import main
 from eval.replicates import Z_975, pool, pooled_rows, run_seed, se_from_ci, seeds_table
 from warehouse import Lineage, Warehouse
 

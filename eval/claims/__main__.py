@@ -1,0 +1,75 @@
+"""``python -m eval.claims``: the Results table, the claim history or the seed-pooled table
+from the warehouse; ``--rejudge`` re-applies the verdict rule to the stored rows."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eval.claims.readers import (
+    claim_history,
+    history_table,
+    latest_claims,
+    rejudge,
+    results_table,
+)
+from eval.replicates import pooled_rows, seeds_table
+from warehouse import Warehouse
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.claims``: print the Results table from the warehouse."""
+    parser = argparse.ArgumentParser(
+        prog="python -m eval.claims",
+        description="Print every paper claim's latest verdict from the warehouse's claims table "
+                    "as a Markdown table (the README's Results section).")
+    parser.add_argument("--warehouse", help="warehouse folder (default: WEFT_HOME/warehouse)")
+    parser.add_argument("--digits", type=int, default=3, help="decimals shown (default 3)")
+    parser.add_argument("--history", nargs="*", metavar="EXPERIMENT",
+                        help="print every recorded run of these experiments (all when none is "
+                             "named), one line per claim part per run, instead of the newest "
+                             "run's table")
+    parser.add_argument("--seeds", nargs="*", metavar="EXPERIMENT",
+                        help="pool every claim part over the newest run of each seed recorded "
+                             "for these experiments (all when none is named; same scale and "
+                             "design), instead of the newest run's table")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="first re-apply the current verdict rule to the stored rows and "
+                             "rewrite those whose verdict changed (prints each change)")
+    args = parser.parse_args(argv)
+    wh = Warehouse(args.warehouse)
+    if args.rejudge:
+        for experiment, section, metric, old, new in rejudge(wh):
+            print(f"rejudged {experiment} {section} {metric}: {old} -> {new}", file=sys.stderr)
+    if args.seeds is not None:
+        pooled = pooled_rows(claim_history(wh, args.seeds))
+        if not pooled:
+            print("no claim part of "
+                  f"{', '.join(args.seeds) or 'any experiment'} has runs with two different "
+                  "seeds (same scale and design) in claim_history: run the experiment's job "
+                  "again with another seed (docs/results.md says where each seed is)",
+                  file=sys.stderr)
+            return 1
+        print(seeds_table(pooled, digits=args.digits))
+        return 0
+    if args.history is not None:
+        history = claim_history(wh, args.history)
+        if not history:
+            print("no claim history in this warehouse for "
+                  f"{', '.join(args.history) or 'any experiment'}: it is kept from the first "
+                  "result run that writes claims", file=sys.stderr)
+            return 1
+        print(history_table(history, digits=args.digits))
+        return 0
+    rows = latest_claims(wh)
+    if not rows:
+        print("no claims recorded yet in this warehouse: materialize an asset of the `results` "
+              "group (the Dagster UI, or `weft materialize`), then run this again",
+              file=sys.stderr)
+        return 1
+    print(results_table(rows, digits=args.digits))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
