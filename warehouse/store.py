@@ -86,20 +86,17 @@ import json
 import logging
 import os
 import re
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.settings import weft_home
 from warehouse.catalog import (
@@ -117,6 +114,14 @@ from warehouse.catalog import (
     open_catalog_file,
     restore_migration_record,
 )
+from warehouse.files import (
+    DATA_FILE,
+    STALE_TEMP_AGE_S,
+    TEMP_PREFIX,
+    TEMP_SUFFIX,
+    temp_file_is_stale,
+    write_data_file,
+)
 from warehouse.limits import QueryLimits, enforce, limit_settings
 from warehouse.migrations import DATA_MIGRATIONS
 from warehouse.partitions import partition_dir_name, partition_from_dir
@@ -125,12 +130,7 @@ from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
 
 log = logging.getLogger(__name__)
 
-DATA_FILE = "data.parquet"
 _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-TEMP_PREFIX = f".{DATA_FILE}."
-TEMP_SUFFIX = ".tmp"
-# A partition write takes seconds to minutes; a temp file this old belongs to no live write.
-STALE_TEMP_AGE_S = 6 * 3600.0
 _EXPLAIN_RE = re.compile(
     r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?(?P<inner>.*)$", re.IGNORECASE | re.DOTALL
 )
@@ -201,22 +201,6 @@ def config_hash(config: Mapping[str, Any] | Any) -> str:
     """Stable short hash of a JSON-serialisable configuration."""
     blob = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def write_data_file(arrow: pa.Table, final: Path) -> None:
-    """Write ``arrow`` to ``final`` (a partition's data file) atomically: into a temp file of
-    the same folder, synced, then moved into place, so readers see the old file or the new
-    one, and a writer killed half-way leaves only a temp file (removed later as stale)."""
-    tmp = final.with_name(
-        f"{TEMP_PREFIX}{os.getpid()}.{_host_tag()}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
-    try:
-        pq.write_table(arrow, tmp, compression="zstd")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _check_table(table: str) -> None:
@@ -829,47 +813,6 @@ def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
         con.execute(statement)
     if shared is not None:
         _CONFINED_LIMITS[shared] = limits.instance_settings()
-
-
-@lru_cache(maxsize=1)
-def _host_tag() -> str:
-    """Names this host and PID namespace in temp file names, so PIDs are checked only where
-    they mean the same process."""
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        namespace = ""
-    return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
-
-
-def temp_file_is_stale(path: Path, *, now: float | None = None,
-                       max_age_s: float = STALE_TEMP_AGE_S) -> bool:
-    """True when ``path`` (a writer's temp file) is older than ``max_age_s`` or names a writer
-    PID on this host that no longer runs. Unknown name formats are judged by age alone."""
-    try:
-        age = (time.time() if now is None else now) - path.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    if age > max_age_s:
-        return True
-    name = path.name
-    if not (name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)):
-        return False
-    parts = name[len(TEMP_PREFIX): -len(TEMP_SUFFIX)].split(".")
-    if len(parts) != 3 or not parts[0].isdigit() or parts[1] != _host_tag():
-        return False
-    pid = int(parts[0])
-    return pid > 0 and not _pid_alive(pid)
 
 
 def _retry_replaced_files(fn, root: Path, attempts: int = RETRY_ATTEMPTS):

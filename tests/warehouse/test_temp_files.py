@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from warehouse import Lineage, Warehouse
-from warehouse.store import STALE_TEMP_AGE_S, _host_tag
+from warehouse.files import STALE_TEMP_AGE_S, host_tag
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,13 +19,13 @@ REPO = Path(__file__).resolve().parents[2]
 # prints the temp path, and finishes when told to on stdin.
 _PAUSED_WRITER = """
 import sys
-from warehouse import Lineage, Warehouse, store
-real_write = store.pq.write_table
+from warehouse import Lineage, Warehouse, files
+real_write = files.pq.write_table
 def paused(table, where, **kw):
     real_write(table, where, **kw)
     print(where, flush=True)
     sys.stdin.readline()
-store.pq.write_table = paused
+files.pq.write_table = paused
 rows = [{"problem_id": f"child{i}", "answer": str(i)} for i in range(int(sys.argv[2]))]
 Warehouse(sys.argv[1]).write("problems", rows, lineage=Lineage(partition="p"))
 print("done", flush=True)
@@ -120,8 +120,8 @@ def _dead_pid() -> int:
     ("data.parquet", STALE_TEMP_AGE_S + 60, False),
 ])
 def test_staleness_rules(tmp_path, name, age_s, removed):
-    assert _host_tag() != "ffffffff"
-    name = name.format(me=os.getpid(), dead=_dead_pid(), host=_host_tag())
+    assert host_tag() != "ffffffff"
+    name = name.format(me=os.getpid(), dead=_dead_pid(), host=host_tag())
     path = _touch(tmp_path / "problems" / "old" / name, age_s)
     wh = Warehouse(tmp_path)
     wh.write("problems", _rows(1, "x"), lineage=Lineage(partition="new"))

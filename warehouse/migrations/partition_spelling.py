@@ -26,13 +26,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from warehouse.files import DATA_FILE, write_data_file
 from warehouse.partitions import partition_dir_name, partition_from_dir, respell
 
 log = logging.getLogger(__name__)
 
 VERSION = 9
 NAME = "009_partition_spelling"
-DATA_FILE = "data.parquet"
 # tables with one folder per run whose rows held that folder's key in `partition`
 PER_RUN_TABLES = ("runs", "llm_calls")
 _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -60,8 +60,6 @@ def respell_folder(folder: Path, *, per_run: bool = False) -> bool:
     folder of `runs` or `llm_calls`. Returns whether anything changed. Idempotent."""
     if folder.is_symlink():
         return False
-    from warehouse.store import write_data_file
-
     target = folder.with_name(partition_dir_name(respell(partition_from_dir(folder.name))))
     data = folder / DATA_FILE
     if target == folder:
