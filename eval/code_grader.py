@@ -332,15 +332,6 @@ def mbpp_recording(problem: dict, sandbox: Any = None) -> Recording:
                       make, sandbox)
 
 
-def mbpp_expected(problem: dict, sandbox: Any = None) -> tuple[list, float]:
-    """(the canonical solution's encoded results on all inputs, seconds it took), computed once
-    per task and process; ``expected_outputs`` in the problem is used as is (taking 0 s)."""
-    if problem.get("expected_outputs") is not None:
-        return list(problem["expected_outputs"]), 0.0
-    recording = mbpp_recording(problem, sandbox)
-    return recording.fixed, recording.seconds
-
-
 # ---------------------------------------------------------------------------------------------
 # grading
 

@@ -236,11 +236,6 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     return kind, target, params
 
 
-def check_spec(spec: str) -> None:
-    """Validate the syntax of a spec without reading anything."""
-    parse_spec(spec)
-
-
 def _filter(rows: list[dict[str, Any]], params: Mapping[str, str], spec: str) -> list[dict[str, Any]]:
     if not params or not rows:
         return rows

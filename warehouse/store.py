@@ -859,7 +859,3 @@ def _duck_type(dtype: pa.DataType) -> str:
         fields = ", ".join(f'"{f.name}" {_duck_type(f.type)}' for f in dtype)
         return f"STRUCT({fields})"
     raise TypeError(f"no DuckDB type mapping for {dtype}")
-
-
-def lineage_columns() -> list[str]:
-    return list(LINEAGE_COLUMNS)
