@@ -77,7 +77,7 @@ class Claim:
     ``higher_is_better`` the metric's direction; ``kind`` ``better`` or ``no_worse``; ``margin``
     the non-inferiority margin δ in the metric's units (``no_worse`` only); ``reference`` and
     ``treatment`` the arm names; ``paper_value`` what the paper reports, as text, for the
-    README's Results table.
+    table of the latest verdicts (docs/results.md).
     """
 
     paper: str

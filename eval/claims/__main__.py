@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eval.claims",
         description="Print every paper claim's latest verdict from the warehouse's claims table "
-                    "as a Markdown table (the README's Results section).")
+                    "as a Markdown table (the table of docs/results.md).")
     parser.add_argument("--warehouse", help="warehouse folder (default: WEFT_HOME/warehouse)")
     parser.add_argument("--digits", type=int, default=3, help="decimals shown (default 3)")
     parser.add_argument("--history", nargs="*", metavar="EXPERIMENT",
