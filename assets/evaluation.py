@@ -78,7 +78,7 @@ class EvalSamplesConfig(dg.Config):
     tokenizer_path: str = ""
     # check_eval_samples_failure_share fails when a larger share of samples got no response
     max_failure_share: float = 0.01
-    # math answer extraction (eval.graders.EXTRACTION_RULES): "strict" credits only a stated
+    # math answer extraction (eval.extraction.EXTRACTION_RULES): "strict" credits only a stated
     # final answer; "flexible" the last number in the text (lm-eval's GSM8K flexible-extract)
     extraction: str = "strict"
     # False: every request goes to the server (no replay from the LLM response cache)

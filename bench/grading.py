@@ -14,7 +14,8 @@ Prints one JSON line.
 
 ``--adversarial`` times answer extraction instead, on degenerate outputs of about ``--size``
 characters (1 MB: unclosed ``\\boxed{``, deeply nested boxes, unclosed ``\\(``, thousands of
-answer phrases on one line, long whitespace after "answer", unclosed ``<answer>`` tags, ...).
+answer phrases on one line, with or without full stops, long whitespace after "answer", boxes
+joined by "or", unclosed ``<answer>`` tags, ...).
 Each case runs in a child process killed after ``--limit`` seconds (reported as null), at a
 quarter of the size and at the full size: the ratio of the two is ~4 for linear work and ~16 for
 quadratic. With ``--baseline-root`` (a checkout of an older commit) every case also runs on that
@@ -99,6 +100,10 @@ ADVERSARIAL = {
     "choice_boxed_text_spaces": ('text = "\\\\boxed{\\\\text{" + " " * n + "!}"',
                                  "extract_choice(text)", 1),
     "choice_markers": ('text = "(E) " * n', "extract_choice(text)", 4),
+    "phrases_without_full_stop": ('text = "answer is foo bar baz " * n', "extract_answer(text)",
+                                  22),
+    "phrases_then_equations": ('text = "the answer is 1 = " * n', "extract_answer(text)", 18),
+    "boxes_joined_by_or": ('text = "\\\\boxed{1} or " * n', "extract_answer(text)", 13),
     "tir_unclosed_answer": ('text = "<answer>" * n', "answer_region(text, 'tir')", 8),
     "sxs_unclosed_tags": ('text = "<think><speak>" * n', "answer_region(text, 'sxs')", 14),
 }

@@ -4,55 +4,74 @@ A grader takes ``(prediction, gold)`` and returns a :class:`GradeResult` that re
 extracted, how (``method``), what both sides parsed to, and any error. Kinds:
 
 - ``"math"`` (:func:`grade_math`): the final answer is extracted from the prediction by an
-  explicit :class:`ExtractionPolicy` (last ``\\boxed{}`` first, then "the answer is X" phrases,
-  then — only when the policy says so — the last number in the text) and compared with the gold
-  answer by math-verify (symbolic and numeric equality, gold first: math-verify is asymmetric).
-  Evaluations select a policy by name (:data:`EXTRACTION_RULES`): ``strict`` (the default: a
-  stated final answer, boxed or after an answer phrase) or ``flexible`` (the last number in the
-  text, lm-evaluation-harness's GSM8K "flexible-extract"). An answer phrase yields the right
-  side of an arithmetic equation ("25 + 50 = 55 kilograms" -> 55), a number without the words
-  after it, and nothing when only prose follows it ("the answer is unclear"), in which case an
-  earlier phrase is used.
+  explicit ``ExtractionPolicy`` (``eval.extraction``: the last ``\\boxed{}``, then "the answer
+  is X" phrases, then, only when the policy says so, the last number in the text) and compared
+  with the gold answer by math-verify (symbolic and numeric equality, gold first: math-verify is
+  asymmetric). An answer is right only when it states one value equal to the gold
+  (``eval.answer_relations``): a relation, a hedge or an equation that does not name the value
+  (``\\ge 42``, ``42 \\text{ or more}``, ``41 \\to 42``, ``x + 1 = 41``, ``x = 41 = 42``) is
+  wrong against a gold that is one value before math-verify sees it, with ``error`` saying why
+  (math-verify alone reads such answers by their last part or right side); alternatives
+  (``41 \\lor 42``, ``42 \\text{ or } 43``) are each compared and must all equal the gold. An
+  equation counts when its left side names the value (``x = 42``, ``n_0 = 42``, ``f(3) = 42``)
+  or is arithmetic (``3 \\times 4 = 12``).
 - ``"choice"`` (:func:`grade_choice`): a multiple-choice letter, see :func:`extract_choice`.
 - more kinds (``"code"``) are added with one :func:`register_grader` call.
 
 :func:`grade_output` grades a model's whole output: the format's answer region
 (``pipelines.formats.answer_region``), then a registered grader; RL rewards call it (in a pool)
 so that they grade exactly as evaluation does. Answer extraction (boxes, answer phrases, math
-delimiters, choice letters) is linear in the length of the text: no rescans from every opener,
-no regex with two adjacent runs of ``\\s*`` around an optional part; a megabyte of degenerate
-output is extracted in about a second.
+delimiters, choice letters) and the one-value check are linear in the length of the text.
 
-math-verify bounds each of its calls with ``signal.alarm``: whole seconds only, and only on a
-process's main thread. :func:`grade_math` therefore runs math-verify without its own timeouts
-when called from another thread. ``eval.grading_pool.GradingPool`` grades in worker processes
-(each on its own main thread, so inner timeouts work) and adds an outer wall-clock kill per
-item, which also catches work that ignores signals. A killed item is recorded as incorrect with
-error ``"grading timed out"`` and the pool goes on; extraction happens inside the worker too, so
-one limit covers extraction and verification. In this process (no pool) extraction is bounded
-only by its linear cost and verification by math-verify's alarms. The pool depends on this
-module (its registry and result type), never the other way round.
+Time limits, per entry point:
+
+- ``eval.grading_pool.GradingPool`` (evaluation and RL rewards): worker processes, each on its
+  own main thread so math-verify's ``signal.alarm`` limits work, and an outer wall-clock kill
+  per item that also catches work ignoring signals. A killed item is incorrect with error
+  :data:`TIMED_OUT`; extraction runs inside the worker, so one limit covers everything.
+- :func:`grade_many_serial` (and the in-process paths built on it: grading in a daemonic
+  process, which cannot start workers): the same per-item wall-clock limit as the pool, in this
+  process, enforced with ``SIGALRM`` (math-verify's own alarms are off meanwhile, so they cannot
+  cancel it); main thread only, and it raises RuntimeError elsewhere rather than run unbounded.
+  Work inside one C call (a huge integer power) finishes before the signal is handled.
+- :func:`grade_math` called directly: extraction and the one-value check are bounded by
+  construction (linear); each math-verify call by its ``timeout_s`` on the main thread, and not
+  at all on another thread (``signal.alarm`` is main-thread only): use the pool there.
+
+The pool depends on this module (its registry and result type), never the other way round.
 
 Not guaranteed: that math-verify judges every equivalent pair equal (units written as plain
 words, e.g. "18 dollars", do not parse; answers with several parts need the same shape on both
-sides); that an answer-phrase or last-number extraction is the answer the model meant; timing of
-a single inner timeout finer than one second.
+sides); that an answer-phrase or last-number extraction is the answer the model meant; that
+every spelling of a hedge is caught (see ``eval.answer_relations``), nor any hedge under the
+``flexible`` rule (it takes the last number, as lm-evaluation-harness does: ``41 \\lor 42``
+yields 42); timing of a single inner timeout finer than one second.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any
 
+from eval.answer_relations import GoldShape, gold_shape, read_answer
+from eval.extraction import (
+    DEFAULT_POLICY,
+    ExtractionPolicy,
+    extract_answer,
+    to_latex,
+)
 from pipelines.text import last_boxed
 
-METHODS = ("boxed", "answer_phrase", "last_number", "choice_marker", "none")
 DEFAULT_TIMEOUT_S = 5
+# Wall-clock seconds one item may take in a GradingPool (its default) and in grade_many_serial
+DEFAULT_ITEM_LIMIT_S = 10.0
+TIMED_OUT = "grading timed out"
 MAX_PARSED_CHARS = 200
 # math-verify rounds floats to 6 decimal places, so 2.88e-19 "equals" 3.88e-19. Below this
 # magnitude we also require agreement to TINY_REL_TOL relative difference (about 6 digits).
@@ -63,7 +82,7 @@ Grader = Callable[..., "GradeResult"]
 
 
 # ---------------------------------------------------------------------------------------------
-# Result and policy
+# Result
 
 
 @dataclass(frozen=True)
@@ -76,227 +95,6 @@ class GradeResult:
     gold_parsed: str | None = None
     pred_parsed: str | None = None
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class ExtractionPolicy:
-    """Which ways of finding the final answer in a prediction are allowed, tried in this order.
-
-    ``last_number`` is off by default: it marks "3 + 4 = 7" correct for gold 7 even though no
-    final answer was given. Record :meth:`describe` next to scores so that the choice is visible.
-    """
-
-    boxed: bool = True
-    answer_phrase: bool = True
-    last_number: bool = False
-
-    def __post_init__(self) -> None:
-        if not (self.boxed or self.answer_phrase or self.last_number):
-            raise ValueError(
-                "ExtractionPolicy allows no extraction method; enable at least one of boxed, "
-                "answer_phrase, last_number"
-            )
-
-    def describe(self) -> str:
-        """A short stable label, e.g. ``"boxed+answer_phrase"``."""
-        names = [n for n in ("boxed", "answer_phrase", "last_number") if getattr(self, n)]
-        return "+".join(names)
-
-
-DEFAULT_POLICY = ExtractionPolicy()
-BOXED_ONLY = ExtractionPolicy(answer_phrase=False)
-LENIENT_POLICY = ExtractionPolicy(last_number=True)
-# The last number in the text and nothing else: lm-evaluation-harness's GSM8K
-# "flexible-extract" rule (its "strict-match" rule wants "#### N", which is weft's strict
-# "####" answer phrase).
-FLEXIBLE_POLICY = ExtractionPolicy(boxed=False, answer_phrase=False, last_number=True)
-
-# Named extraction rules an evaluation can select (``eval.runner.EvalConfig.extraction``); the
-# name is stored with every sample and score (``eval_samples.extraction_rule``).
-DEFAULT_RULE = "strict"
-EXTRACTION_RULES: Mapping[str, ExtractionPolicy] = MappingProxyType({
-    "strict": DEFAULT_POLICY,  # a stated final answer: the last \boxed{}, else an answer phrase
-    "flexible": FLEXIBLE_POLICY,  # the last number anywhere in the text
-})
-
-
-def extraction_policy(rule: str) -> ExtractionPolicy:
-    """The :class:`ExtractionPolicy` of a named rule (:data:`EXTRACTION_RULES`)."""
-    try:
-        return EXTRACTION_RULES[rule]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown answer extraction rule {rule!r}; use one of {', '.join(EXTRACTION_RULES)} "
-            "(strict: a stated final answer; flexible: the last number in the text)"
-        ) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Answer extraction (pure string work, no math-verify)
-
-# "answer is", "Answer:", "**Final Answer**:", "final answer =", gsm8k-style "####".
-_ANSWER_ANCHOR_RE = re.compile(
-    r"(?i)(?:\b(?:final\s+)?answer\b(?:\s*\*\*)?\s*(?:is\b|:|=)(?:\s*\*\*)?|####)"
-)
-_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)|\bI hope\b")
-_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\d])")
-# a number followed by a word ("18 dollars", "55 kilograms of flour", "18 because ..."): the number
-# ("3 x + 2" is no such case: the word is followed by an operator)
-_NUMBER_THEN_WORDS_RE = re.compile(
-    r"^(-?\$?\d+(?:,\d{3})*(?:\.\d+)?)\s+[A-Za-z]+\b(?!\s*[=+\-*/^(])")
-# the left side of "25 + 50 = 55": numbers, operators, brackets, currency and spacing only
-_ARITHMETIC_RE = re.compile(r"[\d\s.,+\-*/^×÷·()\[\]$=]*")
-_LATEX_OPERATOR_RE = re.compile(r"\\(?:times|cdot|div)(?![A-Za-z])")
-# text that is no answer: no digit and nothing mathematical ("unclear to me", "below")
-_MATH_CHARS_RE = re.compile(r"[\d\\{}^_=+*/()<>|\[\]]")
-_NON_ANSWERS = frozenset({"below", "above", "as follows", "follows", "unclear", "unknown",
-                          "not clear", "wrong", "incorrect", "correct", "right", "that", "this",
-                          "it", "there", "here", "simple", "easy", "clear", "obvious"})
-_SCI_RE = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
-_UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
-_MATH_ENV_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"))
-
-
-def _strip_wrappers(text: str) -> str:
-    """Remove markdown bold, math delimiters and trailing punctuation around an answer."""
-    s = text.strip()
-    for _ in range(3):
-        before = s
-        s = s.strip().strip("*").strip()
-        s = s.rstrip(".;,").strip()
-        if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
-            s = s[2:-2]
-        if len(s) >= 2 and s.startswith("$") and s.endswith("$"):
-            s = s.strip("$")
-        if s == before:
-            break
-    return s.strip()
-
-
-def _first_math_env(text: str) -> str | None:
-    """Content of the leftmost complete ``$…$``, ``\\(…\\)`` or ``\\[…\\]`` (non-empty; a
-    ``$`` after a backslash is no delimiter), or None. Linear time: only the FIRST opener of each
-    kind can start the leftmost match (any closer that serves a later opener serves it too), so
-    one forward search per kind suffices (a lazy regex rescans to the end from every opener)."""
-    candidates: list[tuple[int, str]] = []
-    dollars = _UNESCAPED_DOLLAR_RE.finditer(text)
-    first = next(dollars, None)
-    if first is not None:
-        close = next((m for m in dollars if m.start() >= first.end() + 1), None)
-        if close is not None:
-            candidates.append((first.start(), text[first.end():close.start()]))
-    for opener, closer in _MATH_ENV_DELIMITERS:
-        start = text.find(opener)
-        if start >= 0:
-            end = text.find(closer, start + len(opener) + 1)
-            if end >= 0:
-                candidates.append((start, text[start + len(opener):end]))
-    return min(candidates, key=lambda c: c[0])[1] if candidates else None
-
-
-def _sentence_end(text: str, start: int, end: int) -> int:
-    """Where the first sentence ends in ``text[start:end]`` (``end`` if it does not), found
-    without copying the slice: as if ``_SENTENCE_END_RE`` searched the slice itself, in which
-    "I hope" at ``start`` always follows a word boundary."""
-    if text.startswith("I hope", start) and start + 6 <= end and \
-            not (start + 6 < end and (text[start + 6].isalnum() or text[start + 6] == "_")):
-        return start
-    cut = _SENTENCE_END_RE.search(text, start, end)
-    return cut.start() if cut else end
-
-
-def _clean_phrase_answer(text: str, start: int = 0, end: int | None = None) -> str:
-    """The answer part of ``text[start:end]``, the text after an answer phrase (cut at the
-    sentence end). Only the part before the cut is copied, so trying many phrases on one long
-    line stays linear."""
-    end = len(text) if end is None else end
-    s = _strip_wrappers(text[start:_sentence_end(text, start, end)].lstrip(" :"))
-    inner = last_boxed(s)
-    if inner:
-        return inner
-    env = _first_math_env(s)
-    if env is not None:  # "$5$ apples" -> "5"
-        s = env
-    s = _right_of_arithmetic(s)
-    words = _NUMBER_THEN_WORDS_RE.match(s)
-    if words:  # "18 dollars" -> "18"
-        s = words.group(1)
-    s = s.strip()
-    return "" if _is_prose(s) else s
-
-
-def _right_of_arithmetic(s: str) -> str:
-    """``"25 + 50 = 55 kilograms"`` -> ``"55 kilograms"``: the part after the last ``=`` when
-    everything before it is arithmetic on numbers (``"x = 5"`` stays as it is)."""
-    if "=" not in s:
-        return s
-    left, _, right = s.rpartition("=")
-    right = _strip_wrappers(right)
-    if not right or not any(c.isdigit() for c in left):
-        return s
-    if not _ARITHMETIC_RE.fullmatch(_LATEX_OPERATOR_RE.sub("*", left)):
-        return s
-    env = _first_math_env(right)
-    return env if env is not None else right
-
-
-def _is_prose(s: str) -> bool:
-    """True for answer-phrase text that holds no answer: words without a digit or anything
-    mathematical, three or more of them ("unclear to me") or a known non-answer ("below")."""
-    if not s or _MATH_CHARS_RE.search(s):
-        return False
-    return len(s.split()) >= 3 or s.lower() in _NON_ANSWERS
-
-
-def extract_answer(text: str, policy: ExtractionPolicy = DEFAULT_POLICY) -> tuple[str | None, str]:
-    """The final answer in ``text`` and how it was found: ``(answer, method)``.
-
-    ``method`` is ``"boxed"``, ``"answer_phrase"``, ``"last_number"`` or ``"none"`` (answer None).
-    Answer phrases are tried last to first; one followed only by prose is skipped. The last
-    number has its thousands separators removed and never includes a currency sign or the
-    period ending a sentence.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"prediction must be a str, got {type(text).__name__}")
-    if policy.boxed:
-        boxed = last_boxed(text)
-        if boxed:
-            return boxed, "boxed"
-    if policy.answer_phrase:
-        anchors = list(_ANSWER_ANCHOR_RE.finditer(text))
-        # The answer is on the rest of the anchor's line. Anchors are visited last to first and
-        # each stretch of text is searched for a newline once: [scanned, line_end) holds none.
-        line_end = scanned = len(text)
-        for anchor in reversed(anchors):
-            newline = text.find("\n", anchor.end(), scanned)
-            if newline >= 0:
-                line_end = newline
-            scanned = anchor.end()
-            answer = _clean_phrase_answer(text, anchor.end(), line_end)
-            if answer:
-                return answer, "answer_phrase"
-    if policy.last_number:
-        numbers = _NUMBER_RE.findall(text)
-        if numbers:
-            return numbers[-1].replace(",", ""), "last_number"
-    return None, "none"
-
-
-def to_latex(answer: str) -> str:
-    """Normalise an answer string (gold or extracted) into LaTeX that math-verify parses.
-
-    Strips ``$`` delimiters (also between list items, e.g. ``"$69$,$84$"``) and an outer
-    ``\\boxed{}``, and rewrites scientific ``4.5e33`` as ``4.5\\times10^{33}``.
-    """
-    s = answer.strip()
-    inner = last_boxed(s)
-    if inner:
-        s = inner
-    s = _UNESCAPED_DOLLAR_RE.sub("", s)
-    if s.startswith("\\(") and s.endswith("\\)") or s.startswith("\\[") and s.endswith("\\]"):
-        s = s[2:-2]
-    s = _SCI_RE.sub(lambda m: f"{m.group(1)}\\times10^{{{m.group(2)}}}", s)
-    return s.strip()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +135,21 @@ def _parse_gold(latex: str, timeout_s: int) -> tuple:
     return tuple(_parse(latex, timeout_s))
 
 
+@lru_cache(maxsize=4096)
+def _gold_shape(latex: str, timeout_s: int) -> GoldShape:
+    """What the gold allows in a prediction (``eval.answer_relations``): its LaTeX, and whether
+    math-verify parses it to a relation, several values or a set."""
+    from sympy import Set, Tuple
+    from sympy.core.relational import Relational
+    from sympy.logic.boolalg import BooleanFunction
+    from sympy.matrices import MatrixBase
+
+    parsed = _parse_gold(latex, timeout_s)[0]
+    return gold_shape(latex, relational=isinstance(parsed, (Relational, BooleanFunction)),
+                      several=isinstance(parsed, (Set, Tuple, MatrixBase)),
+                      is_set=isinstance(parsed, Set))
+
+
 def _tiny_numbers_differ(gold: Any, pred: Any) -> bool:
     """True when both are small nonzero real numbers that differ beyond :data:`TINY_REL_TOL`."""
     try:
@@ -368,11 +181,15 @@ def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_PO
 
     ``gold`` is a plain answer string ("18", "\\frac{1}{2}", "(3, \\frac{\\pi}{2})",
     "$69$,$84$", "27.0"); it is normalised with :func:`to_latex` and parsed as ``\\boxed{gold}``.
+    A prediction that states a relation, a hedge, or an equation that does not name its value
+    is wrong against a gold that is one value, without asking math-verify; alternatives are
+    each compared and must all match (``eval.answer_relations``; ``error`` starts with
+    ``"not one value: "``).
     ``timeout_s`` bounds each math-verify call (parse gold, parse prediction, each comparison),
-    so one call can take a few times ``timeout_s``. On a thread other than the main thread the
-    math-verify timeouts are disabled (signal.alarm would raise) and a pathological answer can
-    run unbounded: grade from the main thread or through ``eval.grading_pool.GradingPool``
-    for a hard limit.
+    so one call can take a few times ``timeout_s``. On a thread other than the main thread, and
+    under :func:`grade_many_serial`'s own limit, the math-verify timeouts are off
+    (signal.alarm would raise, or cancel that limit): off the main thread a pathological answer
+    can run unbounded, so grade through ``eval.grading_pool.GradingPool`` there.
     Numbers smaller than :data:`TINY_MAGNITUDE` must also agree to about 6 significant digits
     (math-verify alone rounds them to 6 decimal places, i.e. to zero).
     Raises TypeError/ValueError for a non-string or empty gold, or a bad ``timeout_s``.
@@ -388,10 +205,10 @@ def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_PO
         raise ValueError(f"gold answer is empty ({gold!r}); fix the dataset row")
     from math_verify.errors import TimeoutException
 
-    limit = timeout_s if _in_main_thread() else 0  # 0 disables math-verify's signal.alarm
+    # 0 disables math-verify's signal.alarm: off the main thread, and under an outer limit
+    limit = timeout_s if _in_main_thread() and not _limit.active else 0
     extracted, method = extract_answer(prediction, policy)
-    gold_text = pred_text = None
-    stage = "parsing the gold answer"
+    gold_text = None
     try:
         gold_parsed = _parse_gold(gold_latex, limit)
         if not gold_parsed:
@@ -400,17 +217,43 @@ def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_PO
         gold_text = _short(gold_parsed[0])
         if extracted is None:
             return GradeResult(False, None, "none", gold_text, None, None)
-        stage = "parsing the prediction"
-        pred_parsed = _parse(to_latex(extracted), limit)
-        if not pred_parsed:
-            return GradeResult(False, extracted, method, gold_text, None, None)
-        pred_text = _short(pred_parsed[0])
+        reading = read_answer(to_latex(extracted), _gold_shape(gold_latex, limit))
     except TimeoutException:
-        return GradeResult(False, extracted, method, gold_text, pred_text,
-                           f"math-verify timed out after {timeout_s}s while {stage}")
+        return GradeResult(False, extracted, method, gold_text, None,
+                           f"math-verify timed out after {timeout_s}s while parsing the gold answer")
     except Exception as exc:  # noqa: BLE001 - a parser crash is a wrong answer, recorded
-        return GradeResult(False, extracted, method, gold_text, pred_text,
-                           f"{type(exc).__name__} while {stage}: {exc}"[:300])
+        return GradeResult(False, extracted, method, gold_text, None,
+                           f"{type(exc).__name__} while parsing the gold answer: {exc}"[:300])
+    if reading.problem is not None:
+        return GradeResult(False, extracted, method, gold_text, None,
+                           f"not one value: {reading.problem}"[:300])
+    texts: list[str] = []
+    for value in reading.values:  # one value; or each alternative, all of which must match
+        matched, pred_text, error = _matches(gold_parsed, value, limit, timeout_s)
+        texts.append(pred_text or "?")
+        if not matched:
+            if error is None and len(reading.values) > 1:
+                error = f"not one value: {len(reading.values)} values, not all the gold's"
+            return GradeResult(False, extracted, method, gold_text,
+                               _short(" | ".join(texts)) if pred_text else None, error)
+    return GradeResult(True, extracted, method, gold_text, _short(" | ".join(texts)), None)
+
+
+def _matches(gold_parsed: tuple, latex: str, limit: int,
+             timeout_s: int) -> tuple[bool, str | None, str | None]:
+    """Whether ``latex`` parses to something math-verify finds equal to one of ``gold_parsed``:
+    ``(equal, what it parsed to, error)``."""
+    from math_verify.errors import TimeoutException
+
+    try:
+        pred_parsed = _parse(latex, limit)
+    except TimeoutException:
+        return False, None, f"math-verify timed out after {timeout_s}s while parsing the prediction"
+    except Exception as exc:  # noqa: BLE001 - a parser crash is a wrong answer, recorded
+        return False, None, f"{type(exc).__name__} while parsing the prediction: {exc}"[:300]
+    if not pred_parsed:
+        return False, None, None
+    pred_text = _short(pred_parsed[0])
     verify = _mv().verify
     first_error = None
     # Pairwise (gold first: math-verify is asymmetric) so one failure does not hide the others.
@@ -419,12 +262,12 @@ def grade_math(prediction: str, gold: str, policy: ExtractionPolicy = DEFAULT_PO
             try:
                 if verify(g, p, timeout_seconds=limit, raise_on_error=True) \
                         and not _tiny_numbers_differ(g, p):
-                    return GradeResult(True, extracted, method, gold_text, pred_text, None)
+                    return True, pred_text, None
             except TimeoutException:
                 first_error = first_error or f"math-verify timed out after {timeout_s}s while comparing"
             except Exception as exc:  # noqa: BLE001 - sympy raises anything
                 first_error = first_error or f"{type(exc).__name__} while comparing: {exc}"[:300]
-    return GradeResult(False, extracted, method, gold_text, pred_text, first_error)
+    return False, pred_text, first_error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,10 +433,79 @@ def check_pairs(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     return checked
 
 
-def grade_many_serial(items: Sequence[tuple[str, str]], kind: str = "math",
-                      **kw: Any) -> list[GradeResult]:
-    """Grade pairs one after another in this process (errors recorded per item, not raised)."""
+class _OutOfTime(BaseException):
+    """Raised by the item limit's SIGALRM handler; a BaseException so that no grader's
+    ``except Exception`` (nor math-verify's own handlers) can swallow it."""
+
+
+class _ItemLimit:
+    """State of :func:`grade_many_serial`'s per-item limit (main thread only)."""
+
+    active = False  # grade_math turns math-verify's own alarms off while set
+    armed = False  # the handler raises only while set (a late signal is ignored)
+
+
+_limit = _ItemLimit()
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    if _limit.armed:
+        _limit.armed = False
+        raise _OutOfTime
+
+
+def _grade_within(fn: Grader, prediction: str, gold: str, kw: dict[str, Any],
+                  limit_s: float) -> GradeResult:
+    """``grade_recorded`` under a wall-clock limit of ``limit_s`` seconds (``SIGALRM`` via
+    ``setitimer``); a timer the caller had set is put back with the time it has left."""
+    previous_handler = signal.signal(signal.SIGALRM, _on_alarm)
+    previous_delay, previous_interval = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
+    _limit.active = _limit.armed = True
+    try:
+        signal.setitimer(signal.ITIMER_REAL, limit_s)
+        try:
+            return grade_recorded(fn, prediction, gold, kw)
+        finally:
+            _limit.armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _OutOfTime:
+        return GradeResult(False, None, "none", None, None, TIMED_OUT)
+    finally:
+        _limit.active = _limit.armed = False
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay > 0:
+            left = previous_delay - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), previous_interval)
+
+
+def grade_many_serial(items: Sequence[tuple[str, str]], kind: str = "math", *,
+                      answer_format: str | None = None,
+                      item_limit_s: float = DEFAULT_ITEM_LIMIT_S, **kw: Any) -> list[GradeResult]:
+    """Grade pairs one after another in this process (errors recorded per item, not raised).
+
+    Bounded by the same limit as the pool: each item (region, extraction, verification) runs
+    under a wall-clock limit of ``item_limit_s`` seconds (``GradingPool``'s default), enforced
+    with ``SIGALRM``; an item past it is incorrect with error :data:`TIMED_OUT` and the batch
+    goes on. math-verify's own per-call alarms are off meanwhile (they would cancel the limit).
+    With ``answer_format`` the predictions are whole outputs, graded by :func:`grade_output`
+    as ``GradingPool.grade_many(..., answer_format=...)`` grades them. Signals reach only the
+    main thread, so elsewhere this raises RuntimeError instead of grading without a limit.
+    Not guaranteed: stopping inside one long C call (it ends before the signal is handled).
+    """
+    if isinstance(item_limit_s, bool) or not isinstance(item_limit_s, (int, float)) \
+            or not item_limit_s > 0:
+        raise ValueError(f"item_limit_s must be > 0 seconds, got {item_limit_s!r}")
+    if not _in_main_thread():
+        raise RuntimeError(
+            "grade_many_serial enforces its time limit with SIGALRM, which only the main thread "
+            "receives; from another thread grade through eval.grading_pool.GradingPool")
+    if _limit.active:
+        raise RuntimeError("grade_many_serial cannot run inside another grade_many_serial item")
     fn = get_grader(kind)
-    return [grade_recorded(fn, p, g, kw) for p, g in check_pairs(items)]
+    if answer_format is not None:
+        from pipelines.formats import check_format
 
-
+        check_format(answer_format)
+        fn, kw = grade_output, {**kw, "kind": kind, "answer_format": answer_format}
+    return [_grade_within(fn, p, g, kw, float(item_limit_s)) for p, g in check_pairs(items)]

@@ -42,6 +42,8 @@ from dataclasses import astuple
 from typing import Any, Self
 
 from eval.graders import (
+    DEFAULT_ITEM_LIMIT_S,
+    TIMED_OUT,
     Grader,
     GradeResult,
     check_pairs,
@@ -53,7 +55,6 @@ from eval.graders import (
 
 log = logging.getLogger(__name__)
 
-TIMED_OUT = "grading timed out"
 NOT_GRADED = "not graded: the call ran out of time"
 START_TIMEOUT_S = 120.0
 # workers a signal may end during start-up (SIGKILL from the OOM killer or an operator) before
@@ -168,7 +169,8 @@ class GradingPool:
     (``spawn`` where missing); ``fork`` may be chosen but is unsafe in a process with threads.
     """
 
-    def __init__(self, processes: int | None = None, per_item_timeout_s: float = 10.0,
+    def __init__(self, processes: int | None = None,
+                 per_item_timeout_s: float = DEFAULT_ITEM_LIMIT_S,
                  batch_size: int | None = None, start_method: str | None = None) -> None:
         if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)
                                       or processes < 1):
@@ -474,7 +476,8 @@ _shared: dict[tuple[int, float], GradingPool] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_pool(processes: int | None = None, per_item_timeout_s: float = 10.0) -> GradingPool:
+def shared_pool(processes: int | None = None,
+                per_item_timeout_s: float = DEFAULT_ITEM_LIMIT_S) -> GradingPool:
     """The process-wide warm pool for these settings: made on first use, reused by every later
     caller of the process (its ``grade_many`` calls take turns), closed at interpreter exit or
     by :func:`close_shared_pools`."""

@@ -9,7 +9,7 @@ Scores: avg@k, unbiased pass@k (k = 1, 2, 4, … ≤ n, and n), maj@k, each with
 CI over problems; per budget and per thinking cap when the mode has them.
 
 Math answers are extracted by the evaluation's named rule (``EvalConfig.extraction``, a key of
-``eval.graders.EXTRACTION_RULES``): ``strict`` (default) credits only a stated final answer,
+``eval.extraction.EXTRACTION_RULES``): ``strict`` (default) credits only a stated final answer,
 ``flexible`` the last number in the text (lm-evaluation-harness's GSM8K "flexible-extract").
 Every sample and score row of a math benchmark carries the rule in ``extraction_rule`` (NULL
 for choice and code benchmarks, which the rule does not apply to). Generation speed is the
@@ -52,7 +52,7 @@ class EvalConfig:
     seed: int = 0
     limit: int | None = None
     mode: Mode = field(default_factory=SingleMode)
-    extraction: str = "strict"  # math answer extraction rule (eval.graders.EXTRACTION_RULES)
+    extraction: str = "strict"  # math answer extraction rule (eval.extraction.EXTRACTION_RULES)
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -69,7 +69,7 @@ class EvalConfig:
                             f"mode=...) or a Mode class), got {type(self.mode).__name__}")
         if self.temperature == 0:
             object.__setattr__(self, "top_p", 1.0)
-        from eval.graders import extraction_policy
+        from eval.extraction import extraction_policy
 
         extraction_policy(self.extraction)  # ValueError naming the known rules
 
@@ -173,14 +173,15 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
     """Fill extracted / extraction_method / extraction_rule / correct / grade_error in place
     (and return rows). ``correct`` stays None for a failed generation (``gen_error`` set): it
     is not an answer. ``extraction`` names the math extraction rule
-    (``eval.graders.EXTRACTION_RULES``); rows of other graders get ``extraction_rule`` None.
+    (``eval.extraction.EXTRACTION_RULES``); rows of other graders get ``extraction_rule`` None.
 
     The graded text is ``graded_text`` when the mode produced one (speak projection, tool
     answer), else the raw output; the benchmark's normaliser is applied first. Answers are
     graded in ``pool`` or, without one, in the process-wide warm pool
     (``eval.grading_pool.shared_pool``): extraction and verification of each answer always run
-    together under one per-item wall-clock limit, whatever the text holds (in-process only in
-    a daemonic process, which cannot start workers)."""
+    together under one per-item wall-clock limit, whatever the text holds (in a daemonic
+    process, which cannot start workers, that limit is ``eval.graders.grade_many_serial``'s, in
+    this process)."""
     texts = []
     for r in rows:
         text = r.get("graded_text")
@@ -201,8 +202,8 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
             row["correct"] = None if row.get("gen_error") is not None else bool(res.passed)
             row["grade_error"] = None if res.passed else res.reason
         return rows
-    from eval.graders import extraction_policy
-    from eval.graders import grade as grade_one
+    from eval.extraction import extraction_policy
+    from eval.graders import grade_many_serial
 
     kw: dict[str, Any] = {}
     rule = None
@@ -215,8 +216,8 @@ def grade(rows: list[dict[str, Any]], bench: Benchmark, pool: Any | None = None,
         pool = shared_pool()
     if pool is not None:
         results = pool.grade_many(pairs, kind=bench.grader, **kw)
-    else:
-        results = [grade_one(bench.grader, pred, gold, **kw) for pred, gold in pairs]
+    else:  # a daemonic process: in this process, under the pool's per-item limit
+        results = grade_many_serial(pairs, kind=bench.grader, **kw)
     for row, res in zip(rows, results):
         row["extracted"] = res.extracted
         row["extraction_method"] = res.method

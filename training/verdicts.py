@@ -40,8 +40,10 @@ happens only when other completions of the call used up their limits, or when wo
 the way restart slowly: a new worker re-imports the trainer's main module, about 3 s for
 ``training.grpo`` on a 2-core machine, which the extra ``L`` absorbs once or twice per worker);
 math-verify's inner limits usually end a bomb first (no kill, no restart). The bound in a daemonic
-process (``multiprocessing`` workers cannot start pools): there grading runs in-process, with
-math-verify's inner timeouts only, and a warning says so.
+process (``multiprocessing`` workers cannot start pools): there grading runs in-process with
+``eval.graders.grade_many_serial``, each completion under the same per-item limit ``L`` (a
+signal, so on the main thread only, and work inside one C call finishes first), one at a time,
+so n completions take up to ``n * L``; a warning says so.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ class Verdicts:
     def _grade_batch(self, items: list[tuple[str, str]], answer_format: str, grader: str,
                      timeout_s: int) -> list[Any]:
         """Grade ``(output, gold)`` pairs in the warm pool under :func:`call_bound_s`."""
-        from eval.graders import get_grader, grade_output, grade_recorded
+        from eval.graders import get_grader, grade_many_serial
 
         kw: dict[str, Any] = {}
         if "timeout_s" in inspect.signature(get_grader(grader)).parameters:
@@ -175,10 +177,10 @@ class Verdicts:
         if multiprocessing.current_process().daemon:  # cannot start worker processes here
             if not _warned_daemon.is_set():
                 _warned_daemon.set()
-                log.warning("grading rewards in a daemonic process: in-process, without the "
-                            "per-item time limit")
-            kw.update(kind=grader, answer_format=answer_format)
-            return [grade_recorded(grade_output, p, g, kw) for p, g in items]
+                log.warning("grading rewards in a daemonic process: in-process, one item at a "
+                            "time under the per-item limit (no parallelism, no kill)")
+            return grade_many_serial(items, kind=grader, answer_format=answer_format,
+                                     item_limit_s=item_limit_s(timeout_s), **kw)
         from eval.grading_pool import shared_pool
 
         pool = shared_pool(self.processes, item_limit_s(timeout_s))

@@ -154,7 +154,7 @@ TABLES: dict[str, pa.Schema] = {
         ("output", pa.string()),
         ("extracted", pa.string()),
         ("extraction_method", pa.string()),
-        # the evaluation's math extraction rule, strict | flexible (eval.graders.EXTRACTION_RULES;
+        # the evaluation's math extraction rule, strict | flexible (eval.extraction.EXTRACTION_RULES;
         # NULL for choice and code benchmarks and for rows written before it was recorded)
         ("extraction_rule", pa.string()),
         ("gold", pa.string()),

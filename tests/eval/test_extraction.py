@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval import graders
+from eval import extraction
 from pipelines import formats
 from pipelines.text import boxed_contents, last_boxed
 
@@ -81,7 +81,7 @@ def test_boxed_contents_equal_the_rescan_per_box(text):
 @settings(max_examples=1500, deadline=None)
 @given(ENV_TEXT)
 def test_first_math_env_equals_the_lazy_regex(text):
-    assert graders._first_math_env(text) == old_math_env(text)
+    assert extraction._first_math_env(text) == old_math_env(text)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -108,7 +108,7 @@ def test_boxed_contents_table(text, expected):
     ("The answer is \\(\\frac{1}{2}\\) so", "\\frac{1}{2}"),
 ])
 def test_answer_phrase_edges(text, answer):
-    assert graders.extract_answer(text)[0] == answer
+    assert extraction.extract_answer(text)[0] == answer
 
 
 # ------------------------------------------------------------------ work bounds
@@ -144,16 +144,23 @@ def test_last_boxed_work_is_linear_in_unterminated_boxes():
 
 
 ADVERSARIAL = {  # ~1 MB each; every one took over 60 s before extraction became linear
-    "unclosed boxes": ("'\\\\boxed{' * 150_000", "graders.extract_answer(text)"),
-    "nested boxes": ("'\\\\boxed{' * 70_000 + '}' * 70_000", "graders.extract_answer(text)"),
+    # (the last three came later: phrases with no full stop were quadratic until each phrase
+    # read only up to the next)
+    "unclosed boxes": ("'\\\\boxed{' * 150_000", "extraction.extract_answer(text)"),
+    "nested boxes": ("'\\\\boxed{' * 70_000 + '}' * 70_000", "extraction.extract_answer(text)"),
     "unclosed \\( after a phrase": ("'The answer is ' + '\\\\(' * 500_000",
-                                    "graders.extract_answer(text)"),
-    "phrases on one line": ("'answer: . ' * 100_000", "graders.extract_answer(text)"),
+                                    "extraction.extract_answer(text)"),
+    "phrases on one line": ("'answer: . ' * 100_000", "extraction.extract_answer(text)"),
     "spaces after answer": ("'answer' + ' ' * 1_000_000 + '!'", "graders.extract_choice(text)"),
     "spaces in a text box": ("'\\\\boxed{\\\\text{' + ' ' * 1_000_000 + '!}'",
                              "graders.extract_choice(text)"),
     "unclosed boxes, choice": ("'\\\\boxed{' * 150_000", "graders.extract_choice(text)"),
     "unclosed answer tags": ("'<answer>' * 125_000", "formats.answer_region(text, 'tir')"),
+    "phrases without a full stop": ("'answer is foo bar baz ' * 45_000",
+                                    "extraction.extract_answer(text)"),
+    "boxes joined by or": ("'\\\\boxed{1} or ' * 77_000", "extraction.extract_answer(text)"),
+    "one-value check": ("'x = ' + '41 \\\\lor {42} = ' * 60_000",
+                        "answer_relations.not_one_value(text, answer_relations.gold_shape('4'))"),
 }
 
 
@@ -161,7 +168,7 @@ def test_adversarial_megabyte_outputs_finish_under_a_hard_limit():
     """Liveness check, not a timing assertion: the child is killed after 20 s."""
     body = "\n".join(f"text = {build}\n{call}\nprint({name!r}, flush=True)"
                      for name, (build, call) in ADVERSARIAL.items())
-    code = "from eval import graders\nfrom pipelines import formats\n" + body
+    code = "from eval import answer_relations, extraction, graders\nfrom pipelines import formats\n" + body
     try:
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
                               capture_output=True, text=True, timeout=20, check=False)

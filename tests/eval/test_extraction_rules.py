@@ -15,14 +15,14 @@ import json
 
 import pytest
 
-from eval.graders import (
+from eval.extraction import (
     DEFAULT_POLICY,
     EXTRACTION_RULES,
     FLEXIBLE_POLICY,
     extract_answer,
     extraction_policy,
-    grade_math,
 )
+from eval.graders import grade_math
 
 CASES = [
     # (case, text, strict, flexible)

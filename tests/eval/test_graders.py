@@ -22,21 +22,23 @@ from pathlib import Path
 import pytest
 
 from eval import graders
-from eval.graders import (
+from eval.extraction import (
     BOXED_ONLY,
     DEFAULT_POLICY,
-    GRADERS,
     LENIENT_POLICY,
     ExtractionPolicy,
-    GradeResult,
     extract_answer,
+    to_latex,
+)
+from eval.graders import (
+    GRADERS,
+    GradeResult,
     extract_choice,
     grade,
     grade_choice,
     grade_many_serial,
     grade_math,
     register_grader,
-    to_latex,
 )
 from eval.grading_pool import NOT_GRADED, TIMED_OUT, GradingPool
 from pipelines.text import last_boxed
@@ -339,6 +341,84 @@ def test_serial_records_errors_per_item():
     assert not results[1].correct and "gold answer is empty" in (results[1].error or "")
     with pytest.raises(TypeError, match="item 1"):
         grade_many_serial([("a", "b"), (None, "b")])  # type: ignore[list-item]
+
+
+def _spin(prediction: str, gold: str) -> GradeResult:
+    """A grader that never returns: only an outer limit can stop it."""
+    if prediction == "spin":
+        while True:
+            pass
+    return GradeResult(prediction == gold, prediction, "none")
+
+
+def test_serial_grading_has_a_per_item_limit(monkeypatch):
+    monkeypatch.setitem(GRADERS, "spin", _spin)
+    handler = signal.getsignal(signal.SIGALRM)
+    results = grade_many_serial([("a", "a"), ("spin", "a"), ("b", "b")], kind="spin",
+                                item_limit_s=0.3)
+    assert [r.correct for r in results] == [True, False, True]
+    assert results[1].error == TIMED_OUT
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no timer left behind
+    assert signal.getsignal(signal.SIGALRM) is handler
+
+
+def test_serial_grading_gives_back_a_callers_timer(monkeypatch):
+    monkeypatch.setitem(GRADERS, "spin", _spin)
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        grade_many_serial([("spin", "a")], kind="spin", item_limit_s=0.2)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < left < 30.0 and not fired  # re-armed with what it had left, not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_serial_grading_refuses_to_run_unbounded_off_the_main_thread():
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            grade_many_serial([("\\boxed{5}", "5")])
+        except RuntimeError as exc:
+            out["error"] = str(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert "main thread" in out["error"] and "GradingPool" in out["error"]
+    with pytest.raises(ValueError, match="item_limit_s"):
+        grade_many_serial([("\\boxed{5}", "5")], item_limit_s=0)
+
+
+def test_rewards_in_a_daemonic_process_grade_in_process_under_the_limit(monkeypatch):
+    import multiprocessing
+    from types import SimpleNamespace
+
+    from training.verdicts import Verdicts
+
+    calls = []
+    real = graders.grade_many_serial
+
+    def spy(items, kind="math", **kw):
+        calls.append(kw)
+        return real(items, kind, **kw)
+
+    monkeypatch.setattr(multiprocessing, "current_process", lambda: SimpleNamespace(daemon=True))
+    monkeypatch.setattr(graders, "grade_many_serial", spy)
+    verdicts = Verdicts(processes=1).verdicts(["\\boxed{4}", "\\boxed{41 \\lor 4}"], ["4", "4"],
+                                              answer_format="boxed", timeout_s=3)
+    assert verdicts == [True, False]
+    assert calls == [{"answer_format": "boxed", "item_limit_s": 6.0, "timeout_s": 3}]
+
+
+def test_serial_grading_of_whole_outputs_matches_the_pool(pool):
+    items = [("<think>so 4</think><speak>\\boxed{4}</speak>", "4"), ("<speak>5</speak>", "4")]
+    serial = grade_many_serial(items, answer_format="sxs")
+    assert serial == pool.grade_many(items, answer_format="sxs")
+    assert [r.correct for r in serial] == [True, False]
 
 
 # ------------------------------------------------------------------ pool
