@@ -72,7 +72,7 @@ class DuetSweepConfig(dg.Config):
 
 
 def sweep_plan(config: DuetSweepConfig) -> SweepPlan:
-    from training.config import RecipeError, parse_overrides
+    from training.config_recipes import RecipeError, parse_overrides
 
     try:
         extra = parse_overrides(list(config.overrides))

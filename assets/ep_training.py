@@ -82,7 +82,7 @@ class EpBudgetTableConfig(dg.Config):
 
 
 def table_plan(config: EpBudgetTableConfig) -> TablePlan:
-    from training.config import RecipeError, parse_overrides
+    from training.config_recipes import RecipeError, parse_overrides
 
     try:
         extra = parse_overrides(list(config.overrides))
@@ -118,7 +118,7 @@ def base_spec(model: str):
     local folder's."""
     from eval.models import ModelSpec, embedded_spec, safe_model_id
     from pipelines.models import embedded_model_dir
-    from training.config import EMBEDDED
+    from training.model_path import EMBEDDED
 
     path = str(Path(model).expanduser())
     if model == EMBEDDED or Path(path).resolve() == Path(embedded_model_dir()).resolve():

@@ -89,7 +89,7 @@ TANDEM_FAMILY = CheckpointFamily(
 )
 def tandem_checkpoint(context: dg.AssetExecutionContext, config: TandemCheckpointConfig,
                       trainer: TrainerLauncher, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from training.run import resolve_model
+    from training.model_path import resolve_model
 
     overrides = list(config.overrides)
     extra: dict[str, Any] = {}

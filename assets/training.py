@@ -198,7 +198,8 @@ FAMILIES = (
 
 def check_recipe(kind: str, recipe: str, overrides: list[str]):
     """The resolved config, or a dg.Failure naming the bad field (nothing is launched)."""
-    from training.config import RecipeError, load_config
+    from training.config import load_config
+    from training.config_recipes import RecipeError
 
     try:
         return load_config(recipe, overrides, expect_kind=kind)

@@ -93,7 +93,8 @@ def run_sft(model: Path, steps: int) -> dict:
 
 
 def run_grpo(model: Path, engine: str, args: argparse.Namespace) -> dict:
-    from training.config import RecipeError, load_config
+    from training.config import load_config
+    from training.config_recipes import RecipeError
     from training.grpo import run_grpo as train
     from warehouse import Warehouse
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     path = args.model
     if path == "embedded":   # imported only here: the GPU machine may lack weft's other deps
-        from training.run import resolve_model
+        from training.model_path import resolve_model
 
         path = resolve_model(path)
     tok = AutoTokenizer.from_pretrained(path)

@@ -99,8 +99,8 @@ def idle_cores(interval: float = 1.0) -> float:
 def training_threads(requested: int | None = None, idle: float | None = None) -> int:
     """torch threads for the demo's training and held-out scoring: ``requested`` (or
     WEFT_DEMO_THREADS) when given, else every core available to this process when nearly all
-    of them are idle right now, else 1. (training.config: on 2 cores, 2 threads were 1.6x
-    faster than 1 on a quiet machine and far slower beside other work.)"""
+    of them are idle right now, else 1. (training.config_base: on 2 cores, 2 threads were
+    1.6x faster than 1 on a quiet machine and far slower beside other work.)"""
     if requested is None and os.environ.get(ENV_THREADS):
         try:
             requested = int(os.environ[ENV_THREADS])
@@ -231,9 +231,10 @@ def diagnose_answers(rows: list[dict[str, Any]]) -> AnswerDiagnosis:
     """Count, over ``eval_samples`` rows (``output``, ``gold``, ``extraction_method``,
     ``correct``, ``finish_reason``), the answers the strict rule read and how many were right,
     the answers with no readable final answer (and how many of those were cut off at the
-    token limit), and how many the flexible rule (``eval.graders.FLEXIBLE_POLICY``, the last
+    token limit), and how many the flexible rule (``eval.extraction.FLEXIBLE_POLICY``, the last
     number in the whole output) would grade right."""
-    from eval.graders import FLEXIBLE_POLICY, grade_math
+    from eval.extraction import FLEXIBLE_POLICY
+    from eval.graders import grade_math
 
     stated = [r for r in rows if r.get("extraction_method") not in (None, "none")]
     unstated = [r for r in rows if r.get("extraction_method") in (None, "none")]
@@ -435,7 +436,7 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
     :func:`training_threads`), then the base, SFT and trained models on held-out one-digit
     problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
     from cli.launch import Launcher
-    from training.run import resolve_model
+    from training.model_path import resolve_model
 
     stages = stages if stages is not None else {}
     threads = training_threads(threads)

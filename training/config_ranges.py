@@ -8,8 +8,7 @@ allowed range. The ranges follow TRL's and transformers' documented meanings: ``
 positive, so -1 is the one sentinel allowed and 0 is refused), step counts that may be ratios
 (``logging_steps``, ``save_steps``, ``eval_steps``, ``warmup_steps``) are a fraction below 1 or
 a whole number, and a few deliberately loose ones are noted in the table (``entropy_coef`` may
-be negative). ``training.config`` runs the check first in the configs' ``__post_init__`` and
-re-exports these names.
+be negative). ``training.config_base`` runs the check first in the configs' ``__post_init__``.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ dotted key such as ``duet.budget_fraction=0.5`` names one setting of a nested ma
 merges are deep (:func:`merge_values`): a nested mapping such as ``duet`` or ``tandem`` given
 again changes only the keys it names; :func:`check_values` checks every key and value against
 a config dataclass's fields and types. Every problem is a :class:`RecipeError` that names the
-recipe and the field. ``training.config`` builds the config from the result (and re-exports
-these names).
+recipe and the field. ``training.config`` builds the config from the result.
 
-Kinds (:data:`KINDS`) say which config class a recipe builds and so which trainer runs it:
-``sft``; ``grpo`` (plain GRPO); ``duet`` and ``tandem`` (GRPO with the method's settings in the
-mapping of the same name; :data:`METHOD_KINDS`). The three GRPO kinds run under
+Kinds (:data:`KINDS`) say which config class a recipe builds (the class registered for the
+kind with ``training.config_base.register_kind``) and so which trainer runs it: ``sft``;
+``grpo`` (plain GRPO); ``duet`` and ``tandem`` (GRPO with the method's settings in the mapping
+of the same name; :data:`METHOD_KINDS`). The three GRPO kinds run under
 ``python -m training.grpo`` (:data:`ENTRY_POINTS`). :func:`resolve_kind` settles the kind of
 a merged recipe:
 

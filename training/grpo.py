@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from training.config import WeftGRPOConfig
+from training.config_base import WeftGRPOConfig
 from training.data import add_budgets, grpo_examples, load_dataset
 from training.errors import DatasetError
 from training.pipes import Reporter, process_rank

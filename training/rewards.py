@@ -76,7 +76,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.formats import (  # ANSWER_FORMATS: training.config reads it from here
+from pipelines.formats import (  # ANSWER_FORMATS: training.config_base reads it from here
     ANSWER_FORMATS,  # noqa: F401
     FORMAT_CHECKS,
     THINK,

@@ -1,4 +1,4 @@
-"""What SFT and GRPO runs share: model resolution, run folders, resume, the final checkpoint.
+"""What SFT and GRPO runs share: run folders, resume, the base model, the final checkpoint.
 
 A run's training state lives in ``config.output_dir`` (default
 ``WEFT_HOME/checkpoints/<checkpoint_id>``: TRL's ``checkpoint-N`` folders). The finished model
@@ -8,9 +8,10 @@ server can serve, under the checkpoint id as its model name, so evaluation rows 
 checkpoint. Re-running the same config resumes from the last ``checkpoint-N``; a run whose
 final folder exists is not trained again (set ``overwrite: true`` to start over).
 :func:`finish` writes the ``checkpoints`` row and reports the materialization through Pipes;
+:func:`prepare_run` resolves the base model (``training.model_path.resolve_model``);
 :func:`command_line` is the shared ``main()`` of ``training.sft`` and ``training.grpo``
-(``--print-config`` prints ``training.config.describe_config``: YAML, one field a line, the help
-of weft's and the method's fields as comments).
+(``--print-config`` prints ``training.config_base.describe_config``: YAML, one field a line,
+the help of weft's and the method's fields as comments).
 
 Not guaranteed: resuming onto a changed dataset (the checkpoint id changes with the config, not
 with the data) or onto a different number of processes than the run was saved with; with
@@ -32,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from training.callbacks import RunRecorder
-from training.config import EMBEDDED, RecipeError, config_summary, describe_config, load_config
+from training.config import load_config
+from training.config_base import config_summary, describe_config
+from training.config_recipes import RecipeError
 from training.data import LoadedData
 from training.errors import DatasetError
+from training.model_path import resolve_model
 from training.pipes import Reporter, json_value, md, open_reporter, path_value
 from warehouse import Lineage, config_hash
 
@@ -58,16 +62,6 @@ class RunResult:
     reused: bool = False
     last_metrics: dict[str, Any] = field(default_factory=dict)
     dataset: dict[str, Any] = field(default_factory=dict)
-
-
-def resolve_model(name_or_path: str) -> str:
-    """``embedded`` -> the converted embedded model folder (converted once); else unchanged."""
-    if name_or_path == EMBEDDED:
-        from pipelines.models import convert
-
-        return str(convert())
-    path = Path(name_or_path).expanduser()
-    return str(path) if path.is_dir() else name_or_path
 
 
 def apply_threads(config: Any) -> None:

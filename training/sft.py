@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from training.config import WeftSFTConfig
+from training.config_base import WeftSFTConfig
 from training.data import load_dataset, sft_examples
 from training.pipes import Reporter
 from training.run import (

@@ -17,10 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from training.config import RecipeError, WeftGRPOConfig, method_settings
+from training.config_base import WeftGRPOConfig, method_settings, register_kind
+from training.config_recipes import RecipeError
+from training.model_path import resolve_model
 from training.tandem import TandemSettings
 
 
+@register_kind("tandem")
 @dataclass
 class TandemGRPOConfig(WeftGRPOConfig):
     """weft's GRPO config plus Tandem RL's rollout settings (senior-only loss, §3.4)."""
@@ -46,8 +49,6 @@ class TandemGRPOConfig(WeftGRPOConfig):
     def trainer_kwargs(self, base_model: str) -> dict[str, Any]:
         """The junior (resolved like ``model_name_or_path``; empty: the starting checkpoint
         ``base_model``) and the handoff schedule."""
-        from training.run import resolve_model
-
         junior = resolve_model(self.tandem.junior) if self.tandem.junior else base_model
         return {"junior_model": junior, "senior_prob": self.tandem.senior_prob,
                 "span_cap": self.tandem.span_cap}

@@ -497,7 +497,7 @@ def tandem_claim(context: dg.AssetExecutionContext, config: TandemClaimConfig,
                  grader: GraderResource) -> dg.MaterializeResult:
     from eval.claims import ClaimError
     from eval.models import safe_model_id
-    from training.run import resolve_model
+    from training.model_path import resolve_model
 
     if not 1 <= config.handoff_k <= config.k:
         raise dg.Failure(description=f"handoff_k must be between 1 and k={config.k}, got "

@@ -45,7 +45,7 @@ def test_each_recipe_family_declares_the_data_it_trains_on():
     depends on the data its recipes read, and GRPO stages on the SFT checkpoint they start
     from (the recipe files are read independently here, not through the asset code)."""
     from assets.definitions import defs
-    from training.config import read_recipe
+    from training.config_recipes import read_recipe
 
     graph = defs.resolve_asset_graph()
     parents = {name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}

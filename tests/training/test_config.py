@@ -3,26 +3,35 @@
 import pytest
 import yaml
 
-from training import config as C
-from training.config import RecipeError, build_config, load_config
+from training.config import build_config, config_class, load_config
+from training.config_base import WeftGRPOConfig
+from training.config_ranges import CONFIG_RANGES, UNRANGED_FIELDS
+from training.config_recipes import (
+    RECIPES_DIR,
+    RecipeError,
+    list_recipes,
+    merge_values,
+    parse_overrides,
+    read_recipe,
+)
 
 
 def test_every_recipe_builds(weft_home):
-    names = C.list_recipes()
+    names = list_recipes()
     expected = {"sxs_sft", "sxs_grpo", "sxs_grpo_shaped", "tir_sft_preserved", "tir_sft_discarded",
                 "process_grpo", "budget_grpo", "rlvr_grpo"}
     assert expected <= set(names)
     for base in expected:
         assert f"{base}.cpu" in names, f"{base} has no CPU variant"
     for name in names:
-        recipe = C.read_recipe(name)
+        recipe = read_recipe(name)
         # GPU recipes ask for bf16, which this CPU machine must refuse; check them without it.
         overrides = {} if name.endswith(".cpu") else {"bf16": False}
         config = load_config(name, overrides)
         assert config.recipe == name
         assert config.checkpoint_id.startswith(name + "-")
         assert config.output_dir == str(weft_home / "checkpoints" / config.checkpoint_id)
-        assert type(config) is C.config_class(recipe.kind)
+        assert type(config) is config_class(recipe.kind)
         if name.endswith(".cpu"):
             assert config.use_cpu and not config.bf16 and not config.gradient_checkpointing
             assert config.torch_threads == 1
@@ -34,8 +43,8 @@ def test_gpu_recipe_refused_on_cpu_machine():
 
 
 def test_cpu_variant_inherits_and_overrides():
-    base = C.read_recipe("sxs_grpo")
-    cpu = C.read_recipe("sxs_grpo.cpu")
+    base = read_recipe("sxs_grpo")
+    cpu = read_recipe("sxs_grpo.cpu")
     assert cpu.values["rewards"] == base.values["rewards"]
     assert cpu.values["num_generations"] == 4 and base.values["num_generations"] == 8
     assert cpu.kind == "grpo"
@@ -117,7 +126,7 @@ def test_recipe_file_errors(tmp_path):
 
 def test_user_recipe_can_extend_a_builtin_one(tmp_path):
     mine = tmp_path / "mine.yaml"
-    mine.write_text(f"extends: {C.RECIPES_DIR / 'rlvr_grpo.cpu.yaml'}\nmax_steps: 1\n")
+    mine.write_text(f"extends: {RECIPES_DIR / 'rlvr_grpo.cpu.yaml'}\nmax_steps: 1\n")
     config = load_config(str(mine))
     assert config.max_steps == 1 and config.recipe == "mine" and config.num_generations == 4
 
@@ -133,30 +142,30 @@ def test_nested_override_changes_only_what_it_names():
     dotted = load_config("duet_grpo.cpu", ["duet.budget_fraction=0.5"])
     assert asdict(dotted.duet) == asdict(halved.duet)
     assert asdict(load_config("duet_grpo.cpu", {"duet": {"grace": 4}}).duet) == {**base, "grace": 4}
-    assert C.merge_values({"d": {"a": 1, "b": {"c": 2}}, "l": [1]},
+    assert merge_values({"d": {"a": 1, "b": {"c": 2}}, "l": [1]},
                           {"d": {"b": {"x": 3}}, "l": [2]}) == \
         {"d": {"a": 1, "b": {"c": 2, "x": 3}}, "l": [2]}
-    assert C.merge_values({"d": {"a": 1}}, {"d": None}) == {"d": None}
+    assert merge_values({"d": {"a": 1}}, {"d": None}) == {"d": None}
 
 
 def test_extends_merges_nested_mappings(tmp_path):
     mine = tmp_path / "mine.yaml"
-    mine.write_text(f"extends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: {{eps_abort: 0.1}}\n")
+    mine.write_text(f"extends: {RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: {{eps_abort: 0.1}}\n")
     config = load_config(str(mine))
     assert config.duet.eps_abort == 0.1 and config.duet.full_rollouts == 4
 
 
 def test_parse_overrides():
-    assert C.parse_overrides(["a=1", "--b=x", "c=[1, 2]", "d={k: v}", "e=", "f-g=true"]) == {
+    assert parse_overrides(["a=1", "--b=x", "c=[1, 2]", "d={k: v}", "e=", "f-g=true"]) == {
         "a": 1, "b": "x", "c": [1, 2], "d": {"k": "v"}, "e": "", "f_g": True}
     with pytest.raises(RecipeError, match="key=value"):
-        C.parse_overrides(["novalue"])
+        parse_overrides(["novalue"])
     # dotted keys nest, and several of them under one key merge
-    assert C.parse_overrides(["duet.grace=4", "duet.abort=false", "x=1"]) == {
+    assert parse_overrides(["duet.grace=4", "duet.abort=false", "x=1"]) == {
         "duet": {"grace": 4, "abort": False}, "x": 1}
-    assert C.parse_overrides({"a.b.c": 1}) == {"a": {"b": {"c": 1}}}
+    assert parse_overrides({"a.b.c": 1}) == {"a": {"b": {"c": 1}}}
     with pytest.raises(RecipeError, match="empty part"):
-        C.parse_overrides(["duet..grace=4"])
+        parse_overrides(["duet..grace=4"])
 
 
 def test_build_config_directly_derives_id():
@@ -216,11 +225,11 @@ def _numeric_fields(cls) -> set[str]:
 
 @pytest.mark.parametrize("kind", ["sft", "grpo"])
 def test_every_numeric_field_has_a_range_or_a_stated_reason(kind):
-    fields = _numeric_fields(C.CONFIG_CLASSES[kind])
+    fields = _numeric_fields(config_class(kind))
     assert len(fields) > 30  # TRL's and transformers' fields are included
-    missing = fields - set(C.CONFIG_RANGES[kind]) - set(C.UNRANGED_FIELDS)
+    missing = fields - set(CONFIG_RANGES[kind]) - set(UNRANGED_FIELDS)
     assert not missing, f"numeric fields without a range: {sorted(missing)}"
-    assert set(C.CONFIG_RANGES[kind]) <= fields  # no stale entries
+    assert set(CONFIG_RANGES[kind]) <= fields  # no stale entries
 
 
 def _no_loading(monkeypatch):
@@ -348,7 +357,7 @@ def test_print_config_subprocess_refuses_an_infinite_learning_rate(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(C.__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "WEFT_HOME": str(tmp_path / "home")}
     done = subprocess.run(
         [sys.executable, "-m", "training.grpo", "--recipe", "rlvr_grpo.cpu", "--print-config",
@@ -369,11 +378,50 @@ METHOD_RECIPES = {"duet_grpo": "DuetGRPOConfig", "duet_grpo.cpu": "DuetGRPOConfi
                   "tandem_grpo": "TandemGRPOConfig", "tandem_grpo.cpu": "TandemGRPOConfig"}
 
 
+def test_every_kind_has_one_registered_config_class():
+    from trl import SFTConfig
+
+    from training.config_base import CONFIG_CLASSES
+    from training.config_recipes import ENTRY_POINTS, KINDS
+
+    assert set(CONFIG_CLASSES) == set(KINDS)  # training.config imports every kind's class
+    for kind in KINDS:
+        cls = config_class(kind)
+        assert CONFIG_CLASSES[kind] is cls
+        if ENTRY_POINTS[kind] == "grpo":  # a GRPO method's kind is its method name
+            assert issubclass(cls, WeftGRPOConfig) and cls.method == kind
+        else:
+            assert issubclass(cls, SFTConfig)
+    with pytest.raises(RecipeError, match=r"kind must be one of \('sft', 'grpo', 'duet', "
+                                          r"'tandem'\), got 'ppo'"):
+        config_class("ppo")
+
+
+def test_a_kind_is_registered_once():
+    from training.config_base import CONFIG_CLASSES, register_kind
+
+    duet = CONFIG_CLASSES["duet"]
+
+    class Other(WeftGRPOConfig):
+        method = "duet"
+
+    with pytest.raises(ValueError, match="kind 'duet' is already registered to "
+                                         "training.duet.config.DuetGRPOConfig; "
+                                         ".*Other cannot take it"):
+        register_kind("duet")(Other)
+    assert CONFIG_CLASSES["duet"] is duet
+    assert register_kind("duet")(duet) is duet  # the same class again (a reload) is fine
+    with pytest.raises(ValueError, match="kind 'ppo' is not a recipe kind; add it to "
+                                         "training.config_recipes.KINDS first"):
+        register_kind("ppo")
+    assert "ppo" not in CONFIG_CLASSES
+
+
 def test_each_recipe_loads_as_its_class():
     from training.grpo_trainer import WeftGRPOTrainer
 
-    assert set(METHOD_RECIPES) <= set(C.list_recipes())
-    for name in C.list_recipes():
+    assert set(METHOD_RECIPES) <= set(list_recipes())
+    for name in list_recipes():
         config = load_config(name, {} if name.endswith(".cpu") else {"bf16": False})
         expected = METHOD_RECIPES.get(name, "WeftSFTConfig" if "_sft" in name else "WeftGRPOConfig")
         assert type(config).__name__ == expected, name
@@ -389,7 +437,7 @@ def _user_recipe(tmp_path, text: str) -> str:
 
 
 def test_recipes_written_with_kind_grpo_and_a_method_mapping_still_load_as_the_method(tmp_path):
-    rlvr = C.RECIPES_DIR / "rlvr_grpo.cpu.yaml"
+    rlvr = RECIPES_DIR / "rlvr_grpo.cpu.yaml"
     duet = load_config(_user_recipe(tmp_path, f"kind: grpo\nextends: {rlvr}\nloss_type: dapo\n"
                                               "duet: {n_min: 1, full_rollouts: 2, grace: 8}\n"))
     assert type(duet).__name__ == "DuetGRPOConfig"
@@ -399,8 +447,8 @@ def test_recipes_written_with_kind_grpo_and_a_method_mapping_still_load_as_the_m
     assert type(tandem).__name__ == "TandemGRPOConfig" and tandem.tandem.senior_prob == 0.25
     # kind: grpo with the method mapping nulled out is plain GRPO
     plain = load_config(_user_recipe(
-        tmp_path, f"kind: grpo\nextends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: null\n"))
-    assert type(plain) is C.WeftGRPOConfig
+        tmp_path, f"kind: grpo\nextends: {RECIPES_DIR / 'duet_grpo.cpu.yaml'}\nduet: null\n"))
+    assert type(plain) is WeftGRPOConfig
     # and a file may name the method outright
     named = load_config(_user_recipe(tmp_path, f"kind: duet\nextends: {rlvr}\nloss_type: dapo\n"
                                                "num_generations: 8\nper_device_train_batch_size: 8\n"
@@ -412,7 +460,7 @@ def test_kind_grpo_override_gives_plain_grpo_from_a_method_recipe():
     for recipe, key in (("duet_grpo.cpu", "duet"), ("tandem_grpo.cpu", "tandem")):
         method = load_config(recipe)
         plain = load_config(recipe, ["kind=grpo"])
-        assert type(plain) is C.WeftGRPOConfig and not hasattr(plain, key)
+        assert type(plain) is WeftGRPOConfig and not hasattr(plain, key)
         # everything else is the recipe's (DUET's recipe sets dapo and 4 slots per prompt)
         for name in ("loss_type", "num_generations", "max_completion_length", "learning_rate",
                      "dataset", "beta"):
@@ -434,7 +482,7 @@ def test_both_methods_are_refused_first(recipe, overrides):
 
 
 def test_both_methods_in_a_recipe_file_are_refused(tmp_path):
-    mine = _user_recipe(tmp_path, f"extends: {C.RECIPES_DIR / 'duet_grpo.cpu.yaml'}\n"
+    mine = _user_recipe(tmp_path, f"extends: {RECIPES_DIR / 'duet_grpo.cpu.yaml'}\n"
                                   "tandem: {span_cap: 4}\n")
     with pytest.raises(RecipeError, match="recipe mine: field `tandem` cannot be combined"):
         load_config(mine)

@@ -132,14 +132,15 @@ def test_vllm_gpus_keep_gpus_for_the_server_process():
 def test_server_overrides_pass_the_config_on_a_cuda_machine(monkeypatch):
     """The overrides a server launch adds are accepted by weft's config where CUDA and a
     TRL-supported vLLM are present (both stubbed: this machine has neither)."""
-    import training.config as C
+    import training.config_base as C
     import training.rollouts as R
+    from training.config import load_config
 
     monkeypatch.setattr(C, "_cuda_available", lambda: True)
     monkeypatch.setattr(R, "vllm_version", lambda: "0.31.0")
     command = L.script_command("grpo", "rlvr_grpo.cpu", ["use_cpu=false"], processes=1,
                                vllm_gpus=1, python="py")
-    config = C.load_config("rlvr_grpo.cpu", command[command.index("--recipe") + 2:])
+    config = load_config("rlvr_grpo.cpu", command[command.index("--recipe") + 2:])
     assert config.use_vllm and config.vllm_mode == "server" and config.vllm_server_gpus == [1]
 
 

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-import training.config as C
+import training.config_base as C
 import training.rollouts as R
-from training.config import RecipeError, load_config
+from training.config import load_config
+from training.config_recipes import RecipeError
 
 SUPPORTED = "0.31.0"
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from training import rewards as R
-from training.config import build_config, read_recipe
+from training.config import build_config
+from training.config_recipes import read_recipe
 
 TOL = 1e-7
 
@@ -296,7 +297,8 @@ def test_verdicts_and_choice_of_correctness_reward():
      r"field `correctness_reward`: correctness_reward must name a verifier"),
 ])
 def test_config_rejects_a_filter_without_a_verifier(values, message, weft_home):
-    from training.config import RecipeError, load_config
+    from training.config import load_config
+    from training.config_recipes import RecipeError
 
     with pytest.raises(RecipeError, match=message):
         load_config("rlvr_grpo.cpu", values)

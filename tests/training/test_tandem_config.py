@@ -9,7 +9,9 @@ from dataclasses import fields
 import pytest
 import yaml
 
-from training.config import RecipeError, WeftGRPOConfig, load_config
+from training.config import load_config
+from training.config_base import WeftGRPOConfig
+from training.config_recipes import RecipeError
 from training.tandem import TandemSettings
 from training.tandem_config import TandemGRPOConfig
 

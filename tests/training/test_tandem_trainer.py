@@ -146,7 +146,9 @@ def test_tandem_recipe_trains_end_to_end(weft_home, embedded_model_dir):
 
 
 def test_kl_junior_recipe_is_solo_grpo_with_kl_to_the_starting_checkpoint():
-    from training.config import RecipeError, WeftGRPOConfig, load_config
+    from training.config import load_config
+    from training.config_base import WeftGRPOConfig
+    from training.config_recipes import RecipeError
 
     config = load_config("kl_junior_grpo.cpu")
     assert type(config) is WeftGRPOConfig and config.beta > 0  # ref model = the starting weights
@@ -164,7 +166,8 @@ def test_kl_junior_recipe_is_solo_grpo_with_kl_to_the_starting_checkpoint():
     ({"use_transformers_continuous_batching": True}, "dual decoder"),
 ])
 def test_bad_tandem_recipes_are_refused_before_any_model(override, message):
-    from training.config import RecipeError, load_config
+    from training.config import load_config
+    from training.config_recipes import RecipeError
 
     with pytest.raises(RecipeError, match=message):
         load_config("tandem_grpo.cpu", override)

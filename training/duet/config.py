@@ -30,12 +30,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from training.config import RecipeError, WeftGRPOConfig, method_settings
+from training.config_base import WeftGRPOConfig, method_settings, register_kind
+from training.config_recipes import RecipeError
 from training.duet.core import COLD_K2, DuetSettings
 
 log = logging.getLogger(__name__)
 
 
+@register_kind("duet")
 @dataclass
 class DuetGRPOConfig(WeftGRPOConfig):
     """weft's GRPO config plus the DUET controller's settings (token-budgeted GRPO)."""

@@ -30,7 +30,7 @@ What is here, with the part of the paper each piece implements:
 - :func:`observe_step` (lines 46-52): one batch's updates of ``sigma_obs``, ``L_hat`` and the
   K1/K2 window; :func:`calibration_chi2` (App. A.4): the surrogate-vs-within-step gap.
 - :class:`DuetSettings`: a GRPO recipe's ``duet`` mapping (defaults from App. A.3), used by
-  ``training.duet.trainer`` and checked by ``training.config``.
+  ``training.duet.trainer`` and checked by ``training.duet.config``.
 
 Guaranteed: :func:`neyman_allocation` returns counts >= ``n_min``; with ``rounding=False`` it
 meets the budget to a relative 1e-9 whenever ``n_min * sum L <= B``; with rounding it returns a

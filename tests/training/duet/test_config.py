@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training.config import RecipeError, WeftGRPOConfig, load_config
+from training.config import load_config
+from training.config_base import WeftGRPOConfig
+from training.config_recipes import RecipeError
 from training.duet import DuetGRPOConfig, DuetSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,9 +134,9 @@ def test_duet_config_picks_duets_trainer_and_passes_its_settings():
 def test_importing_the_package_stays_light():
     """vLLM imports ``training.duet`` for the abort processor's entry point: the package must
     not pull in TRL or the config machinery until DuetGRPOConfig is asked for."""
-    code = ("import sys, training.duet as d; light = 'trl' not in sys.modules and "
-            "'training.config' not in sys.modules; from training.duet.config import "
-            "DuetGRPOConfig as C; print(light, d.DuetGRPOConfig is C)")
+    code = ("import sys, training.duet as d; light = 'trl' not in sys.modules and not any("
+            "m.startswith('training.config') for m in sys.modules); from training.duet.config "
+            "import DuetGRPOConfig as C; print(light, d.DuetGRPOConfig is C)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -8,7 +8,8 @@ from dataclasses import asdict
 import pytest
 
 from training.callbacks import metrics_row
-from training.config import WeftGRPOConfig, load_config
+from training.config import load_config
+from training.config_base import WeftGRPOConfig
 from training.duet import DuetGRPOConfig
 from training.duet.sweep import (
     ArmOutcome,

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.config import RecipeError, build_config, load_config
+from training.config import build_config, load_config
+from training.config_recipes import RecipeError
 from training.data import grpo_examples, load_dataset
 
 
