@@ -142,13 +142,13 @@ def evaluate_model(context: dg.AssetExecutionContext, spec: Any, problems: list[
     """Serve ``spec`` and evaluate it in budgeted mode on ``problems`` through the one
     recorded-evaluation path (``eval.recorded.evaluate_recorded``: rows under
     ``ep_heldout@<model>``); returns the ``eval_samples`` rows."""
-    from eval.modes import BUDGET_LIMIT_FACTOR, ModeConfig
+    from eval.modes import BUDGET_LIMIT_FACTOR, build_mode
     from eval.recorded import Evaluation, evaluate_recorded
     from eval.runner import EvalConfig
 
     limit = config.budget_limit or BUDGET_LIMIT_FACTOR * max(budgets)
     try:
-        mode = ModeConfig(mode="budgeted", budgets=tuple(budgets), budget_limit=limit)
+        mode = build_mode(mode="budgeted", budgets=tuple(budgets), budget_limit=limit)
         cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
                          max_tokens=limit, seed=config.seed, mode=mode)
     except ValueError as exc:

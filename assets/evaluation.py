@@ -89,11 +89,11 @@ class EvalSamplesConfig(dg.Config):
 
 
 def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str = "") -> EvalConfig:
-    from eval.modes import ModeConfig
+    from eval.modes import build_mode
 
     k = config.k or default_k
     temperature = config.temperature if config.temperature is not None else (0.0 if k == 1 else 0.6)
-    mode = ModeConfig(mode=config.mode, budgets=tuple(config.budgets),
+    mode = build_mode(mode=config.mode, budgets=tuple(config.budgets),
                       budget_limit=config.budget_limit, thinking_caps=tuple(config.thinking_caps),
                       context_policy=config.context_policy, max_turns=config.max_turns,
                       tokenizer_path=config.tokenizer_path or tokenizer_path or None,

@@ -189,7 +189,7 @@ def tandem_evaluations(senior: Any, junior: Any, *, decoding: dict[str, Any],
     labelled with the senior's model id, the junior's, and ``eval.handoff.handoff_label``
     for the team. ValueError for bad handoff settings."""
     from eval.handoff import handoff_label
-    from eval.modes import ModeConfig
+    from eval.modes import build_mode
     from eval.recorded import Evaluation
     from eval.runner import EvalConfig
 
@@ -199,13 +199,13 @@ def tandem_evaluations(senior: Any, junior: Any, *, decoding: dict[str, Any],
     senior_ck = senior.checkpoint_id or None
     out = []
     if solo:
-        out.append(Evaluation(senior.model_id, EvalConfig(**decoding, mode=ModeConfig()),
+        out.append(Evaluation(senior.model_id, EvalConfig(**decoding, mode=build_mode()),
                               senior_key, checkpoint_id=senior_ck))
         if solo_junior:
-            out.append(Evaluation(junior.model_id, EvalConfig(**decoding, mode=ModeConfig()),
+            out.append(Evaluation(junior.model_id, EvalConfig(**decoding, mode=build_mode()),
                                   junior_key, checkpoint_id=junior.checkpoint_id or None))
     for who in starts:
-        mode = ModeConfig(mode="handoff", handoff_partner=junior.model_id, handoff_starts=who,
+        mode = build_mode(mode="handoff", handoff_partner=junior.model_id, handoff_starts=who,
                           handoff_schedule=schedule, handoff_p=handoff_p)
         label = handoff_label(senior.model_id, junior.model_id, who, schedule, handoff_p)
         out.append(Evaluation(label, EvalConfig(**decoding, mode=mode), senior_key,
@@ -444,10 +444,10 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
 
 def _prompt_ids(tok, bench, problems: dict, row: dict) -> list[int]:
     """The prompt the senior answered (chat template, generation prompt), as token ids."""
-    from eval.modes import Job, ModeConfig, messages_for
+    from eval.modes import Job, build_mode, messages_for
 
     problem = problems.get(row["problem_id"])
-    messages = (messages_for(bench, Job(problem, 0), ModeConfig()) if problem is not None
+    messages = (messages_for(bench, Job(problem, 0), build_mode()) if problem is not None
                 else [{"role": "user", "content": row.get("prompt") or ""}])
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)

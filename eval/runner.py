@@ -65,7 +65,7 @@ class EvalConfig:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not isinstance(self.mode, Mode):
-            raise TypeError(f"EvalConfig.mode must be a generation mode (eval.modes.ModeConfig("
+            raise TypeError(f"EvalConfig.mode must be a generation mode (eval.modes.build_mode("
                             f"mode=...) or a Mode class), got {type(self.mode).__name__}")
         if self.temperature == 0:
             object.__setattr__(self, "top_p", 1.0)

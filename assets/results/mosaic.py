@@ -443,7 +443,7 @@ def _evaluate(context: dg.AssetExecutionContext, config: RecoveryClaimConfig, ck
 
     from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec
-    from eval.modes import ModeConfig
+    from eval.modes import build_mode
     from eval.recorded import Evaluation, evaluate_recorded
     from eval.runner import EvalConfig
 
@@ -456,7 +456,7 @@ def _evaluate(context: dg.AssetExecutionContext, config: RecoveryClaimConfig, ck
         cfg = EvalConfig(k=config.k, temperature=config.temperature,
                          max_tokens=config.eval_max_tokens, seed=config.seed,
                          limit=config.eval_limit,
-                         mode=ModeConfig(mode="tool", context_policy=config.rendering,
+                         mode=build_mode(mode="tool", context_policy=config.rendering,
                                          max_turns=config.max_turns))
     except ValueError as exc:
         raise dg.Failure(description=f"bad evaluation settings: {exc}") from exc

@@ -308,14 +308,14 @@ def evaluate_arms(context: dg.AssetExecutionContext, arms: Mapping[str, Mapping[
     """Serve both checkpoints and evaluate them in interleaved mode on the same problems with
     the same decoding (rows under ``<benchmark>@<checkpoint>``)."""
     from eval.models import ModelSpec
-    from eval.modes import ModeConfig
+    from eval.modes import build_mode
     from eval.recorded import Evaluation, evaluate_recorded
     from eval.runner import EvalConfig
 
     try:
         cfg = EvalConfig(k=config.k, temperature=config.temperature, top_p=config.top_p,
                          max_tokens=config.max_tokens, seed=config.seed,
-                         mode=ModeConfig(mode=MODE,
+                         mode=build_mode(mode=MODE,
                                          tokenizer_path=config.tokenizer_path or None))
     except (TypeError, ValueError) as exc:
         raise dg.Failure(description=f"bad evaluation settings: {exc}") from exc

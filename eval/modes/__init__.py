@@ -16,7 +16,7 @@ of that format grades, with the same grader.
 | ``handoff`` (Tandem RL §4.3) | :class:`HandoffMode` | ``eval.modes.handoff`` |
 | ``thinking_caps`` sweep of ``single`` / ``tool`` (DeepTool §3.4) | :class:`ThinkingCaps` | ``eval.modes.capped`` |
 
-Build a mode by name from flat settings with :func:`ModeConfig` (what the ``eval_samples``
+Build a mode by name from flat settings with :func:`build_mode` (what the ``eval_samples``
 config does), or construct its class directly. A new mode is one class: subclass
 :class:`Mode` as a frozen dataclass of its settings, set ``name`` and ``answer_format``,
 override what differs and decorate it with :func:`register_mode`.
@@ -34,7 +34,6 @@ from eval.modes.base import (
     TEMPLATE_TOKENS,
     Job,
     Mode,
-    ModeConfig,
     Run,
     completion_fields,
     messages_for,
@@ -51,6 +50,7 @@ from eval.modes.budgeted import (
     budget_limit_warning,
     budget_tokens_used,
 )
+from eval.modes.build import build_mode
 from eval.modes.capped import CONTINUE_MESSAGE, NO_THINKING, ThinkingCaps, capped_chat
 from eval.modes.handoff import HandoffMode
 from eval.modes.single import InterleavedMode, SingleMode, latency_fields, load_tokenizer
@@ -80,11 +80,36 @@ def stored_config(mode: Mode) -> dict[str, Any]:
 
 
 __all__ = [
-    "BUDGET_LIMIT_FACTOR", "CONTINUE_MESSAGE", "MODES", "MODE_FORMATS", "NO_THINKING",
-    "POLICIES", "STORED_MODES", "TEMPLATE_TOKENS", "BudgetedMode", "HandoffMode",
-    "InterleavedMode", "Job", "Mode", "ModeConfig", "Run", "SingleMode", "ThinkingCaps",
-    "ToolMode", "budget_generation_limit", "budget_limit_warning", "budget_tokens_used",
-    "capped_chat", "completion_fields", "latency_fields", "load_tokenizer", "messages_for",
-    "mode_class", "plain_chat", "plan_jobs", "prompt_token_bound", "register_mode",
+    "BUDGET_LIMIT_FACTOR",
+    "CONTINUE_MESSAGE",
+    "MODES",
+    "MODE_FORMATS",
+    "NO_THINKING",
+    "POLICIES",
+    "STORED_MODES",
+    "TEMPLATE_TOKENS",
+    "BudgetedMode",
+    "HandoffMode",
+    "InterleavedMode",
+    "Job",
+    "Mode",
+    "Run",
+    "SingleMode",
+    "ThinkingCaps",
+    "ToolMode",
+    "budget_generation_limit",
+    "budget_limit_warning",
+    "budget_tokens_used",
+    "build_mode",
+    "capped_chat",
+    "completion_fields",
+    "latency_fields",
+    "load_tokenizer",
+    "messages_for",
+    "mode_class",
+    "plain_chat",
+    "plan_jobs",
+    "prompt_token_bound",
+    "register_mode",
     "stored_config",
 ]

@@ -16,7 +16,7 @@ drives every mode the same way, one evaluation being one :class:`Run`:
 4. ``run_extra(rows)`` -- entries for ``EvalResult.extra`` (e.g. the budgeted run's limit).
 
 Every default does what the plain ``single`` mode does, so a new mode overrides only what
-differs. :func:`ModeConfig` builds a mode from flat settings (the ``eval_samples`` Dagster
+differs. ``eval.modes.build.build_mode`` builds a mode from flat settings (the ``eval_samples`` Dagster
 config has one field per setting of every mode): the settings of the named mode go to its
 class, ``thinking_caps`` wraps it in the thinking-cap sweep, and a setting of another mode is
 refused with the name of the mode that takes it -- unless it is left at that mode's default
@@ -38,8 +38,6 @@ from pipelines.formats import BOXED, answer_region
 # Tokens a chat template may add around the messages (role markers, a default system prompt);
 # part of the prompt-size bound used to keep a decoding limit inside the model's context.
 TEMPLATE_TOKENS = 128
-# Settings that any mode accepts and ignores when it has no use for them (see module doc).
-IGNORED_ELSEWHERE = ("tokenizer_path",)
 
 
 @dataclass
@@ -130,7 +128,7 @@ class Mode:
 
     @property
     def mode(self) -> str:
-        """The mode's name (what ``ModeConfig(mode=...)`` took)."""
+        """The mode's name (what ``build_mode(mode=...)`` took)."""
         return self.name
 
     def plan(self, problems: Sequence[dict[str, Any]], k: int) -> list[Job]:
@@ -184,7 +182,7 @@ MODES: Mapping[str, type[Mode]] = MappingProxyType(_REGISTRY)
 
 
 def register_mode(cls: type[Mode]) -> type[Mode]:
-    """Class decorator: make ``cls`` the mode called ``cls.name`` (``ModeConfig(mode=...)``).
+    """Class decorator: make ``cls`` the mode called ``cls.name`` (``build_mode(mode=...)``).
 
     A name already taken by another class is refused; re-registering the same class (or the
     same class from a reloaded module) replaces it."""
@@ -209,63 +207,6 @@ def mode_class(name: str) -> type[Mode]:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"mode must be one of {tuple(_REGISTRY)}, got {name!r}") from None
-
-
-def _settings(cls: type) -> dict[str, Any]:
-    """``{setting: default}`` of a mode class (its init fields)."""
-    if not dataclasses.is_dataclass(cls):
-        return {}
-    out = {}
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-        else:
-            out[f.name] = dataclasses.MISSING
-    return out
-
-
-def _same(value: Any, default: Any) -> bool:
-    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
-        return tuple(value) == tuple(default)
-    return value == default
-
-
-def ModeConfig(mode: str = "single", **settings: Any) -> Mode:
-    """The mode called ``mode``, built from flat settings (``eval_samples``' config fields).
-
-    The mode's own settings go to its class; ``thinking_caps`` (non-empty) wraps it in the
-    thinking-cap sweep (``eval.modes.capped.ThinkingCaps``, modes with ``cappable``); a
-    setting of another mode raises ValueError naming the mode that takes it, unless it equals
-    that mode's default; ``tokenizer_path`` is ignored by modes without it; an unknown name
-    raises TypeError."""
-    cls = mode_class(mode)
-    caps = settings.pop("thinking_caps", ())
-    own = _settings(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key in own:
-            kwargs[key] = value
-            continue
-        owners = {name: _settings(c)[key] for name, c in _REGISTRY.items() if key in _settings(c)}
-        if not owners:
-            raise TypeError(f"unknown mode setting {key!r}; mode {mode!r} takes "
-                            f"{sorted(own) or 'no settings'} (and thinking_caps where it "
-                            "can be capped)")
-        if key in IGNORED_ELSEWHERE or all(_same(value, d) for d in owners.values()):
-            continue
-        names = " or ".join(repr(n) for n in owners)
-        raise ValueError(f"{key} is a setting of mode {names}, not of mode {mode!r}: set "
-                         f"mode={next(iter(owners))!r} or leave {key} out (got {value!r})")
-    built = cls(**kwargs)
-    if caps is None or (isinstance(caps, list | tuple) and len(caps) == 0):
-        return built
-    from eval.modes.capped import ThinkingCaps
-
-    return ThinkingCaps(built, caps)
 
 
 def plan_jobs(problems: Sequence[dict[str, Any]], k: int, mode: Mode) -> list[Job]:

@@ -22,7 +22,7 @@ from eval.budget import (
     eff_score_rows,
     thinking_budget_sweep,
 )
-from eval.modes import ModeConfig, budget_generation_limit, budget_limit_warning, budget_tokens_used
+from eval.modes import budget_generation_limit, budget_limit_warning, budget_tokens_used, build_mode
 from eval.runner import EvalConfig, evaluate
 from pipelines.llm import LLMClient
 from pipelines.llm.testing import FakeLLMServer
@@ -64,20 +64,20 @@ def _run(server, cfg, tmp_path):
     ((100, 400), 300, 4096, 96, 300),  # explicit and below the context room
 ])
 def test_budget_generation_limit_closed_forms(budgets, limit, context, prompt, expected):
-    mode = ModeConfig(mode="budgeted", budgets=budgets, budget_limit=limit)
+    mode = build_mode(mode="budgeted", budgets=budgets, budget_limit=limit)
     assert budget_generation_limit(mode, context, prompt) == expected
 
 
 def test_budget_generation_limit_rejects_a_full_context_and_bad_limits():
     with pytest.raises(ValueError, match="longer context"):
-        budget_generation_limit(ModeConfig(mode="budgeted", budgets=(100,)), 512, 600)
+        budget_generation_limit(build_mode(mode="budgeted", budgets=(100,)), 512, 600)
     for bad in (0, -5, 2.5, True):
         with pytest.raises(ValueError, match="budget_limit must be a positive token count"):
-            ModeConfig(mode="budgeted", budgets=(100,), budget_limit=bad)
+            build_mode(mode="budgeted", budgets=(100,), budget_limit=bad)
 
 
 def test_warning_only_when_the_limit_is_below_the_largest_budget():
-    mode = ModeConfig(mode="budgeted", budgets=(100, 400))
+    mode = build_mode(mode="budgeted", budgets=(100, 400))
     assert budget_limit_warning(mode, 400) is None
     assert budget_limit_warning(mode, 1600) is None
     text = budget_limit_warning(mode, 399)
@@ -105,7 +105,7 @@ def test_every_budget_is_decoded_with_the_same_limit_and_acc_ignores_length(tmp_
     seen = []
     with FakeLLMServer(models=("scripted",),
                        responder=_truncating_responder(seen, 199)) as server:
-        cfg = EvalConfig(mode=ModeConfig(mode="budgeted", budgets=(100, 400),
+        cfg = EvalConfig(mode=build_mode(mode="budgeted", budgets=(100, 400),
                                          usage_counts_eos=False))
         result = _run(server, cfg, tmp_path)
     assert sorted(m for _, m in seen) == [1600] * 4
@@ -124,7 +124,7 @@ def test_every_budget_is_decoded_with_the_same_limit_and_acc_ignores_length(tmp_
 def test_a_limit_below_the_largest_budget_is_used_for_all_budgets_and_warned(tmp_path, caplog):
     seen = []
     with FakeLLMServer(models=("scripted",), responder=_truncating_responder(seen, 0)) as server:
-        cfg = EvalConfig(mode=ModeConfig(mode="budgeted", budgets=(100, 400), budget_limit=300))
+        cfg = EvalConfig(mode=build_mode(mode="budgeted", budgets=(100, 400), budget_limit=300))
         with caplog.at_level(logging.WARNING, logger="eval.runner"):
             result = _run(server, cfg, tmp_path)
     assert sorted(m for _, m in seen) == [300] * 4
@@ -138,7 +138,7 @@ def test_the_models_context_caps_the_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "served_context_window", lambda client: 1000)
     seen = []
     with FakeLLMServer(models=("scripted",), responder=_truncating_responder(seen, 0)) as server:
-        cfg = EvalConfig(mode=ModeConfig(mode="budgeted", budgets=(100, 400)))
+        cfg = EvalConfig(mode=build_mode(mode="budgeted", budgets=(100, 400)))
         _run(server, cfg, tmp_path)
     longest = max(len(text.encode()) for text, _ in seen)  # one user message per request
     assert {m for _, m in seen} == {1000 - longest - 128}
@@ -186,7 +186,7 @@ def test_budget_rows_do_not_count_the_eos(tmp_path):
         return f"so it's \\boxed{{{_answer(body)}}}"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        result = _run(server, EvalConfig(mode=ModeConfig(mode="budgeted", budgets=(2,))), tmp_path)
+        result = _run(server, EvalConfig(mode=build_mode(mode="budgeted", budgets=(2,))), tmp_path)
     assert [(r["completion_tokens"], r["tokens_used"]) for r in result.samples] == [(3, 2)] * 2
     rows = [(r["problem_id"], r["budget"], r["correct"], r["tokens_used"]) for r in result.samples]
     assert budget_curve(rows)[0].success == 1.0  # 2 tokens <= budget 2
@@ -358,7 +358,7 @@ def test_a_thinking_cap_limits_the_thinking_not_the_answer(tmp_path):
     # The old code capped the whole answer at 32 tokens: only thinking, nothing graded right.
     calls = []
     with FakeLLMServer(models=("scripted",), responder=_thinking_responder(calls)) as server:
-        cfg = EvalConfig(max_tokens=512, mode=ModeConfig(thinking_caps=(32,)))
+        cfg = EvalConfig(max_tokens=512, mode=build_mode(thinking_caps=(32,)))
         result = _run(server, cfg, tmp_path)
     firsts = [c for c in calls if not c.get("continue_final_message")]
     seconds = [c for c in calls if c.get("continue_final_message")]
@@ -377,7 +377,7 @@ def test_a_thinking_cap_limits_the_thinking_not_the_answer(tmp_path):
 def test_thinking_cap_zero_answers_without_thinking(tmp_path):
     calls = []
     with FakeLLMServer(models=("scripted",), responder=_thinking_responder(calls)) as server:
-        cfg = EvalConfig(max_tokens=512, mode=ModeConfig(thinking_caps=(0,)))
+        cfg = EvalConfig(max_tokens=512, mode=build_mode(thinking_caps=(0,)))
         result = _run(server, cfg, tmp_path)
     assert all(c.get("continue_final_message") for c in calls) and len(calls) == 2
     assert {c["max_tokens"] for c in calls} == {512}
@@ -393,7 +393,7 @@ def test_an_answer_that_ends_within_the_cap_is_one_request(tmp_path):
         return f"<think>easy</think> \\boxed{{{_answer(body)}}}"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        result = _run(server, EvalConfig(mode=ModeConfig(thinking_caps=(64,))), tmp_path)
+        result = _run(server, EvalConfig(mode=build_mode(thinking_caps=(64,))), tmp_path)
     assert len(calls) == 2 and not any(c.get("continue_final_message") for c in calls)
     assert [r["correct"] for r in result.samples] == [True, True]
 
@@ -418,7 +418,7 @@ def test_tool_mode_caps_each_turns_thinking():
     from pipelines.llm import SamplingParams
 
     client = _RecordingClient()
-    mode = ModeConfig(mode="tool", thinking_caps=(16,))
+    mode = build_mode(mode="tool", thinking_caps=(16,))
     run = mode.capped_run(Run(client, tag="t"), 16)  # what the sweep does for a cap-16 job
     out = asyncio.run(mode.solve(run, None, "What is 6 times 7?", SamplingParams(max_tokens=300),
                                  sample_index=0))
@@ -438,7 +438,7 @@ def test_tool_mode_caps_each_turns_thinking():
 ])
 def test_thinking_cap_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        ModeConfig(**kwargs)
+        build_mode(**kwargs)
 
 
 # ======================================================== against the real local vLLM server

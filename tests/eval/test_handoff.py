@@ -22,7 +22,7 @@ from eval.handoff import (
     handoff_label,
     step_ended,
 )
-from eval.modes import ModeConfig
+from eval.modes import build_mode
 from eval.runner import EvalConfig, evaluate
 from pipelines.llm import LLMClient, SamplingParams
 from pipelines.llm.testing import FakeLLMServer
@@ -186,7 +186,7 @@ def test_step_end_needs_the_boundary_and_a_stop():
                                           ("handoff_starts", "both"), ("handoff_p", 1.5)])
 def test_bad_handoff_settings_are_rejected_with_the_field_name(field, value):
     with pytest.raises(ValueError, match=field):
-        ModeConfig(mode="handoff", **{field: value})
+        build_mode(mode="handoff", **{field: value})
 
 
 def test_handoff_mode_needs_a_team_client(tmp_path):
@@ -195,7 +195,7 @@ def test_handoff_mode_needs_a_team_client(tmp_path):
             client = LLMClient(s.base_url, "m", cache_path=tmp_path / "c.sqlite")
             try:
                 return await evaluate(client, get("gsm8k"), PROBLEMS,
-                                      EvalConfig(mode=ModeConfig(mode="handoff")), model_label="m")
+                                      EvalConfig(mode=build_mode(mode="handoff")), model_label="m")
             finally:
                 await client.aclose()
 
@@ -217,7 +217,7 @@ def test_runner_writes_graded_rows_and_scores_for_the_team(tmp_path):
 
     with FakeLLMServer(models=("senior",), responder=vllm_like(senior)) as s, \
             FakeLLMServer(models=("junior",), responder=vllm_like(junior)) as j:
-        mode = ModeConfig(mode="handoff", handoff_partner="junior-model")
+        mode = build_mode(mode="handoff", handoff_partner="junior-model")
         cfg = EvalConfig(k=2, temperature=0.6, max_tokens=64, seed=5, mode=mode)
         label = handoff_label("senior-model", "junior-model", "senior")
 
@@ -247,7 +247,7 @@ def test_runner_writes_graded_rows_and_scores_for_the_team(tmp_path):
 def _run_team(tmp_path, senior_fn, junior_fn):
     with FakeLLMServer(models=("senior",), responder=senior_fn) as s, \
             FakeLLMServer(models=("junior",), responder=junior_fn) as j:
-        cfg = EvalConfig(k=1, max_tokens=64, seed=5, mode=ModeConfig(mode="handoff"))
+        cfg = EvalConfig(k=1, max_tokens=64, seed=5, mode=build_mode(mode="handoff"))
 
         async def go():
             team = _team(tmp_path, s, j)
@@ -317,7 +317,7 @@ def test_handoff_on_the_real_server_continues_the_partners_text(tmp_path, local_
         {"problem_id": "r2", "source": "gsm8k", "answer": "6", "meta": "{}",
          "problem": "Explain in two short paragraphs how to compute 2 times 3."},
     ]
-    mode = ModeConfig(mode="handoff", handoff_partner="embedded", handoff_starts="junior")
+    mode = build_mode(mode="handoff", handoff_partner="embedded", handoff_starts="junior")
     cfg = EvalConfig(k=2, temperature=0.8, max_tokens=80, seed=2, mode=mode)
 
     async def go():

@@ -13,11 +13,11 @@ from eval.modes import (
     BudgetedMode,
     Job,
     Mode,
-    ModeConfig,
     Run,
     SingleMode,
     ThinkingCaps,
     ToolMode,
+    build_mode,
     register_mode,
 )
 from eval.runner import EvalConfig, evaluate
@@ -55,7 +55,7 @@ def test_interleaved_grades_the_speak_projection_and_measures_latency(tmp_path, 
                 f"\\boxed{{{_answer(body)}}}.</speak><think>Check: fine.</think>")
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        cfg = EvalConfig(mode=ModeConfig(mode="interleaved", tokenizer_path=str(embedded_model_dir)))
+        cfg = EvalConfig(mode=build_mode(mode="interleaved", tokenizer_path=str(embedded_model_dir)))
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
         assert "<think>" in server.requests[0]["messages"][0]["content"]  # the SxS instruction
     assert [r["correct"] for r in result.samples] == [True, True]
@@ -71,7 +71,7 @@ def test_interleaved_does_not_grade_a_boxed_answer_left_in_the_think_channel(tmp
         return f"<think>It is \\boxed{{{_answer(body)}}}.</think><speak>I am not sure.</speak>"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        cfg = EvalConfig(mode=ModeConfig(mode="interleaved", tokenizer_path=str(embedded_model_dir)))
+        cfg = EvalConfig(mode=build_mode(mode="interleaved", tokenizer_path=str(embedded_model_dir)))
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
     assert [r["correct"] for r in result.samples] == [False, False]
 
@@ -84,7 +84,7 @@ def test_budgeted_mode_asks_each_budget_and_scores_per_budget(tmp_path):
         return f"\\boxed{{{_answer(body)}}}"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        cfg = EvalConfig(max_tokens=4096, mode=ModeConfig(mode="budgeted", budgets=(100, 400)))
+        cfg = EvalConfig(max_tokens=4096, mode=build_mode(mode="budgeted", budgets=(100, 400)))
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
     assert sorted(r["budget"] for r in result.samples) == [100, 100, 400, 400]
     # every budget is decoded with the same limit: 4 x the largest budget (eval.modes)
@@ -109,7 +109,7 @@ def test_tool_mode_runs_code_in_a_session_and_feeds_the_output_back(tmp_path, po
         return f"<think>Compute it SECRET-THOUGHT.</think><code>x = {a} {op} {b}\nprint(x)</code>"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server, SandboxPool(workers=1) as pool:
-        cfg = EvalConfig(mode=ModeConfig(mode="tool", context_policy=policy, max_turns=4))
+        cfg = EvalConfig(mode=build_mode(mode="tool", context_policy=policy, max_turns=4))
         result = _run(server, "gsm8k", cfg, sandbox=pool, tmp_path=tmp_path)
         second_turns = [r for r in server.requests if len(r["messages"]) > 2]
     assert [r["correct"] for r in result.samples] == [True, True]
@@ -128,7 +128,7 @@ def test_tool_mode_counts_errors_and_survives_nonsense(tmp_path):
         return "I give up without any tags"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server, SandboxPool(workers=1) as pool:
-        cfg = EvalConfig(mode=ModeConfig(mode="tool", max_turns=3))
+        cfg = EvalConfig(mode=build_mode(mode="tool", max_turns=3))
         result = _run(server, "gsm8k", cfg, problems=PROBLEMS[:1], sandbox=pool, tmp_path=tmp_path)
     row = result.samples[0]
     assert row["tool_errors"] == 1 and row["format_errors"] == 1 and row["correct"] is False
@@ -169,7 +169,7 @@ def test_thinking_caps_sweep_caps_each_generation(tmp_path):
         return f"\\boxed{{{_answer(body)}}}"
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        cfg = EvalConfig(max_tokens=512, mode=ModeConfig(thinking_caps=(32, 128)))
+        cfg = EvalConfig(max_tokens=512, mode=build_mode(thinking_caps=(32, 128)))
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
     assert sorted(caps) == [32, 32, 128, 128]
     assert {r["thinking_cap"] for r in result.samples} == {32, 128}
@@ -187,7 +187,7 @@ def test_single_mode_measures_latency_of_reason_then_answer(tmp_path, embedded_m
         return f"<think>{reasoning}</think>{said}" if "6 times 7" in str(body) else said
 
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
-        cfg = EvalConfig(mode=ModeConfig(mode="single", tokenizer_path=str(embedded_model_dir)))
+        cfg = EvalConfig(mode=build_mode(mode="single", tokenizer_path=str(embedded_model_dir)))
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
     tok = AutoTokenizer.from_pretrained(str(embedded_model_dir))
     r_len = len(tok.encode(reasoning, add_special_tokens=False))
@@ -246,12 +246,12 @@ def test_budgeted_prompts_use_the_papers_urgency_words_by_default():
 
     bench = get("gsm8k")
     job = Job(PROBLEMS[0], 0, budget=1000)
-    text = messages_for(bench, job, ModeConfig(mode="budgeted"))[-1]["content"]
+    text = messages_for(bench, job, build_mode(mode="budgeted"))[-1]["content"]
     assert text.endswith("\n\nNow time is urgent, please give me an answer immediately.")
-    numeric = messages_for(bench, job, ModeConfig(mode="budgeted", budget_prompt="numeric"))
+    numeric = messages_for(bench, job, build_mode(mode="budgeted", budget_prompt="numeric"))
     assert "1000 tokens" in numeric[-1]["content"]
     with pytest.raises(ValueError, match="budget_prompt must be one of"):
-        ModeConfig(mode="budgeted", budget_prompt="shout")
+        build_mode(mode="budgeted", budget_prompt="shout")
 
 
 class _ScriptedClient:
@@ -279,7 +279,7 @@ def test_tool_mode_grades_the_answer_block_like_the_tir_reward(reply, correct):
     from pipelines.llm import SamplingParams
     from training.rewards import get_outcome_reward
 
-    out = asyncio.run(ModeConfig(mode="tool").solve(Run(_ScriptedClient([reply]), tag="t"), None,
+    out = asyncio.run(build_mode(mode="tool").solve(Run(_ScriptedClient([reply]), tag="t"), None,
                                                     "q", SamplingParams(max_tokens=64),
                                                     sample_index=0))
     row = {"problem_id": "p", "gold": "42", "gen_error": None, **out}
@@ -326,7 +326,7 @@ def _ids(jobs):
 
 
 def test_single_mode_class():
-    mode = ModeConfig()
+    mode = build_mode()
     assert isinstance(mode, SingleMode) and mode.mode == "single"
     assert _ids(mode.plan(PROBLEMS, 2)) == [("p1", 0, None, None), ("p1", 1, None, None),
                                             ("p2", 0, None, None), ("p2", 1, None, None)]
@@ -341,7 +341,7 @@ def test_interleaved_mode_class():
     from eval.latency import WhitespaceTokenizer
     from pipelines.formats import SXS_SYSTEM_PROMPT
 
-    mode = ModeConfig(mode="interleaved")
+    mode = build_mode(mode="interleaved")
     assert _ids(mode.plan(PROBLEMS, 1)) == [("p1", 0, None, None), ("p2", 0, None, None)]
     assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0)) == [
         {"role": "system", "content": SXS_SYSTEM_PROMPT}, ASK_P1]
@@ -356,7 +356,7 @@ def test_interleaved_mode_class():
 
 
 def test_budgeted_mode_class():
-    mode = ModeConfig(mode="budgeted", budgets=[400, 100])
+    mode = build_mode(mode="budgeted", budgets=[400, 100])
     assert mode.budgets == (400, 100)
     assert _ids(mode.plan(PROBLEMS[:1], 2)) == [("p1", 0, 400, None), ("p1", 1, 400, None),
                                                 ("p1", 0, 100, None), ("p1", 1, 100, None)]
@@ -381,7 +381,7 @@ def test_budgeted_mode_class():
 
 
 def test_tool_mode_class():
-    mode = ModeConfig(mode="tool", context_policy="state_discarded", max_turns=2)
+    mode = build_mode(mode="tool", context_policy="state_discarded", max_turns=2)
     assert isinstance(mode, ToolMode) and (mode.context_policy, mode.max_turns) == (
         "state_discarded", 2)
     assert _ids(mode.plan(PROBLEMS[:1], 1)) == [("p1", 0, None, None)]
@@ -412,7 +412,7 @@ def test_tool_mode_class():
 def test_thinking_caps_class():
     from eval.modes import NO_THINKING
 
-    mode = ModeConfig(mode="single", thinking_caps=[0, 64])
+    mode = build_mode(mode="single", thinking_caps=[0, 64])
     assert isinstance(mode, ThinkingCaps) and mode.inner == SingleMode() and mode.mode == "single"
     assert mode.thinking_caps == (0, 64)
     assert _ids(mode.plan(PROBLEMS, 1)) == [("p1", 0, None, 0), ("p2", 0, None, 0),
@@ -427,15 +427,15 @@ def test_thinking_caps_class():
     ((messages, params, body),) = client.requests  # one request: the continuation
     assert messages == [ASK_P1, {"role": "assistant", "content": "<think>\n\n</think>\n"}]
     assert body["continue_final_message"] is True and params.max_tokens == 64
-    assert ModeConfig(mode="tool", thinking_caps=(16,)).max_turns == 6  # the inner mode's
+    assert build_mode(mode="tool", thinking_caps=(16,)).max_turns == 6  # the inner mode's
     with pytest.raises(ValueError, match="thinking caps apply to the modes"):
-        ModeConfig(mode="handoff", thinking_caps=(16,))
+        build_mode(mode="handoff", thinking_caps=(16,))
 
 
 def test_handoff_mode_class(tmp_path):
     from eval.handoff import HandoffTeam
 
-    mode = ModeConfig(mode="handoff", handoff_partner="jr", handoff_starts="junior")
+    mode = build_mode(mode="handoff", handoff_partner="jr", handoff_starts="junior")
     assert _ids(mode.plan(PROBLEMS[:1], 2)) == [("p1", 0, None, None), ("p1", 1, None, None)]
     assert mode.messages(TOY_BENCH, Job(PROBLEMS[0], 0)) == [ASK_P1]
     assert mode.graded_text("a\n\n\\boxed{2}") == "a\n\n\\boxed{2}"
@@ -453,24 +453,24 @@ def test_handoff_mode_class(tmp_path):
 def test_a_setting_of_another_mode_is_refused_with_the_mode_that_takes_it():
     with pytest.raises(ValueError, match="budgets is a setting of mode 'budgeted', not of mode "
                                          "'single'"):
-        ModeConfig(budgets=(100,))
+        build_mode(budgets=(100,))
     with pytest.raises(ValueError, match="handoff_p is a setting of mode 'handoff', not of "
                                          "mode 'budgeted'"):
-        ModeConfig(mode="budgeted", handoff_p=0.2)
+        build_mode(mode="budgeted", handoff_p=0.2)
     with pytest.raises(ValueError, match="context_policy is a setting of mode 'tool'"):
-        ModeConfig(mode="interleaved", context_policy="state_discarded")
+        build_mode(mode="interleaved", context_policy="state_discarded")
     with pytest.raises(TypeError, match="unknown mode setting 'temperature'"):
-        ModeConfig(mode="single", temperature=0.5)
+        build_mode(mode="single", temperature=0.5)
     with pytest.raises(ValueError, match="mode must be one of"):
-        ModeConfig(mode="beam")
+        build_mode(mode="beam")
     # what the eval_samples asset passes: every field, those of other modes at their defaults,
     # and the model's folder as tokenizer_path (ignored by modes without latency metrics)
     flat = {"budgets": (1000, 2000, 4000, 8000), "budget_limit": None, "thinking_caps": (),
             "context_policy": "state_preserved", "max_turns": 6, "tokenizer_path": "/m",
             "budget_prompt": "urgency"}
-    assert ModeConfig(mode="tool", **flat) == ToolMode()
-    assert ModeConfig(mode="budgeted", **flat) == BudgetedMode()
-    assert ModeConfig(mode="single", **flat) == SingleMode(tokenizer_path="/m")
+    assert build_mode(mode="tool", **flat) == ToolMode()
+    assert build_mode(mode="budgeted", **flat) == BudgetedMode()
+    assert build_mode(mode="single", **flat) == SingleMode(tokenizer_path="/m")
 
 
 STORED_DEFAULTS = {"budgets": [1000, 2000, 4000, 8000], "budget_limit": None,
@@ -481,14 +481,14 @@ STORED_DEFAULTS = {"budgets": [1000, 2000, 4000, 8000], "budget_limit": None,
 
 
 @pytest.mark.parametrize("mode, stored", [
-    (ModeConfig(), {"mode": "single"}),
-    (ModeConfig(mode="budgeted", budgets=(100, 400), budget_limit=900),
+    (build_mode(), {"mode": "single"}),
+    (build_mode(mode="budgeted", budgets=(100, 400), budget_limit=900),
      {"mode": "budgeted", "budgets": [100, 400], "budget_limit": 900}),
-    (ModeConfig(mode="tool", thinking_caps=(0, 64), max_turns=3),
+    (build_mode(mode="tool", thinking_caps=(0, 64), max_turns=3),
      {"mode": "tool", "thinking_caps": [0, 64], "max_turns": 3}),
-    (ModeConfig(mode="interleaved", tokenizer_path="/tok"),
+    (build_mode(mode="interleaved", tokenizer_path="/tok"),
      {"mode": "interleaved", "tokenizer_path": "/tok"}),
-    (ModeConfig(mode="handoff", handoff_partner="jr", handoff_p=0.25),
+    (build_mode(mode="handoff", handoff_partner="jr", handoff_p=0.25),
      {"mode": "handoff", "handoff_partner": "jr", "handoff_p": 0.25}),
 ])
 def test_config_json_keeps_the_keys_stored_configs_have(mode, stored):
@@ -553,7 +553,7 @@ def test_a_new_mode_registered_as_one_class_runs_end_to_end(tmp_path):
         # text after ANSWER: (what this mode grades) is wrong
         return "\\boxed{41} ANSWER: 42" if "6 TIMES 7" in ask else "\\boxed{15} ANSWER: 16"
 
-    cfg = EvalConfig(mode=ModeConfig(mode="shout", suffix="?"))
+    cfg = EvalConfig(mode=build_mode(mode="shout", suffix="?"))
     with FakeLLMServer(models=("scripted",), responder=responder) as server:
         result = _run(server, "gsm8k", cfg, tmp_path=tmp_path)
     # capitals plus the configured suffix (the problems end with "?" of their own)

@@ -252,11 +252,11 @@ def test_agreement_table_covers_every_format_and_mode():
 
 def _eval_verdict(mode: str, text: str, gold: str, benchmark: str = "math500") -> bool:
     from eval.benchmarks import get
-    from eval.modes import ModeConfig
+    from eval.modes import build_mode
     from eval.runner import grade
 
     row = {"problem_id": "p", "gold": gold, "output": text, "gen_error": None,
-           "graded_text": ModeConfig(mode=mode).graded_text(text)}
+           "graded_text": build_mode(mode=mode).graded_text(text)}
     grade([row], get(benchmark))  # the benchmark grader, no normaliser
     return row["correct"]
 
