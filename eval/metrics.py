@@ -116,38 +116,34 @@ def majority_vote(answers: Sequence[str | None],
     return first_raw[winner]
 
 
-def maj_at_k(answers_per_problem: Sequence[Sequence[str | None]],
-             golds_or_correct_fn: Sequence[str] | Callable[[int, str], bool],
-             k: int | None = None,
-             normalize: Callable[[str], str] = _default_normalize) -> float:
-    """Fraction of problems whose majority answer over the first ``k`` samples is correct.
+def majority_correct(answers: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """maj@k of one problem: whether its majority answer (:func:`majority_vote` over the
+    extracted answers) was graded correct. The grader's verdict on the first sample that gave
+    that answer stands for every sample with the same answer; no answer at all is wrong."""
+    if len(answers) != len(correct):
+        raise ValueError(f"{len(answers)} answers but {len(correct)} verdicts")
+    voted = majority_vote(list(answers))
+    if voted is None:
+        return False
+    return bool(next(c for a, c in zip(answers, correct) if a == voted))
 
-    ``golds_or_correct_fn`` is either one gold string per problem (compared after
-    ``normalize``) or ``correct_fn(problem_index, voted_answer) -> bool`` (e.g. a grader call).
-    A problem where no sample produced an answer counts as wrong.
-    """
+
+def maj_at_k(answers_per_problem: Sequence[Sequence[str | None]],
+             correct_per_problem: Sequence[Sequence[bool]], k: int | None = None) -> float:
+    """Fraction of problems whose majority answer over the first ``k`` samples (all when None)
+    was graded correct (:func:`majority_correct`: the one definition ``eval_scores`` stores)."""
     if len(answers_per_problem) == 0:
         raise ValueError("no problems: cannot compute maj@k of an empty dataset")
-    if callable(golds_or_correct_fn):
-        is_correct = golds_or_correct_fn
-    else:
-        golds = list(golds_or_correct_fn)
-        if len(golds) != len(answers_per_problem):
-            raise ValueError(
-                f"{len(answers_per_problem)} problems but {len(golds)} gold answers"
-            )
-
-        def is_correct(i: int, answer: str) -> bool:
-            return normalize(answer) == normalize(golds[i])
-
+    if len(correct_per_problem) != len(answers_per_problem):
+        raise ValueError(f"{len(answers_per_problem)} problems but {len(correct_per_problem)} "
+                         "lists of verdicts")
     if k is not None:
         k = _check_count("k", k, 1)
     hits = 0
-    for i, answers in enumerate(answers_per_problem):
+    for i, (answers, correct) in enumerate(zip(answers_per_problem, correct_per_problem)):
         if k is not None and len(answers) < k:
             raise ValueError(f"problem {i} has {len(answers)} samples, fewer than k = {k}")
-        voted = majority_vote(list(answers)[:k] if k is not None else list(answers), normalize)
-        hits += bool(voted is not None and is_correct(i, voted))
+        hits += majority_correct(list(answers)[:k], list(correct)[:k])
     return hits / len(answers_per_problem)
 
 

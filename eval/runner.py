@@ -293,17 +293,8 @@ def _score_group(rows, suffix, model_label, benchmark, n_boot, seed) -> list[dic
     for k in sorted({k for k in (1, 2, 4, 8, 16, 32, 64, n_min) if k <= n_min}):
         add("pass@k", k, [metrics.pass_at_k(len(c), sum(c), k) for c in correct])
     if k_asked > 1:
-        add("maj@k", k_asked, [float(_majority_correct(a, c)) for a, c in zip(answers, correct)])
+        add("maj@k", k_asked, [float(metrics.majority_correct(a, c)) for a, c in zip(answers, correct)])
     return out
-
-
-def _majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
-    """Whether the majority extracted answer (``metrics.majority_vote``) was graded correct;
-    a sample's correctness stands for every sample with the same (normalised) answer."""
-    voted = metrics.majority_vote(answers)
-    if voted is None:
-        return False
-    return next(c for a, c in zip(answers, correct) if a == voted)
 
 
 async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str, Any]],

@@ -14,6 +14,7 @@ from eval.metrics import (
     bootstrap_ci,
     dataset_pass_at_k,
     maj_at_k,
+    majority_correct,
     majority_vote,
     pass_at_k,
     summarize,
@@ -103,32 +104,28 @@ def test_majority_vote_ties_go_to_first_seen():
     assert majority_vote(["x = 1", "x  =  1", "2"]) == "x = 1"  # whitespace-normalised class
 
 
-def test_maj_at_k_with_golds():
+def test_maj_at_k_is_the_graded_verdict_of_the_majority_answer():
     answers = [
-        ["3", "5", "5"],  # majority 5 == gold
-        ["3", "3", "5"],  # majority 3 != gold 5
-        [None, None, "4"],  # only one vote, correct
+        ["3", "5", "5"],  # majority 5, graded right
+        ["3", "3", "5"],  # majority 3, graded wrong
+        [None, None, "4"],  # only one vote, graded right
         [None, None, None],  # no answer: wrong
+        ["1/2", "0.5", "0.5"],  # majority "0.5": its first sample's verdict counts
     ]
-    assert maj_at_k(answers, ["5", "5", "4", "1"]) == pytest.approx(2 / 4)
-    # first k=1 samples only
-    assert maj_at_k(answers, ["5", "5", "4", "1"], k=1) == pytest.approx(0.0)
-    with pytest.raises(ValueError, match="gold answers"):
-        maj_at_k(answers, ["5"])
+    correct = [[False, True, True], [False, False, True], [False, False, True],
+               [False, False, False], [True, False, True]]
+    # by hand: 1 + 0 + 1 + 0 + 0 (the first "0.5" sample was graded wrong) = 2 of 5
+    assert maj_at_k(answers, correct) == pytest.approx(2 / 5)
+    assert [majority_correct(a, c) for a, c in zip(answers, correct)] == [
+        True, False, True, False, False]
+    # first k=1 samples only: 3 (wrong), 3 (wrong), nothing, nothing, 1/2 (right)
+    assert maj_at_k(answers, correct, k=1) == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="lists of verdicts"):
+        maj_at_k(answers, correct[:1])
     with pytest.raises(ValueError, match="fewer than k"):
-        maj_at_k(answers, ["5", "5", "4", "1"], k=4)
-
-
-def test_maj_at_k_with_a_correct_fn():
-    answers = [["1/2", "0.5", "0.5"], ["2", "3", "3"]]
-    seen: list[tuple[int, str]] = []
-
-    def correct(i: int, answer: str) -> bool:
-        seen.append((i, answer))
-        return {0: {"0.5", "1/2"}, 1: {"2"}}[i].__contains__(answer)
-
-    assert maj_at_k(answers, correct) == pytest.approx(0.5)
-    assert seen == [(0, "0.5"), (1, "3")]
+        maj_at_k(answers, correct, k=4)
+    with pytest.raises(ValueError, match="verdicts"):
+        majority_correct(["1"], [True, False])
 
 
 # ------------------------------------------------------------------ bootstrap
