@@ -268,7 +268,7 @@ def _once(code_fd, report_fd, spec):
     os.close(code_fd)
     report = _move_high(report_fd)
     _seal_process()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:  # child: becomes the program
         status = 70
         try:
@@ -724,6 +724,22 @@ def _fresh_mounts(mounts):
     _drop_caps()
 
 
+def _fork():
+    """``os.fork`` for the driver's own processes, retried for a moment on EAGAIN: the process
+    limit counts every process of the jail's user (in the plain-subprocess fallback, every
+    sandbox of that user on the host), so a burst elsewhere can make one fork fail briefly."""
+    import time
+
+    for attempt in range(10):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if attempt == 9:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def _template(ctl, isolated, mounts):
     """The process every candidate is forked from. It is forked from the driver before the
     driver reads any request, and it reads none itself: it gets only trusted preloads and, per
@@ -762,7 +778,7 @@ def _fork_candidate(ctl, fds, isolated, mounts):
     is re-parented to the driver (the jail's pid 1, or a subreaper in the fallback), which can
     wait for it. Returns the init's pid (None when it could not be started)."""
     r, w = os.pipe()
-    middle = os.fork()
+    middle = _fork()
     if middle == 0:
         status = 72
         try:
@@ -770,7 +786,7 @@ def _fork_candidate(ctl, fds, isolated, mounts):
             ctl.close()
             if isolated and _libc().unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWPID):
                 os._exit(72)
-            pid = os.fork()
+            pid = _fork()
             if pid == 0:
                 os.close(w)
                 _candidate_init(dict(zip(_GIVEN, fds)), isolated, mounts)  # never returns
@@ -801,7 +817,7 @@ def _candidate_init(fds, isolated, mounts):
                 fh.write("1000")
         except OSError:
             pass
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
             os.close(fds.pop("st_w"))
             _program(fds)  # never returns
@@ -1126,7 +1142,7 @@ def _serve_runner(rfd, wfd, jailed, mounts):
     if not jailed:  # orphaned candidates come back to this driver, which reaps them
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     ctl, ctl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    template = os.fork()
+    template = _fork()
     if template == 0:
         try:
             for fd in (rfd, wfd):
