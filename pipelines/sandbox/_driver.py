@@ -1132,10 +1132,14 @@ def _ask_preload(ctl, req):
 
 
 def _serve_runner(rfd, wfd, jailed, mounts):
-    import shutil  # noqa: F401  (imported once here so children do not pay for it)
+    # imported once here, before the template is forked, so no candidate pays for them
+    import json  # noqa: F401
+    import select  # noqa: F401
+    import shutil  # noqa: F401
     import signal
     import socket
     import stat  # noqa: F401
+    import time  # noqa: F401
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     isolated = jailed and mounts is not None and _has_admin()
