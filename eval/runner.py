@@ -21,7 +21,6 @@ Not guaranteed: identical outputs across different servers or hardware (sampling
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import multiprocessing
@@ -32,7 +31,7 @@ from typing import Any
 
 from eval import metrics
 from eval.benchmarks import Benchmark
-from eval.modes import Job, Mode, Run, SingleMode, stored_config
+from eval.modes import Job, Mode, Run, SingleMode
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +343,7 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
         samples=rows, scores=scores, generation_s=t1 - t0, grading_s=t2 - t1,
         completion_tokens=sum(int(r.get("completion_tokens") or 0) for r in rows),
         errors=sum(1 for r in rows if r.get("gen_error")),
-        extra={"config": config_dict(cfg), **cfg.mode.run_extra(rows)},
+        extra=cfg.mode.run_extra(rows),
         usage=usage,
     )
 
@@ -361,15 +360,3 @@ def client_usage(client: Any) -> Any:
             return None
         total = usage() if total is None else total + usage()
     return total
-
-
-def config_dict(cfg: EvalConfig) -> dict[str, Any]:
-    """The evaluation's config as stored: the sampling fields and the mode's settings
-    (``eval.modes.stored_config``: the same keys for every built-in mode)."""
-    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "mode"}
-    out["mode"] = stored_config(cfg.mode)
-    return out
-
-
-def config_json(cfg: EvalConfig) -> str:
-    return json.dumps(config_dict(cfg), sort_keys=True)

@@ -27,8 +27,6 @@ by their format's answer-region rules (possibly as no answer) and counted, never
 
 from __future__ import annotations
 
-from typing import Any
-
 from eval.modes.base import (
     MODES,
     TEMPLATE_TOKENS,
@@ -56,27 +54,10 @@ from eval.modes.handoff import HandoffMode
 from eval.modes.single import InterleavedMode, SingleMode, latency_fields, load_tokenizer
 from eval.modes.tool import POLICIES, ToolMode
 
-# The modes evaluations were stored with before modes became classes: their settings, at
-# these classes' defaults, are the keys every stored mode config lists (see stored_config).
-STORED_MODES = (SingleMode, InterleavedMode, BudgetedMode, ToolMode, HandoffMode)
 # The answer format of each built-in mode's outputs (pipelines.formats): its answer region is
 # graded, exactly as the RL reward of that format reads it.
-MODE_FORMATS = {cls.name: cls.answer_format for cls in STORED_MODES}
-
-
-def stored_config(mode: Mode) -> dict[str, Any]:
-    """The mode's settings as an evaluation's config stores them (``eval.runner.config_json``).
-
-    Every stored config lists the settings of all :data:`STORED_MODES` plus ``thinking_caps``
-    (those of other modes at their defaults), as when one flat record held them all, so
-    configs of existing modes keep the same keys and stay comparable; a mode registered later
-    adds its own settings to its own configs only."""
-    out: dict[str, Any] = {"mode": "single"}
-    for cls in STORED_MODES:
-        out.update(cls().config())
-    out["thinking_caps"] = ()
-    out.update(mode.config())
-    return out
+MODE_FORMATS = {cls.name: cls.answer_format
+                for cls in (SingleMode, InterleavedMode, BudgetedMode, ToolMode, HandoffMode)}
 
 
 __all__ = [
@@ -86,7 +67,6 @@ __all__ = [
     "MODE_FORMATS",
     "NO_THINKING",
     "POLICIES",
-    "STORED_MODES",
     "TEMPLATE_TOKENS",
     "BudgetedMode",
     "HandoffMode",
@@ -111,5 +91,4 @@ __all__ = [
     "plan_jobs",
     "prompt_token_bound",
     "register_mode",
-    "stored_config",
 ]

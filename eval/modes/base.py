@@ -27,7 +27,6 @@ ignore it, as they always have.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -167,13 +166,6 @@ class Mode:
     def run_extra(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Entries the mode adds to ``EvalResult.extra`` (the asset's metadata)."""
         return {}
-
-    def config(self) -> dict[str, Any]:
-        """The mode's settings as stored in an evaluation's config (``eval.runner.config_json``):
-        ``mode`` and every dataclass field."""
-        own = ({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-               if dataclasses.is_dataclass(self) else {})
-        return {"mode": self.name, **own}
 
 
 _REGISTRY: dict[str, type[Mode]] = {}

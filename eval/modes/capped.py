@@ -156,5 +156,3 @@ class ThinkingCaps(Mode):
     def run_extra(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return self.inner.run_extra(rows)
 
-    def config(self) -> dict[str, Any]:
-        return {**self.inner.config(), "thinking_caps": self.thinking_caps}
