@@ -60,6 +60,8 @@ from typing import Any
 
 import torch
 
+from eval.claims import ClaimError
+
 # |log-ratio| thresholds of the §4.4 survival curve (nats): 0 to 3 in steps of 0.25.
 SURVIVAL_THRESHOLDS = tuple(i / 4 for i in range(13))
 # The direction each §5.3 claim is tested in (alternative of eval.compare, about A - B).
@@ -281,3 +283,33 @@ def paired_tandem_tests(a: Mapping[str, float], b: Mapping[str, float], *, stati
     return {"statistic": statistic, "alternative": alternative, "n": t.n, "mean_a": t.mean_a,
             "mean_b": t.mean_b, "diff": t.diff, "ci_low": t.ci_low, "ci_high": t.ci_high,
             "t": t.statistic, "p_ttest": t.p_value, "p_bootstrap": boot.p_value}
+
+
+def drift_by_problem(senior: Mapping[str, Any], junior: Mapping[str, Any], *,
+                     problems: Sequence[str], min_count: int = 20,
+                     smoothing: float = 0.5) -> tuple[dict[str, float], float, int]:
+    """(per-problem jackknife pseudo-values of θ, θ, frequent tokens): θ is the mean
+    ``|log-ratio|`` of :func:`marginal_drift` over the tokens frequent in
+    the junior's outputs on ``problems`` (``senior`` and ``junior``: token counts per
+    problem); pseudo-value ``i`` is ``n·θ − (n−1)·θ₋ᵢ`` with problem ``i`` left out of both
+    corpora and the token set kept."""
+    missing = [p for p in problems if p not in senior or p not in junior]
+    if missing or len(problems) < 2:
+        raise ClaimError(f"drift: need token counts of at least 2 problems from both models; "
+                         f"{len(problems)} given, {len(missing)} without samples of one model")
+    c_s = torch.stack([senior[p] for p in problems]).double()
+    c_j = torch.stack([junior[p] for p in problems]).double()
+    total_s, total_j = c_s.sum(0), c_j.sum(0)
+    full = marginal_drift(total_s, total_j, min_count=min_count, smoothing=smoothing)
+    if not full.token_ids:
+        raise ClaimError(f"drift: no token occurs {min_count}+ times in the junior's outputs; "
+                         "lower min_count or evaluate more problems or samples")
+    n = len(problems)
+    theta = sum(abs(r) for r in full.log_ratio) / len(full.log_ratio)
+    out = {}
+    for i, p in enumerate(problems):
+        left = marginal_drift(total_s - c_s[i], total_j - c_j[i], min_count=min_count,
+                              smoothing=smoothing, tokens=full.token_ids)
+        theta_i = sum(abs(r) for r in left.log_ratio) / len(left.log_ratio)
+        out[p] = n * theta - (n - 1) * theta_i
+    return out, theta, len(full.token_ids)

@@ -228,41 +228,6 @@ def problem_counts(rows: Sequence[Mapping[str, Any]], tokenize: Callable[[str], 
     return {p: token_counts(ids, vocab_size) for p, ids in by_problem.items()}
 
 
-def drift_by_problem(senior: Mapping[str, Any], junior: Mapping[str, Any], *,
-                     problems: Sequence[str], min_count: int = 20,
-                     smoothing: float = 0.5) -> tuple[dict[str, float], float, int]:
-    """(per-problem jackknife pseudo-values of θ, θ, frequent tokens): θ is the mean
-    ``|log-ratio|`` of ``eval.tandem_metrics.marginal_drift`` over the tokens frequent in
-    the junior's outputs on ``problems`` (``senior`` and ``junior``: token counts per
-    problem); pseudo-value ``i`` is ``n·θ − (n−1)·θ₋ᵢ`` with problem ``i`` left out of both
-    corpora and the token set kept (module docstring)."""
-    import torch
-
-    from eval.claims import ClaimError
-    from eval.tandem_metrics import marginal_drift
-
-    missing = [p for p in problems if p not in senior or p not in junior]
-    if missing or len(problems) < 2:
-        raise ClaimError(f"drift: need token counts of at least 2 problems from both models; "
-                         f"{len(problems)} given, {len(missing)} without samples of one model")
-    c_s = torch.stack([senior[p] for p in problems]).double()
-    c_j = torch.stack([junior[p] for p in problems]).double()
-    total_s, total_j = c_s.sum(0), c_j.sum(0)
-    full = marginal_drift(total_s, total_j, min_count=min_count, smoothing=smoothing)
-    if not full.token_ids:
-        raise ClaimError(f"drift: no token occurs {min_count}+ times in the junior's outputs; "
-                         "lower min_count or evaluate more problems or samples")
-    n = len(problems)
-    theta = sum(abs(r) for r in full.log_ratio) / len(full.log_ratio)
-    out = {}
-    for i, p in enumerate(problems):
-        left = marginal_drift(total_s - c_s[i], total_j - c_j[i], min_count=min_count,
-                              smoothing=smoothing, tokens=full.token_ids)
-        theta_i = sum(abs(r) for r in left.log_ratio) / len(left.log_ratio)
-        out[p] = n * theta - (n - 1) * theta_i
-    return out, theta, len(full.token_ids)
-
-
 def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: Sequence[str], *,
                   tokenize: Callable[[str], list[int]], vocab_size: int, handoff_k: int = 1,
                   schedule: str = "alternate", handoff_p: float = 0.5, min_count: int = 20,
@@ -276,7 +241,7 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
     from assets.tandem import legibility_partition
     from eval.claims import ClaimError, judge
     from eval.claims.readers import problem_scores
-    from eval.tandem_metrics import per_problem
+    from eval.tandem_metrics import drift_by_problem, per_problem
 
     claims = _claims(handoff_k)
     solo: dict[str, dict[str, float]] = {a: {} for a in ARMS}

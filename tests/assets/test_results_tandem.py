@@ -24,13 +24,13 @@ from assets.results.tandem import (
     TANDEM_SOLO_MARGIN,
     TandemClaimConfig,
     arm_overrides,
-    drift_by_problem,
     heldout_benchmark,
     heldout_sets,
     tandem_claims,
 )
 from eval.claims import ClaimError
 from eval.handoff import handoff_label
+from eval.tandem_metrics import drift_by_problem
 from warehouse import Lineage, Warehouse
 from warehouse.partitions import eval_partition, partition_key
 
