@@ -27,7 +27,8 @@ made in a private mount namespace of that jail alone, then bound in by bubblewra
 a few ms of cold start (a shell and two ``mount`` runs).
 
 The fallback (no bubblewrap, or a probe that fails) is a plain subprocess with the same rlimits,
-a cleared environment and a temporary work dir, dropped to the unprivileged uid when root. It
+a cleared environment and a temporary work dir, dropped to an unprivileged uid of its own when
+root (:data:`FALLBACK_UID`, so jails' processes never count against its process limit). It
 does NOT hide the filesystem or the network, does not bound the work dir at all, and a
 process that calls ``setsid`` can outlive the run; it is used only where the caller asks for it
 (``isolation="subprocess"``, or ``allow_unjailed=True`` with ``auto``), with a loud warning.
@@ -82,6 +83,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PYTHON = "/usr/bin/python3"
 DEFAULT_UID = 65534
+# The plain-subprocess fallback runs as a uid of its own: the kernel counts every process of a
+# uid on the host against that uid's RLIMIT_NPROC, processes inside bubblewrap jails of the same
+# uid included, so jails beside it would otherwise use up the fallback's process limit.
+FALLBACK_UID = 65533
 JAIL_WORKDIR = "/tmp"
 SHM_MB = 16
 SHM_FILES = 256  # files + directories in the jail's /dev/shm
@@ -608,7 +613,8 @@ def resolve_spec(isolation: str = "auto", python: str = DEFAULT_PYTHON,
     it does not, raise :class:`SandboxUnavailable` unless ``allow_unjailed`` opts in to the
     fallback, which is then taken with a loud warning), ``bwrap`` (raise when unavailable) or
     ``subprocess`` (the fallback, chosen explicitly).
-    ``uid=-1`` means: 65534 when running as root, else the current user."""
+    ``uid=-1`` means, when running as root: 65534 for jails, 65533 for the fallback
+    (:data:`FALLBACK_UID`); else the current user."""
     if isolation not in ("auto", ISOLATION_BWRAP, ISOLATION_SUBPROCESS):
         raise ValueError(f"isolation must be 'auto', 'bwrap' or 'subprocess', got {isolation!r}")
     real_uid = _default_uid() if uid == -1 else uid
@@ -652,4 +658,6 @@ def resolve_spec(isolation: str = "auto", python: str = DEFAULT_PYTHON,
         warnings.warn(message, RuntimeWarning, stacklevel=2)
         log.warning(message)
         print(f"WARNING: {message}", file=sys.stderr)
+    if uid == -1 and real_uid is not None:
+        real_uid = FALLBACK_UID
     return JailSpec(ISOLATION_SUBPROCESS, python, None, real_uid, extra_ro_binds)

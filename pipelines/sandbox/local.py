@@ -100,7 +100,8 @@ class LocalSandbox:
 
     ``isolation``: ``auto`` | ``bwrap`` | ``subprocess``. ``python``: a world-readable
     interpreter (the system ``/usr/bin/python3``; a venv under /root is unreadable inside).
-    ``uid``: the unprivileged user to run as when root (-1: 65534 when root, else yourself).
+    ``uid``: the unprivileged user to run as when root (-1: 65534 in the jail and 65533 in
+    the fallback when root, else yourself).
     ``allow_unjailed``: with ``isolation="auto"``, accept the plain-subprocess fallback where
     bubblewrap cannot run (default: refuse with :class:`SandboxUnavailable`, which says how to
     install it). ``candidate_namespaces=False``: warm runners run every candidate in the

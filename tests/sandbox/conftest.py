@@ -1,8 +1,6 @@
 """Fixtures for the sandbox tests: the real bubblewrap jail (skipped, with the reason, only on a
 machine where it cannot run), the plain-subprocess fallback, and the local benchmark files."""
 
-import os
-
 import pytest
 
 from pipelines.sandbox import Limits, LocalSandbox
@@ -21,7 +19,4 @@ def jail() -> LocalSandbox:
 
 @pytest.fixture(scope="session")
 def fallback() -> LocalSandbox:
-    # A uid of its own when root: the fallback's process limit counts every process of its
-    # uid on the host, bubblewrap jails of tests running beside it included.
-    uid = 65533 if os.geteuid() == 0 else -1
-    return LocalSandbox(Limits(timeout_s=10), isolation="subprocess", uid=uid)
+    return LocalSandbox(Limits(timeout_s=10), isolation="subprocess")

@@ -54,9 +54,6 @@ def no_bubblewrap(monkeypatch):
 
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     monkeypatch.setattr(jail_mod.shutil, "which", lambda name: None)
-    # the fallback's process limit counts every process of its uid on the host, bubblewrap
-    # jails of tests running beside it included: it gets a uid of its own here
-    monkeypatch.setattr(jail_mod, "DEFAULT_UID", 65533)
     jail_mod.resolve_spec.cache_clear()
     yield
     jail_mod.resolve_spec.cache_clear()
