@@ -192,11 +192,9 @@ def example_tokens(sft: dict, tokenizer) -> int:
           description="TRL prompt/completion rows: `sxs` (interleaved) and `standard` variants.")
 def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
                     warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from transformers import AutoTokenizer
-
     from eval.latency import summarize_variants
     from pipelines.models import convert
-    from pipelines.sxs import sft_rows, summarize_alignments, variant_segments
+    from pipelines.sxs import hf_tokenizer, sft_rows, summarize_alignments, variant_segments
 
     started = now()
     wh = warehouse.get()
@@ -206,7 +204,7 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
     if config.max_example_tokens is not None and config.max_example_tokens <= 0:
         raise dg.Failure(f"sxs_sft_dataset: max_example_tokens must be a positive token count "
                          f"or None, got {config.max_example_tokens}")
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path or str(convert()))
+    tokenizer = hf_tokenizer(config.tokenizer_path or str(convert()))
     problems = {r["trace_id"]: r["problem"] for r in wh.read("traces").to_pylist()}
     rows, alignments, too_long = [], [], 0
     for row in aligned:

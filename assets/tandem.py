@@ -291,17 +291,6 @@ def _latest_eval(context: dg.AssetExecutionContext) -> dict[str, str]:
     return {k: str(meta[k].value) for k in ("model", "junior", "benchmark") if k in meta}
 
 
-def _load_pair(senior_path: str, junior_path: str):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(senior_path)
-    load = {"dtype": torch.float32}
-    senior = AutoModelForCausalLM.from_pretrained(senior_path, **load).eval()
-    junior = AutoModelForCausalLM.from_pretrained(junior_path, **load).eval()
-    return tok, senior, junior
-
-
 def legibility_and_drift(pair: tuple[Any, Any, Any], bench: Any, problems: dict[str, Any],
                          senior_samples: list[dict[str, Any]],
                          junior_samples: list[dict[str, Any]], *, model: str, junior: str,
@@ -389,6 +378,7 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
     from eval.benchmarks import get as get_benchmark
     from eval.models import get_model
+    from eval.tandem_metrics import load_pair
 
     started = now()
     wh = warehouse.get()
@@ -415,7 +405,7 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
                              "tandem_eval (solo: true) for this senior and junior first")
     problems = {p["problem_id"]: p for p in wh.read("problems", partition=bench.source).to_pylist()}
     leg_rows, d_rows, summary = legibility_and_drift(
-        _load_pair(specs[0].path, specs[1].path), bench, problems, samples[model],
+        load_pair(specs[0].path, specs[1].path), bench, problems, samples[model],
         samples[junior], model=model, junior=junior, max_samples=max(1, config.max_samples),
         min_count=config.min_count, smoothing=config.smoothing)
     summary["checkpoint_id"] = specs[0].checkpoint_id or None

@@ -313,3 +313,15 @@ def drift_by_problem(senior: Mapping[str, Any], junior: Mapping[str, Any], *,
         theta_i = sum(abs(r) for r in left.log_ratio) / len(left.log_ratio)
         out[p] = n * theta - (n - 1) * theta_i
     return out, theta, len(full.token_ids)
+
+
+def load_pair(senior_path: str, junior_path: str) -> tuple[Any, Any, Any]:
+    """(tokenizer, senior, junior): the senior's tokenizer and both models in float32, in eval
+    mode, for the legibility and drift statistics."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(senior_path)
+    load = {"dtype": torch.float32}
+    senior = AutoModelForCausalLM.from_pretrained(senior_path, **load).eval()
+    junior = AutoModelForCausalLM.from_pretrained(junior_path, **load).eval()
+    return tok, senior, junior

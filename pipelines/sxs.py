@@ -487,3 +487,11 @@ def summarize_alignments(alignments: Sequence[Alignment]) -> dict[str, Any]:
         "mean_rounds": mean([a.rounds for a in alignments]),
     }
     return out
+
+
+def hf_tokenizer(path: str) -> Any:
+    """The transformers tokenizer of the model folder at ``path`` (the token counts of SFT rows
+    and the latency metrics of alignments are taken with it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)

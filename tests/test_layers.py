@@ -13,7 +13,8 @@ it can reach, and those edges are checked like any other. Forbidden edges:
 - ``pipelines``, ``training``, ``eval``, ``warehouse`` never import ``dagster``, ``assets`` or
   ``cli`` (``dagster_pipes``, a separate dependency-free package, is allowed);
 - ``assets`` (the Dagster code location) never imports ``cli`` (the ``weft`` command, the
-  launcher, the console and the demo, which import the code location);
+  launcher, the console and the demo, which import the code location), nor ``torch``,
+  ``transformers`` or ``trl`` (model computation lives in the plain packages);
 - ``warehouse`` imports no stage (``pipelines``, ``training``, ``eval``);
 - ``pipelines`` imports neither ``training`` nor ``eval``;
 - ``eval`` imports no ``training``;
@@ -44,7 +45,8 @@ FORBIDDEN = {
     "training": ("dagster", "assets", "cli"),
     "eval": ("dagster", "assets", "cli", "training"),
     "warehouse": ("dagster", "assets", "cli", "pipelines", "training", "eval"),
-    "assets": ("cli",),  # the code location holds definitions only; the programs import it
+    # the code location wires: no programs (they import it) and no model computation
+    "assets": ("cli", "torch", "transformers", "trl"),
     "cli": (),
 }
 # (importer, imported): forbidden module pairs, whatever the layers say.
@@ -325,6 +327,8 @@ def test_checker_sees_imports_by_name():
     ("eval.runner", "assets.resources", True),
     ("assets.sxs", "dagster", False),
     ("assets.sxs", "eval.latency", False),
+    ("assets.tandem", "torch", True),
+    ("assets.sxs", "transformers", True),
     ("training.rewards", "eval.graders", False),
     ("eval.graders", "eval.grading_pool", True),
     ("eval.grading_pool", "eval.graders", False),

@@ -434,7 +434,8 @@ def legibility_of_arms(context: dg.AssetExecutionContext, specs: Mapping[str, An
     """§4.4-4.5 rows of each senior's solo outputs against the junior (written like
     ``tandem_legibility``'s); returns the tokenizer (the drift part counts tokens with it)."""
     from assets.common import now
-    from assets.tandem import _load_pair, legibility_and_drift, write_legibility
+    from assets.tandem import legibility_and_drift, write_legibility
+    from eval.tandem_metrics import load_pair
 
     started = now()
     junior = specs["junior"]
@@ -443,7 +444,7 @@ def legibility_of_arms(context: dg.AssetExecutionContext, specs: Mapping[str, An
     tok = None
     for arm in ARMS:
         senior = specs[arm]
-        pair = _load_pair(senior.path, junior.path)
+        pair = load_pair(senior.path, junior.path)
         tok = pair[0]
         leg, drift, summary = legibility_and_drift(
             pair, bench, by_id, solo_rows(wh, senior.model_id, bench.name), junior_rows,
