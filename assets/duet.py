@@ -27,6 +27,7 @@ import dagster as dg
 from assets.common import md_table, now, run_record
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.sampling import SamplingConfig
 from assets.training import TrainerLauncher, check_recipe, launch_arm, start_from_overrides
 from training.duet.sweep import (
     DEFAULT_BUDGETS,
@@ -67,7 +68,7 @@ class DuetSweepConfig(dg.Config):
     evaluate: bool = True
     benchmark: str = "gsm8k"
     eval_limit: int | None = 20  # problems (deterministic slice)
-    eval_max_tokens: int = 256
+    eval_sampling: SamplingConfig = SamplingConfig(k=1, temperature=0.0, max_tokens=256)
     max_concurrency: int = 8
 
 
@@ -121,7 +122,6 @@ def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config:
     from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec
     from eval.recorded import Evaluation, evaluate_recorded
-    from eval.runner import EvalConfig
 
     bench = get_benchmark(config.benchmark)
     rows = wh.read("problems", partition=bench.source).to_pylist()
@@ -131,8 +131,7 @@ def evaluate_arm(context: dg.AssetExecutionContext, outcome: ArmOutcome, config:
     if bench.grader == "code":
         raise dg.Failure(f"{bench.name} is a code benchmark; the sweep evaluates math or "
                          "multiple-choice benchmarks (e.g. gsm8k)")
-    cfg = EvalConfig(k=1, temperature=0.0, max_tokens=config.eval_max_tokens, seed=config.seed,
-                     limit=config.eval_limit)
+    cfg = config.eval_sampling.eval_config(limit=config.eval_limit)
     ck = outcome.checkpoint_id
     spec = ModelSpec(model_id=ck, kind="local", path=outcome.path, served_model=ck,
                      checkpoint_id=ck)

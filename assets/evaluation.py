@@ -46,21 +46,20 @@ from assets.execution import IN_PROCESS
 from assets.ingest import problems
 from assets.partitions import eval_partitions, partition_dims, table_partition
 from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.sampling import SamplingConfig
 from assets.sandbox_resource import SandboxResource
 from eval.benchmarks import get as get_benchmark
 from eval.recorded import Evaluation, evaluate_recorded
-from eval.runner import EvalConfig, score
+from eval.runner import EvalConfig, Plan, plan_evaluation, score
 from warehouse.lineage import model_lineage
 from warehouse.runs import record_run
 
 
 class EvalSamplesConfig(dg.Config):
     limit: int | None = 20  # problems per benchmark (deterministic slice); None = all
-    k: int | None = None  # samples per problem; None = the benchmark's default k
-    temperature: float | None = None  # None: 0.0 for k=1, else 0.6
-    top_p: float = 0.95
-    max_tokens: int = 512
-    seed: int = 0
+    # k: samples per problem (None = the benchmark's default k); temperature None: 0.0 for
+    # k=1, else 0.6
+    sampling: SamplingConfig = SamplingConfig()
     max_concurrency: int = 8
     # generation mode (eval.modes): single | interleaved | budgeted | tool
     mode: str = "single"
@@ -89,18 +88,20 @@ class EvalSamplesConfig(dg.Config):
 
 
 def eval_config(config: EvalSamplesConfig, default_k: int, tokenizer_path: str = "") -> EvalConfig:
+    """The evaluation's ``EvalConfig``: its sampling settings and its generation mode."""
     from eval.modes import build_mode
 
-    k = config.k or default_k
-    temperature = config.temperature if config.temperature is not None else (0.0 if k == 1 else 0.6)
-    mode = build_mode(mode=config.mode, budgets=tuple(config.budgets),
-                      budget_limit=config.budget_limit, thinking_caps=tuple(config.thinking_caps),
-                      context_policy=config.context_policy, max_turns=config.max_turns,
-                      tokenizer_path=config.tokenizer_path or tokenizer_path or None,
-                      budget_prompt=config.budget_prompt)
-    return EvalConfig(k=k, temperature=temperature, top_p=config.top_p,
-                      max_tokens=config.max_tokens, seed=config.seed, limit=config.limit, mode=mode,
-                      extraction=config.extraction)
+    try:
+        mode = build_mode(mode=config.mode, budgets=tuple(config.budgets),
+                          budget_limit=config.budget_limit,
+                          thinking_caps=tuple(config.thinking_caps),
+                          context_policy=config.context_policy, max_turns=config.max_turns,
+                          tokenizer_path=config.tokenizer_path or tokenizer_path or None,
+                          budget_prompt=config.budget_prompt)
+    except ValueError as exc:
+        raise dg.Failure(description=f"bad generation mode settings: {exc}") from exc
+    return config.sampling.eval_config(default_k=default_k, mode=mode, limit=config.limit,
+                                       extraction=config.extraction)
 
 
 FAILURE_SHARE_CHECK = "check_eval_samples_failure_share"
@@ -119,18 +120,16 @@ def failure_share_result(samples: list[dict], max_share: float) -> dg.AssetCheck
         "their scores leave them out. Check the endpoint and re-materialize to retry them.")
 
 
-def _request_bounds(config: EvalSamplesConfig, cfg: EvalConfig,
-                    rows: list[dict]) -> tuple[int, int]:
-    """(largest max_tokens of one request, number of generation jobs) for timeouts/watchdog."""
-    from eval.modes import plan_jobs
-    from eval.runner import select_problems
+def request_bounds(cfg: EvalConfig, plan: Plan) -> tuple[int, int]:
+    """(largest max_tokens of one request, number of generation jobs) of a planned evaluation,
+    for its request timeouts and batch watchdog."""
+    from eval.modes import BUDGET_LIMIT_FACTOR
 
-    jobs = len(plan_jobs(select_problems(rows, cfg.limit), cfg.k, cfg.mode))
     max_tokens = cfg.max_tokens
     if cfg.mode.mode == "budgeted":
-        limit = getattr(cfg.mode, "budget_limit", None)
-        max_tokens = max(max_tokens, limit or 4 * max(config.budgets or [max_tokens]))
-    return max_tokens, jobs
+        max_tokens = max(max_tokens, cfg.mode.budget_limit
+                         or BUDGET_LIMIT_FACTOR * max(cfg.mode.budgets))
+    return max_tokens, len(plan.jobs)
 
 
 @dg.asset(
@@ -164,11 +163,12 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
                          f"got {config.max_failure_share}")
     spec = get_model(model_id, wh)
     cfg = eval_config(config, bench.default_k, tokenizer_path=spec.path)
-    max_tokens, n_jobs = _request_bounds(config, cfg, rows)
+    plan = plan_evaluation(rows, cfg)
+    max_tokens, n_jobs = request_bounds(cfg, plan)
     settings = llm.client_settings(max_tokens, requests=n_jobs,
                                    max_concurrency=config.max_concurrency)
     context.log.info(f"evaluating {model_id} on {bench.name}: "
-                     f"{min(len(rows), cfg.limit or len(rows))} problems x k={cfg.k} "
+                     f"{len(plan.problems)} problems x k={cfg.k} "
                      f"({n_jobs} generations; request timeout {settings['timeout_s']:.0f}s, "
                      f"batch watchdog {settings['batch_timeout_s']:.0f}s)")
     needs_sandbox = bench.grader == "code" or cfg.mode.mode == "tool"
@@ -177,7 +177,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     try:
         (done,) = evaluate_recorded(
             {model_id: spec}, [Evaluation(model_id, cfg, model_id,
-                                          checkpoint_id=spec.checkpoint_id or None)],
+                                          checkpoint_id=spec.checkpoint_id or None, plan=plan)],
             bench=bench, problems=rows, wh=wh, run_id=context.run_id,
             config=config.model_dump(), started_at=started, write_scores=False,
             make_client=partial(llm.client_for, max_tokens=max_tokens, requests=n_jobs,

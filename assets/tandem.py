@@ -9,7 +9,7 @@
   any registered model, e.g. a GRPO baseline, via ``model``) solo (§4.2), the junior solo, and
   the two in handoff mode (§4.3) with the senior starting and with the junior starting. Every
   run writes ordinary ``eval_samples`` / ``eval_scores`` partitions ``<benchmark>|<label>``
-  (the team's label is ``eval.handoff.handoff_label``), so the leaderboard, ``eval_reports``
+  (the team's label is ``eval.handoff_team.handoff_label``), so the leaderboard, ``eval_reports``
   and its paired tests cover them.
 - ``tandem_legibility`` (group ``evaluate``): §4.5 junior cross-entropy and distribution
   overlap on the senior's solo outputs (summary figures averaged over every position), §4.4
@@ -41,6 +41,7 @@ import dagster as dg
 from assets.common import lineage, md_table, now
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
+from assets.sampling import SamplingConfig
 from assets.training import (
     CheckpointFamily,
     TrainerLauncher,
@@ -48,11 +49,17 @@ from assets.training import (
     check_recipe,
     latest_checkpoint,
 )
-from warehouse.partitions import eval_partition, partition_key
+from training.tandem.study import (
+    STARTS,
+    legibility_partition,
+    pairwise_partition,
+    recipe_method,
+    tandem_evaluations,
+)
+from warehouse.partitions import eval_partition
 from warehouse.runs import record_run
 
 DEFAULT_TANDEM_RECIPE = "tandem_grpo.cpu"
-STARTS = ("senior", "junior")
 
 
 class TandemCheckpointConfig(dg.Config):
@@ -60,17 +67,6 @@ class TandemCheckpointConfig(dg.Config):
     recipe: str = DEFAULT_TANDEM_RECIPE
     overrides: list[str] = []  # key=value, YAML values (e.g. "max_steps=20")
     from_sft: bool = False  # start from the latest sft_checkpoint (the paper starts from base)
-
-
-def recipe_method(config: Any) -> str:
-    """``tandem`` or ``kl_junior`` for a resolved GRPO config; ValueError for other recipes."""
-    if getattr(config, "method", None) == "tandem":
-        return "tandem"
-    if float(getattr(config, "beta", 0.0) or 0.0) > 0.0:
-        return "kl_junior"
-    raise ValueError("tandem_checkpoint trains Tandem RL (recipe tandem_grpo or .cpu) or the "
-                     "KL-to-junior ablation (kl_junior_grpo or .cpu, beta > 0); this recipe is "
-                     "plain GRPO: materialize grpo_checkpoint for it instead")
 
 
 TANDEM_FAMILY = CheckpointFamily(
@@ -117,11 +113,9 @@ class TandemEvalConfig(dg.Config):
     junior: str = ""  # registered model id or local folder; "" = the checkpoint's junior
     benchmark: str = "gsm8k"
     limit: int | None = 20  # problems (deterministic slice); None = all
-    k: int = 4  # samples per problem (pass@k for k = 1, 2, 4, ... <= k)
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_tokens: int = 256  # per answer; a team shares it
-    seed: int = 0
+    # k samples per problem (pass@k for k = 1, 2, 4, ... <= k); max_tokens per answer, a team
+    # shares it
+    sampling: SamplingConfig = SamplingConfig(k=4, temperature=0.6, top_p=0.95, max_tokens=256)
     schedule: str = "alternate"  # alternate (§4.3) | bernoulli (App. B.3)
     handoff_p: float = 0.5
     starts: list[str] = list(STARTS)
@@ -130,17 +124,10 @@ class TandemEvalConfig(dg.Config):
 
 
 def _model_specs(context: dg.AssetExecutionContext, model: str, junior: str, wh: Any):
-    """(senior spec, junior spec) from the config, defaulting to the latest tandem_checkpoint."""
-    from eval.models import (
-        ModelSpec,
-        embedded_spec,
-        get_model,
-        list_models,
-        register_model,
-        safe_model_id,
-    )
+    """(senior spec, junior spec) from the config, defaulting to the latest tandem_checkpoint
+    (and its junior); an unregistered junior folder is registered (``eval.models.model_for``)."""
+    from eval.models import ModelRegistryError, get_model, model_for
     from pipelines.models import embedded_model_dir
-    from warehouse.store import config_hash
 
     junior_path = ""
     if not model:
@@ -152,65 +139,13 @@ def _model_specs(context: dg.AssetExecutionContext, model: str, junior: str, wh:
         model = str(meta["registered_model"].value)
         junior_path = str(meta["junior_path"].value) if "junior_path" in meta else ""
     try:
-        senior = get_model(model, wh)
+        return (get_model(model, wh),
+                model_for(junior or junior_path or str(embedded_model_dir()), wh,
+                          run_id=context.run_id))
     except KeyError as exc:
         raise dg.Failure(str(exc.args[0])) from exc
-    target = junior or junior_path or str(embedded_model_dir())
-    by_id = {s.model_id: s for s in list_models(wh)}
-    if target in by_id:
-        return senior, by_id[target]
-    for spec in by_id.values():
-        if spec.kind == "local" and Path(spec.path).resolve() == Path(target).resolve():
-            return senior, spec
-    if Path(target).is_dir() and (Path(target) / "config.json").is_file():
-        if Path(target).resolve() == Path(embedded_model_dir()).resolve():
-            return senior, embedded_spec()
-        # register the folder, so tandem_legibility finds the junior by the id the rows carry
-        model_id = safe_model_id(Path(target).name)
-        if model_id in by_id:
-            model_id = safe_model_id(f"{model_id}-{config_hash(str(Path(target).resolve()))[:8]}")
-        spec = ModelSpec(model_id=model_id, kind="local", path=str(target),
-                         served_model=model_id)
-        return senior, register_model(spec, wh, run_id=context.run_id)
-    raise dg.Failure(f"junior {target!r} is neither a registered model id nor a model folder")
-
-
-def tandem_evaluations(senior: Any, junior: Any, *, decoding: dict[str, Any],
-                       starts: list[str] | tuple[str, ...] = STARTS,
-                       schedule: str = "alternate", handoff_p: float = 0.5, solo: bool = True,
-                       solo_junior: bool = True, senior_key: str = "senior",
-                       junior_key: str = "junior") -> list[Any]:
-    """The ``eval.recorded.Evaluation`` items of Tandem RL §4.2-4.3 for one senior and its
-    junior (``eval.models.ModelSpec`` each): with ``solo``, the senior alone and (with
-    ``solo_junior``) the junior alone; then the two as a handoff team, once per
-    entry of ``starts``. ``decoding`` holds the ``eval.runner.EvalConfig`` fields shared by
-    every run (k, temperature, top_p, max_tokens, seed, limit); ``senior_key`` and
-    ``junior_key`` are the served models' keys in ``evaluate_recorded``'s specs. Rows are
-    labelled with the senior's model id, the junior's, and ``eval.handoff.handoff_label``
-    for the team. ValueError for bad handoff settings."""
-    from eval.handoff import handoff_label
-    from eval.modes import build_mode
-    from eval.recorded import Evaluation
-    from eval.runner import EvalConfig
-
-    bad = [s for s in starts if s not in STARTS]
-    if bad or not starts:
-        raise ValueError(f"starts must be a non-empty list of {STARTS}, got {list(starts)}")
-    senior_ck = senior.checkpoint_id or None
-    out = []
-    if solo:
-        out.append(Evaluation(senior.model_id, EvalConfig(**decoding, mode=build_mode()),
-                              senior_key, checkpoint_id=senior_ck))
-        if solo_junior:
-            out.append(Evaluation(junior.model_id, EvalConfig(**decoding, mode=build_mode()),
-                                  junior_key, checkpoint_id=junior.checkpoint_id or None))
-    for who in starts:
-        mode = build_mode(mode="handoff", handoff_partner=junior.model_id, handoff_starts=who,
-                          handoff_schedule=schedule, handoff_p=handoff_p)
-        label = handoff_label(senior.model_id, junior.model_id, who, schedule, handoff_p)
-        out.append(Evaluation(label, EvalConfig(**decoding, mode=mode), senior_key,
-                              partner=junior_key, checkpoint_id=senior_ck))
-    return out
+    except ModelRegistryError as exc:
+        raise dg.Failure(f"junior: {exc}") from exc
 
 
 @dg.asset(
@@ -234,12 +169,10 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
         raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
                          "and `problems` first")
     senior_spec, junior_spec = _model_specs(context, config.model, config.junior, wh)
+    cfg = config.sampling.eval_config(limit=config.limit)
     try:
         evaluations = tandem_evaluations(
-            senior_spec, junior_spec, decoding={
-                "k": config.k, "temperature": config.temperature, "top_p": config.top_p,
-                "max_tokens": config.max_tokens, "seed": config.seed, "limit": config.limit},
-            starts=config.starts, schedule=config.schedule, handoff_p=config.handoff_p,
+            senior_spec, junior_spec, cfg=cfg, starts=config.starts, schedule=config.schedule, handoff_p=config.handoff_p,
             solo=config.solo)
     except ValueError as exc:
         raise dg.Failure(f"bad handoff settings: {exc}") from exc
@@ -248,7 +181,7 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
     done = evaluate_recorded(
         {"senior": senior_spec, "junior": junior_spec}, evaluations, bench=bench, problems=rows,
         wh=wh, run_id=context.run_id, config=config.model_dump(), started_at=started,
-        make_client=partial(llm.client_for, max_tokens=config.max_tokens,
+        make_client=partial(llm.client_for, max_tokens=cfg.max_tokens,
                             progress=context.log.info, max_concurrency=config.max_concurrency),
         pool_factory=grader.pool)
     summary: list[dict[str, Any]] = []
@@ -258,12 +191,12 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
         metrics = {(s["metric"], s["k"]): s["value"] for s in result.scores}
         summary.append({"model": label, "mode": cfg.mode.mode, "samples": len(result.samples),
                         "failed": result.errors, "pass@1": metrics.get(("pass@k", 1)),
-                        f"pass@{config.k}": metrics.get(("pass@k", config.k)),
+                        f"pass@{cfg.k}": metrics.get(("pass@k", cfg.k)),
                         "senior_share": _mean(r.get("senior_share") for r in result.samples)})
     return dg.MaterializeResult(metadata={
         "model": senior_spec.model_id, "junior": junior_spec.model_id, "benchmark": bench.name,
         "results": md_table(summary, ["model", "mode", "samples", "failed", "pass@1",
-                                      f"pass@{config.k}", "senior_share"]),
+                                      f"pass@{cfg.k}", "senior_share"]),
         **{f"{r['model']} pass@1": float(r["pass@1"]) for r in summary
            if r["pass@1"] is not None}})
 
@@ -289,61 +222,6 @@ def _latest_eval(context: dg.AssetExecutionContext) -> dict[str, str]:
     event = context.instance.get_latest_materialization_event(dg.AssetKey("tandem_eval"))
     meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
     return {k: str(meta[k].value) for k in ("model", "junior", "benchmark") if k in meta}
-
-
-def legibility_and_drift(pair: tuple[Any, Any, Any], bench: Any, problems: dict[str, Any],
-                         senior_samples: list[dict[str, Any]],
-                         junior_samples: list[dict[str, Any]], *, model: str, junior: str,
-                         max_samples: int | None, min_count: int, smoothing: float
-                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Tandem RL §4.4-4.5 for one senior against its junior, from their solo samples:
-    (``tandem_legibility`` rows, ``tandem_drift`` rows, the ``tandem_summary`` row).
-
-    ``pair`` is (tokenizer, senior model, junior model); legibility scores the senior's first
-    ``max_samples`` samples by (problem, index) (None: all), each under the prompt it answered
-    (``problems`` by id); drift compares the token marginals of all of both models' samples
-    (``eval.tandem_metrics``)."""
-    from eval.tandem_metrics import (
-        drift_rows,
-        drift_summary,
-        legibility,
-        legibility_rows,
-        marginal_drift,
-        token_counts,
-    )
-
-    tok, senior, junior_model = pair
-    scored = sorted(senior_samples, key=lambda r: (r["problem_id"], r["sample_index"]))
-    if max_samples is not None:
-        scored = scored[:max_samples]
-    prompts = [_prompt_ids(tok, bench, problems, r) for r in scored]
-    completions = [tok.encode(r["output"] or "", add_special_tokens=False) for r in scored]
-    stats = legibility(senior, junior_model, prompts, completions)
-    vocab = int(senior.config.vocab_size)
-    counts = {name: token_counts([tok.encode(r["output"] or "", add_special_tokens=False)
-                                  for r in rows], vocab)
-              for name, rows in (("senior", senior_samples), ("junior", junior_samples))}
-    drift = marginal_drift(counts["senior"], counts["junior"], min_count=min_count,
-                           smoothing=smoothing)
-    leg_rows = legibility_rows(scored, stats, model=model, junior=junior)
-    d_rows = drift_rows(drift, counts["senior"], counts["junior"], model=model, junior=junior,
-                        benchmark=bench.name, decode=lambda t: tok.decode([t]))
-    summary = drift_summary(drift, stats, model=model, junior=junior, benchmark=bench.name,
-                            min_count=min_count)
-    return leg_rows, d_rows, summary
-
-
-def legibility_partition(benchmark: str, senior: str, junior: str) -> str:
-    """The partition of one senior's legibility and drift rows against ``junior``
-    (``tandem_legibility``, ``tandem_drift``, ``tandem_summary``): ``<benchmark>|<senior>|
-    <junior>``, the evaluation's partition key followed by the junior."""
-    return partition_key(benchmark, senior, junior)
-
-
-def pairwise_partition(benchmark: str, model_a: str, model_b: str, junior: str) -> str:
-    """The ``tandem_pairwise`` partition of model A against model B with ``junior``:
-    ``<benchmark>|<a>|vs|<b>|<junior>``."""
-    return partition_key(benchmark, model_a, "vs", model_b, junior)
 
 
 def write_legibility(context: dg.AssetExecutionContext, wh: Any, config: dict[str, Any],
@@ -378,7 +256,7 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
     from eval.benchmarks import get as get_benchmark
     from eval.models import get_model
-    from eval.tandem_metrics import load_pair
+    from eval.tandem_metrics import legibility_and_drift, load_pair
 
     started = now()
     wh = warehouse.get()
@@ -430,17 +308,6 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
             data = base64.b64encode(path.read_bytes()).decode()
             meta[f"plot_{name}"] = dg.MetadataValue.md(f"![{name}](data:image/png;base64,{data})")
     return dg.MaterializeResult(metadata=meta)
-
-
-def _prompt_ids(tok, bench, problems: dict, row: dict) -> list[int]:
-    """The prompt the senior answered (chat template, generation prompt), as token ids."""
-    from eval.modes import Job, build_mode, messages_for
-
-    problem = problems.get(row["problem_id"])
-    messages = (messages_for(bench, Job(problem, 0), build_mode()) if problem is not None
-                else [{"role": "user", "content": row.get("prompt") or ""}])
-    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
 def _tandem_plots(wh: Any, benchmark: str, junior: str, run_id: str) -> dict[str, Path | None]:
@@ -507,7 +374,7 @@ class TandemComparisonConfig(dg.Config):
 )
 def tandem_comparison(context: dg.AssetExecutionContext, config: TandemComparisonConfig,
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from eval.handoff import handoff_label
+    from eval.handoff_team import handoff_label
     from eval.tandem_metrics import paired_tandem_tests, per_problem
 
     started = now()

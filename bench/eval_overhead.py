@@ -243,7 +243,8 @@ def main() -> int:
         chosen = select_problems(Warehouse().read("problems", partition="gsm8k").to_pylist(),
                                  args.problems)
         config = {"ops": {"eval_samples": {"config": {
-            "limit": args.problems, "max_tokens": args.max_tokens, "temperature": 0.0,
+            "limit": args.problems,
+            "sampling": {"max_tokens": args.max_tokens, "temperature": 0.0},
             "max_concurrency": args.concurrency}}}}
         tasks = home / "lm_eval_task"
         tasks.mkdir(exist_ok=True)

@@ -6,9 +6,9 @@ the architectural bound on tandem/solo time is 2.0; the issue asks for <= 2.1x. 
 the same number of tokens) are timed in one process, interleaved, ``--repeats`` times after a
 warm-up, and their medians compared:
 
-- ``tandem``: ``training.tandem.tandem_generate`` (senior + junior, one forward of each per
+- ``tandem``: ``training.tandem.core.tandem_generate`` (senior + junior, one forward of each per
   token, both KV caches in lockstep); the junior is a copy of the senior (self-pairing, §3.2);
-- ``solo_loop``: the same decoder with one model (``training.tandem.solo_generate``): the
+- ``solo_loop``: the same decoder with one model (``training.tandem.core.solo_generate``): the
   ratio ``tandem / solo_loop`` isolates the cost of the second model;
 - ``solo_generate``: transformers' ``model.generate`` (sampling, KV cache), the solo baseline
   TRL's GRPO uses without vLLM.
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from training.tandem import (
+    from training.tandem.core import (
         boundary_ids,
         boundary_mask,
         cache_bytes,

@@ -11,11 +11,13 @@ Then it trains and checks that training helped: SFT (`demo_sft`: 3 steps teach t
 format on built-in two-digit arithmetic) -> GRPO (`demo_grpo`: outcome reward on the built-in
 one-digit set `builtin:arith1`, where the model is right some of the time; 4 prompts x 4
 rollouts per step, degenerate groups dropped as in SxS §3.2) through Dagster Pipes, prints the
-logged steps (reward, share of dropped groups), and scores the base, SFT and trained models on
-held-out one-digit problems no recipe trained on (avg@k at the GRPO temperature, graded by the
-reward's own grader), comparing them with paired bootstraps over problems (`eval.compare`).
-Training and held-out scoring use every core when they are idle at the start, else one torch
-thread (:func:`training_threads`); ``--train-only`` runs just this part.
+logged steps (reward, share of dropped groups), and materializes `learning_claim`: the base,
+SFT and trained models, each served, evaluated like any benchmark (``eval.recorded``: rows in
+`eval_samples` under `arith1_heldout`, `runs`, `llm_calls`) on held-out one-digit problems no
+checkpoint of the lineage trained on (avg@k at the GRPO temperature), compared with paired
+bootstraps over problems and written as `claims` rows of that run.
+Training uses every core when they are idle at the start, else one torch thread
+(:func:`training_threads`); ``--train-only`` runs just this part.
 The last lines say whether the trained model is measurably better than the base model, and
 whether GRPO itself added anything over its SFT start; neither is assumed.
 
@@ -54,14 +56,7 @@ from cli.instance import (  # noqa: F401 - re-exported for callers of cli.demo
     run_monitoring_settings,
 )
 from pipelines.settings import data_dir, weft_home
-from training.heldout import (
-    DEMO_SFT_RECIPE,
-    HELDOUT_MAX_TOKENS,
-    HELDOUT_TEMPERATURE,
-    heldout_arith,
-    sample_scores,
-    training_problems,
-)
+from training.heldout import DEMO_SFT_RECIPE, HELDOUT_BENCHMARK
 
 DEMO_BENCHMARKS = ("gsm8k", "math500")
 CHECKPOINT_BENCHMARK = "gsm8k"  # where the trained checkpoints are evaluated like the base model
@@ -69,6 +64,7 @@ LEADERBOARD_SQL = ("SELECT benchmark, model, metric, k, round(value, 3) AS value
                    "round(ci_low, 3) AS ci_low, round(ci_high, 3) AS ci_high, n_problems "
                    "FROM latest_scores WHERE benchmark = 'gsm8k' ORDER BY value DESC, model")
 DEMO_GRPO_RECIPE = "demo_grpo"
+LEARNING_EXPERIMENT = "learning_claim"  # the result asset that measures the trained models
 HELDOUT_PROBLEMS = 48
 HELDOUT_K = 2
 
@@ -97,7 +93,7 @@ def idle_cores(interval: float = 1.0) -> float:
 
 
 def training_threads(requested: int | None = None, idle: float | None = None) -> int:
-    """torch threads for the demo's training and held-out scoring: ``requested`` (or
+    """torch threads for the demo's training: ``requested`` (or
     WEFT_DEMO_THREADS) when given, else every core available to this process when nearly all
     of them are idle right now, else 1. (training.config_base: on 2 cores, 2 threads were
     1.6x faster than 1 on a quiet machine and far slower beside other work.)"""
@@ -320,68 +316,44 @@ def training_story(sft_id: str, grpo_id: str) -> list[str]:
 # ------------------------------------------------------------------ did training help?
 
 
-@dataclass(frozen=True)
-class LearningCheck:
-    """Per-problem avg@k of three models on the same held-out problems, and paired tests."""
-
-    base: dict[str, float]
-    sft: dict[str, float]
-    trained: dict[str, float]
-    k: int
-    temperature: float
-    trained_vs_base: Any  # eval.compare.PairedResult
-    trained_vs_sft: Any
-
-    @property
-    def improved(self) -> bool:
-        """The trained model beats the base model: the 95% CI of the difference is above 0."""
-        return self.trained_vs_base.ci_low > 0.0
-
-
-def learning_check(base: str, sft: str, trained: str, rows: list[dict], *, k: int,
-                   temperature: float, max_new_tokens: int, threads: int = 1) -> LearningCheck:
-    """Score the base, SFT and trained models on the same held-out rows and compare them with
-    paired bootstraps over problems (``eval.compare.paired_bootstrap``: 95% CI of the mean
-    difference, two-sided p)."""
-    from eval.compare import paired_bootstrap
-
-    scores = {name: sample_scores(path, rows, k=k, temperature=temperature,
-                                  max_new_tokens=max_new_tokens, threads=threads)
-              for name, path in (("base", base), ("sft", sft), ("trained", trained))}
-    return LearningCheck(scores["base"], scores["sft"], scores["trained"], k, temperature,
-                         paired_bootstrap(scores["trained"], scores["base"]),
-                         paired_bootstrap(scores["trained"], scores["sft"]))
-
-
-def describe_learning(check: LearningCheck, n_steps: int, reward_first: float | None,
+def describe_learning(rows: list[dict[str, Any]], n_steps: int, reward_first: float | None,
                       reward_last: float | None) -> list[str]:
-    """The demo's closing lines: what was measured and whether the model got better."""
+    """The demo's closing lines from the ``learning_claim`` rows (``training.heldout.
+    learning_claims``: trained vs base, then trained vs SFT): what was measured and whether the
+    model got better."""
+    vs_base, vs_sft = rows
 
-    def line(label: str, r: Any) -> str:
-        return (f"  {label}: {r.mean_a:.3f} vs {r.mean_b:.3f}, difference {r.diff:+.3f} "
-                f"(95% CI {r.ci_low:+.3f} to {r.ci_high:+.3f}, p={r.p_value:.3g}, "
-                f"n={r.n} problems, paired bootstrap)")
+    def line(label: str, r: dict[str, Any]) -> str:
+        return (f"  {label}: {r['treatment_value']:.3f} vs {r['reference_value']:.3f}, difference "
+                f"{r['diff']:+.3f} (95% CI {r['diff_ci_low']:+.3f} to {r['diff_ci_high']:+.3f}, "
+                f"one-sided p={r['p_value']:.3g}, n={r['n']} problems, paired bootstrap)")
 
-    n = check.trained_vs_base.n
-    out = [(f"[demo] held-out arithmetic ({n} problems never trained on), avg@{check.k} at "
-            f"temperature {check.temperature:g}:"),
-           line("trained (SFT+GRPO) vs base model", check.trained_vs_base),
-           line("trained vs its SFT start (what GRPO added)", check.trained_vs_sft)]
+    out = [f"[demo] {vs_base['section']} ({vs_base['n']} problems never trained on):",
+           line("trained (SFT+GRPO) vs base model", vs_base),
+           line("trained vs its SFT start (what GRPO added)", vs_sft)]
     if reward_first is not None and reward_last is not None:
         out.append(f"  GRPO reward over {n_steps} steps: {reward_first:.3f} (first third) -> "
                    f"{reward_last:.3f} (last third)")
-    if check.improved:
+    if vs_base["diff_ci_low"] > 0:
         out.append("[demo] the pipeline trained a model and measured that it got better: the "
                    "trained model beats the base model on held-out problems (CI above 0).")
     else:
         out.append("[demo] the pipeline trained a model but did NOT measure an improvement over "
                    "the base model on held-out problems (the CI includes 0 or lies below it).")
-    gain = check.trained_vs_sft
     out.append("[demo] GRPO on its own: " + (
-        "improved on its SFT start (CI above 0)." if gain.ci_low > 0 else
-        "made it worse than its SFT start (CI below 0)." if gain.ci_high < 0 else
+        "improved on its SFT start (CI above 0)." if vs_sft["diff_ci_low"] > 0 else
+        "made it worse than its SFT start (CI below 0)." if vs_sft["diff_ci_high"] < 0 else
         "no change measurable at this size (the CI includes 0)."))
     return out
+
+
+def learning_rows() -> list[dict[str, Any]]:
+    """The newest ``learning_claim`` rows (trained vs base, then trained vs SFT)."""
+    from eval.claims.readers import latest_claims
+    from warehouse import Warehouse
+
+    rows = [r for r in latest_claims(Warehouse()) if r["experiment"] == LEARNING_EXPERIMENT]
+    return sorted(rows, key=lambda r: r["reference"] != "base")
 
 
 def reward_thirds(checkpoint_id: str) -> tuple[int, float | None, float | None]:
@@ -411,7 +383,7 @@ def demo_run_config(ops: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def demo_stage_run(launcher: Any, tag: str, job: str | None = None, **kwargs: Any) -> bool:
     """One stage of the demo as a run of a job of weft's code location, created and executed by
-    ``launcher`` (an ``cli.launch.Launcher``), so the UI can re-execute it; tagged
+    ``launcher`` (an ``cli.launcher.Launcher``), so the UI can re-execute it; tagged
     ``weft/demo=<tag>``. True when the run succeeded; otherwise says which run to look at."""
     run = launcher.launch(job, tags={"weft/demo": tag}, **kwargs)
     if run.status == dg.DagsterRunStatus.SUCCESS:
@@ -435,8 +407,7 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
     ``demo_grpo``, as the recipes stand, with ``torch_threads`` from
     :func:`training_threads`), then the base, SFT and trained models on held-out one-digit
     problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
-    from cli.launch import Launcher
-    from training.model_path import resolve_model
+    from cli.launcher import Launcher
 
     stages = stages if stages is not None else {}
     threads = training_threads(threads)
@@ -454,73 +425,33 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
         return False
     stages["train"] = time.perf_counter() - started
     started = time.perf_counter()
-    sft_path, sft_id = checkpoint_of(instance, "sft_checkpoint")
-    trained_path, trained_id = checkpoint_of(instance, "grpo_checkpoint")
+    _, sft_id = checkpoint_of(instance, "sft_checkpoint")
+    _, trained_id = checkpoint_of(instance, "grpo_checkpoint")
     say("\n".join(training_story(sft_id, trained_id)))
-    rows = heldout_arith(n_heldout, exclude=training_problems(
-        [(DEMO_SFT_RECIPE, []), (DEMO_GRPO_RECIPE, grpo_overrides)]))
-    stage(f"[demo] measuring the base, SFT and trained models on {len(rows)} held-out "
-          f"arithmetic problems x {k} samples ...")
-    check = learning_check(resolve_model("embedded"), sft_path, trained_path, rows, k=k,
-                           temperature=HELDOUT_TEMPERATURE, max_new_tokens=HELDOUT_MAX_TOKENS,
-                           threads=threads)
+    stage(f"[demo] measuring the base, SFT and trained models on {n_heldout} held-out "
+          f"arithmetic problems x {k} samples (learning_claim) ...")
+    if not demo_stage_run(launcher, "heldout", selection=[LEARNING_EXPERIMENT],
+                          run_config=demo_run_config(ops={LEARNING_EXPERIMENT: {"config": {
+                              "heldout_n": n_heldout, "sampling": {"k": k}}}})):
+        return False
+    rows = learning_rows()
     steps, first, last = reward_thirds(trained_id)
     # the reward's first and last third are on the training lines already
-    say("\n".join(describe_learning(check, steps, None, None)))
+    say("\n".join(describe_learning(rows, steps, None, None)))
     stages["heldout_eval"] = time.perf_counter() - started
     out = weft_home() / "reports" / "demo_learning.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "trained_checkpoint": trained_id, "k": check.k, "temperature": check.temperature,
-        "improved": check.improved, "reward_first_third": first, "reward_last_third": last,
-        "trained_vs_base": check.trained_vs_base.as_dict(),
-        "trained_vs_sft": check.trained_vs_sft.as_dict(),
-        "scores": {"base": check.base, "sft": check.sft, "trained": check.trained},
-    }, indent=2, sort_keys=True))
-    say(f"[demo] per-problem scores and both comparisons: {out}")
-    record_heldout_claims(check, {"base": resolve_model("embedded"), "sft": sft_path,
-                                  "trained": trained_path}, trained_id)
-    return True
-
-
-HELDOUT_EXPERIMENT = "demo_heldout"
-
-
-def heldout_claims(check: LearningCheck) -> list[dict[str, Any]]:
-    """The held-out comparison as ``claims`` rows (``eval.claims.judge``): the trained model
-    beats the base model, and GRPO adds to its SFT start, on per-problem avg@k."""
-    from eval.claims import Claim, judge
-
-    section = f"held-out one-digit arithmetic, avg@{check.k} at T={check.temperature:g}"
-    metric = f"avg@{check.k}"
-    common = {"paper": "weft demo", "section": section, "metric": metric}
-    return [
-        judge(Claim(**common, statement="SFT then GRPO beats the base model",
-                    reference="base", treatment="sft+grpo"), check.base, check.trained),
-        judge(Claim(**common, statement="GRPO improves on its SFT start",
-                    reference="sft", treatment="sft+grpo"), check.sft, check.trained),
-    ]
-
-
-def record_heldout_claims(check: LearningCheck, models: dict[str, str], trained_id: str) -> None:
-    """Write :func:`heldout_claims` to the warehouse's ``claims`` table (partition
-    ``demo_heldout``; earlier runs stay in ``claim_history``), so ``python -m eval.claims`` and
-    the UI show the demo's result."""
-    from eval.claims.readers import keep_history
-    from warehouse import Lineage, Warehouse
-
-    rows = [dict(r, experiment=HELDOUT_EXPERIMENT, scale="cpu",
-                 config_json=json.dumps({"models": models, "k": check.k,
-                                         "temperature": check.temperature,
-                                         "trained_checkpoint": trained_id}, sort_keys=True))
-            for r in heldout_claims(check)]
-    wh = Warehouse()
-    keep_history(wh, HELDOUT_EXPERIMENT)  # the run this one replaces
-    wh.write("claims", rows, lineage=Lineage(
-        run_id=f"demo-{trained_id}", asset=HELDOUT_EXPERIMENT, partition=HELDOUT_EXPERIMENT))
-    keep_history(wh, HELDOUT_EXPERIMENT)
+        "trained_checkpoint": trained_id, "sft_checkpoint": sft_id, "run_id": rows[0]["run_id"],
+        "improved": rows[0]["diff_ci_low"] > 0, "reward_first_third": first,
+        "reward_last_third": last,
+        "trained_vs_base": rows[0], "trained_vs_sft": rows[1],
+    }, indent=2, sort_keys=True, default=str))
+    say(f"[demo] both comparisons: {out}; per-sample rows: SELECT * FROM eval_samples WHERE "
+        f"benchmark = '{HELDOUT_BENCHMARK}' AND run_id = '{rows[0]['run_id']}'")
     say("[demo] claims rows (python -m eval.claims): "
         + "; ".join(f"{r['claim']}: {r['verdict']}" for r in rows))
+    return True
 
 
 def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
@@ -541,7 +472,7 @@ def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_
 def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True,
         heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_K,
         threads: int | None = None) -> int:
-    from cli.launch import Launcher
+    from cli.launcher import Launcher
     from pipelines.models import EMBEDDED_SERVED_NAME
     from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
     from warehouse import Warehouse
@@ -582,7 +513,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
                 continue
             stage(f"[demo] evaluating the base model on {bench}: {limit} problems x k={k} ...")
             run_config = demo_run_config({"eval_samples": {"config": {
-                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}})
+                "limit": limit, "sampling": {"k": k, "max_tokens": max_tokens, "seed": 0}}}})
             if not demo_stage_run(launcher, "eval", "eval_job", run_config=run_config,
                                   partition=dg.MultiPartitionKey({"benchmark": bench,
                                                                   "model": model_id})):
@@ -617,7 +548,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
             stage(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
                   f"{limit} problems x k={k} ...")
             run_config = demo_run_config({"eval_samples": {"config": {
-                "limit": limit, "k": k, "max_tokens": max_tokens, "seed": 0}}})
+                "limit": limit, "sampling": {"k": k, "max_tokens": max_tokens, "seed": 0}}}})
             if not demo_stage_run(launcher, "eval", "eval_job", run_config=run_config,
                                   partition=dg.MultiPartitionKey({
                                       "benchmark": CHECKPOINT_BENCHMARK, "model": checkpoint_id})):
@@ -654,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-only", action="store_true",
                         help="only the SFT -> GRPO chain and the held-out comparison")
     parser.add_argument("--threads", type=int, default=None,
-                        help=f"torch threads for training and held-out scoring (default: every "
+                        help=f"torch threads for training (default: every "
                              f"core when they are idle, else 1; or {ENV_THREADS})")
     parser.add_argument("--prepare-dagster-home", action="store_true",
                         help="only create WEFT_HOME/dagster (used by `make ui`) and exit")

@@ -20,8 +20,8 @@ malformed or unknown key. ``weft materialize`` checks the key of every partition
 given (``check_partition``: static keys such as ``ep_episodes``' ``assistant.ep`` or
 ``mosaic_trajectories``' ``gsm8k`` against their lists) before Dagster starts.
 
-``weft materialize`` and ``weft job`` run in a child process, ``python -m cli.launch``
-(:mod:`cli.launch`), which creates the run from the code location's job (the implicit asset
+``weft materialize`` and ``weft job`` run in a child process, ``python -m cli.launcher``
+(:mod:`cli.launcher`), which creates the run from the code location's job (the implicit asset
 job ``__ASSET_JOB`` for ``--select``), so the UI can re-execute it, and executes it there; the
 run config is every ``-c`` file then ``--config-json``, merged (:func:`run_config_of`). Both
 end with what happened (:func:`run_summary`: each run's id and status, what it materialized
@@ -348,21 +348,21 @@ def _run_dagster(args: list[str], summarize: bool = False) -> int:
 
 
 def _launch_command(*args: str) -> list[str]:
-    """The child ``weft job`` / ``weft materialize`` run: ``python -m cli.launch`` (creates
+    """The child ``weft job`` / ``weft materialize`` run: ``python -m cli.launcher`` (creates
     the run from the code location's job, so the UI can re-execute it, and executes it)."""
-    return [sys.executable, "-m", "cli.launch", *args]
+    return [sys.executable, "-m", "cli.launcher", *args]
 
 
 def _run_child(command: list[str], summarize: bool = False,
                child_summarizes: bool = False) -> int:
-    """Run ``command`` (a run's process: ``python -m cli.launch`` or ``dagster``) on weft's
+    """Run ``command`` (a run's process: ``python -m cli.launcher`` or ``dagster``) on weft's
     instance. The child gets a session of its own, so stopping ``weft`` (Ctrl-C, SIGTERM)
     stops it and whatever it started instead of leaving it running: the run is marked
     canceling, the child gets SIGINT (Dagster forwards it to its steps as an interrupt, so each
     writes what it has and a ``canceled`` ``runs`` row), and :func:`_stop_child` ends what is
     still there after :data:`STOP_GRACE_S` (or ``WEFT_STOP_GRACE_S``). With ``summarize``, the
     runs it made are summarized after, here, unless ``child_summarizes`` and the child ended
-    with 0, 1 or 130 (``python -m cli.launch --summary`` prints its run's summary itself
+    with 0, 1 or 130 (``python -m cli.launcher --summary`` prints its run's summary itself
     when the run ends, stopped or not, which saves this process importing Dagster: about a
     second of every ``weft job``); a child killed before it could is summarized here."""
     import signal

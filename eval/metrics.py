@@ -57,6 +57,16 @@ def avg_at_k(correct_matrix: Sequence[Sequence[Any]]) -> float:
     return float(np.mean([row.mean() for row in _rows_as_floats(correct_matrix)]))
 
 
+def correct_by_problem(samples: Iterable[Any]) -> dict[Hashable, float]:
+    """avg@k per problem from graded sample rows (``problem_id``, ``correct``): the share of a
+    problem's samples that are right; a sample with no grade (its generation failed, or it
+    could not be graded) counts as wrong: a failure is not a right answer."""
+    right: dict[Hashable, list[float]] = {}
+    for s in samples:
+        right.setdefault(s["problem_id"], []).append(1.0 if s.get("correct") else 0.0)
+    return {p: sum(v) / len(v) for p, v in right.items()}
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from ``n`` samples of which ``c`` are correct; ``1 <= k <= n``."""
     n = _check_count("n", n, 1)

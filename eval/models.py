@@ -190,6 +190,34 @@ def register_model(spec: ModelSpec, wh: Warehouse | None = None, *, run_id: str 
     return spec
 
 
+def model_for(target: str, wh: Warehouse, *, run_id: str = "manual") -> ModelSpec:
+    """The registered model ``target`` names: a registered model id, the registered local
+    model whose folder ``target`` is, the embedded model's folder, or an unregistered model
+    folder, which is registered (under its folder's name, made unique with a hash of its path
+    when that id is taken) so rows written for it carry an id the registry knows.
+    ModelRegistryError when ``target`` is none of these."""
+    from pipelines.models import embedded_model_dir
+    from warehouse.store import config_hash
+
+    by_id = {s.model_id: s for s in list_models(wh)}
+    if target in by_id:
+        return by_id[target]
+    path = Path(target)
+    for spec in by_id.values():
+        if spec.kind == "local" and Path(spec.path).resolve() == path.resolve():
+            return spec
+    if not (path.is_dir() and (path / "config.json").is_file()):
+        raise ModelRegistryError(f"{target!r} is neither a registered model id nor a model "
+                                 "folder")
+    if path.resolve() == Path(embedded_model_dir()).resolve():
+        return embedded_spec()
+    model_id = safe_model_id(path.name)
+    if model_id in by_id:
+        model_id = safe_model_id(f"{model_id}-{config_hash(str(path.resolve()))[:8]}")
+    return register_model(ModelSpec(model_id=model_id, kind="local", path=str(target),
+                                    served_model=model_id), wh, run_id=run_id)
+
+
 def remove_model(model_id: str, wh: Warehouse | None = None) -> ModelSpec:
     """Delete a registered model from the `models` table (its evaluation results stay)."""
     wh = wh or Warehouse()

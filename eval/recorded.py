@@ -35,7 +35,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.runner import EvalConfig, EvalResult, evaluate
+from eval.runner import EvalConfig, EvalResult, Plan, evaluate
 from warehouse import Lineage, Warehouse, config_hash
 from warehouse.partitions import eval_partition
 from warehouse.runs import RunRecord
@@ -49,7 +49,7 @@ class Evaluation:
 
     ``model`` names the served model (a key of ``evaluate_recorded``'s ``specs``) that
     answers; with ``partner`` (handoff mode, Tandem RL §4.3) the two answer as an
-    ``eval.handoff.HandoffTeam(model, partner)``. Rows carry ``label`` as their model and go
+    ``eval.handoff_team.HandoffTeam(model, partner)``. Rows carry ``label`` as their model and go
     to the partition ``eval_partition(benchmark, label)`` (``<benchmark>|<label>``)."""
 
     label: str
@@ -57,6 +57,7 @@ class Evaluation:
     model: str
     partner: str | None = None
     checkpoint_id: str | None = None
+    plan: Plan | None = None  # ``eval.runner.plan_evaluation`` of the problems, if made already
 
 
 @dataclass
@@ -124,7 +125,7 @@ def evaluate_recorded(specs: Mapping[str, Any], evaluations: Sequence[Evaluation
                             _answerer(ev, clients), bench, problems, ev.cfg,
                             model_label=ev.label, pool=pool, sandbox=sandbox,
                             checkpoint_id=ev.checkpoint_id, progress=progress,
-                            heartbeat_s=heartbeat_s, scored=write_scores)
+                            heartbeat_s=heartbeat_s, scored=write_scores, plan=ev.plan)
                         record.write(EVAL_ASSET, result.samples)
                         if write_scores:
                             scores = [dict(s, checkpoint_id=ev.checkpoint_id)
@@ -163,6 +164,6 @@ def _served_client(stack: ExitStack, spec: Any, make_client: Callable[[str, str,
 def _answerer(ev: Evaluation, clients: Mapping[str, Any]) -> Any:
     if ev.partner is None:
         return clients[ev.model]
-    from eval.handoff import HandoffTeam
+    from eval.handoff_team import HandoffTeam
 
     return HandoffTeam(clients[ev.model], clients[ev.partner])

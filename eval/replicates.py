@@ -100,6 +100,15 @@ def pool(estimates: Sequence[float], ses: Sequence[float]) -> Pooled:
     return Pooled(mu, mu - half, mu + half, math.sqrt(var), k, tau2)
 
 
+def design_hash(settings: Mapping[str, Any]) -> str:
+    """12 hex characters naming a run's design: the SHA-256 of its settings as sorted JSON
+    (runs with the same design and different seeds are replicates)."""
+    import hashlib
+
+    text = json.dumps(dict(settings), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def as_seed(value: Any) -> int | None:
     """``value`` when it is an int seed (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None

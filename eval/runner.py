@@ -119,16 +119,35 @@ def served_context_window(client: Any) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What one evaluation generates, decided once: the problems (``cfg.limit`` applied,
+    :func:`select_problems`) and the mode's generation jobs for them (``Mode.plan``: problem x
+    sample, x budget or cap where the mode varies them). Callers that size timeouts from the
+    jobs pass the same plan on to :func:`evaluate`."""
+
+    problems: list[dict[str, Any]]
+    jobs: list[Any]
+
+
+def plan_evaluation(problems: Iterable[Mapping[str, Any]], cfg: EvalConfig) -> Plan:
+    """The :class:`Plan` of evaluating ``problems`` under ``cfg``."""
+    chosen = select_problems(problems, cfg.limit)
+    return Plan(chosen, cfg.mode.plan(chosen, cfg.k))
+
+
 async def generate(client: Any, bench: Benchmark, problems: list[dict], cfg: EvalConfig,
-                   *, model_label: str, sandbox: Any | None = None) -> list[dict[str, Any]]:
+                   *, model_label: str, sandbox: Any | None = None,
+                   jobs: list[Any] | None = None) -> list[dict[str, Any]]:
     """One row per job of the mode (problem x sample, x budget or cap where the mode varies
     them) with the raw output and the graded text; not graded yet. Every mode goes through
-    the same steps (``eval.modes.base``): plan, prepare, then per job messages, limit,
-    generate, graded text and the mode's own columns."""
+    the same steps (``eval.modes.base``): plan (unless ``jobs`` is the plan already made for
+    ``problems``), prepare, then per job messages, limit, generate, graded text and the mode's
+    own columns."""
     from pipelines.llm import SamplingParams
 
     mode = cfg.mode
-    jobs = mode.plan(problems, cfg.k)
+    jobs = mode.plan(problems, cfg.k) if jobs is None else jobs
     run = Run(client=client, bench=bench, sandbox=sandbox, tag=f"eval/{bench.name}/{mode.name}",
               context_window=lambda: served_context_window(client))
     await mode.prepare(run, jobs)
@@ -300,7 +319,8 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
                    cfg: EvalConfig, *, model_label: str, pool: Any | None = None,
                    sandbox: Any | None = None, checkpoint_id: str | None = None,
                    progress: Callable[[str], None] | None = None,
-                   heartbeat_s: float = 20.0, scored: bool = True) -> EvalResult:
+                   heartbeat_s: float = 20.0, scored: bool = True,
+                   plan: Plan | None = None) -> EvalResult:
     """Generate, grade and score (with ``scored=False``, generate and grade only:
     ``EvalResult.scores`` is empty, for a caller that scores the stored samples itself, as the
     ``eval_scores`` asset does, so that nothing is scored twice). Generation progress (done/total, failures, generated
@@ -309,18 +329,21 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
     and the cache hits apart (``client_usage``), and ``EvalResult.usage`` keeps them; the
     grading phase logs its start, a heartbeat every ``heartbeat_s`` and its duration to
     ``progress`` (default: this module's logger, which reaches the Dagster run log or stderr,
-    ``pipelines.progress``). Math answers are extracted by ``cfg.extraction``."""
+    ``pipelines.progress``). Math answers are extracted by ``cfg.extraction``. ``plan`` is
+    the :func:`plan_evaluation` of ``problems`` and ``cfg`` when the caller made it already."""
     from pipelines.progress import heartbeat
 
     emit = progress or log.info
-    chosen = select_problems(problems, cfg.limit)
+    plan = plan or plan_evaluation(problems, cfg)
+    chosen = plan.problems
     if not chosen:
         raise ValueError(
             f"no problems for benchmark {bench.name!r}: ingest its source {bench.source!r} first"
         )
     before = client_usage(client)
     t0 = time.perf_counter()
-    rows = await generate(client, bench, chosen, cfg, model_label=model_label, sandbox=sandbox)
+    rows = await generate(client, bench, chosen, cfg, model_label=model_label, sandbox=sandbox,
+                          jobs=plan.jobs)
     t1 = time.perf_counter()
     after = client_usage(client)
     usage = None if before is None or after is None else after - before
@@ -350,7 +373,7 @@ async def evaluate(client: Any, bench: Benchmark, problems: Iterable[Mapping[str
 
 def client_usage(client: Any) -> Any:
     """The ``pipelines.llm.Usage`` snapshot of ``client`` (its ``usage()``), summed over the
-    distinct clients of a team that exposes ``clients()`` (``eval.handoff.HandoffTeam``); None
+    distinct clients of a team that exposes ``clients()`` (``eval.handoff_team.HandoffTeam``); None
     when a client does not count usage."""
     clients = client.clients() if callable(getattr(client, "clients", None)) else [client]
     total = None

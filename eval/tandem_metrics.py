@@ -61,6 +61,7 @@ from typing import Any
 import torch
 
 from eval.claims import ClaimError
+from eval.modes import Job, build_mode, messages_for
 
 # |log-ratio| thresholds of the §4.4 survival curve (nats): 0 to 3 in steps of 0.25.
 SURVIVAL_THRESHOLDS = tuple(i / 4 for i in range(13))
@@ -313,6 +314,48 @@ def drift_by_problem(senior: Mapping[str, Any], junior: Mapping[str, Any], *,
         theta_i = sum(abs(r) for r in left.log_ratio) / len(left.log_ratio)
         out[p] = n * theta - (n - 1) * theta_i
     return out, theta, len(full.token_ids)
+
+
+def legibility_and_drift(pair: tuple[Any, Any, Any], bench: Any, problems: dict[str, Any],
+                         senior_samples: list[dict[str, Any]],
+                         junior_samples: list[dict[str, Any]], *, model: str, junior: str,
+                         max_samples: int | None, min_count: int, smoothing: float
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Tandem RL §4.4-4.5 for one senior against its junior, from their solo samples:
+    (``tandem_legibility`` rows, ``tandem_drift`` rows, the ``tandem_summary`` row).
+
+    ``pair`` is (tokenizer, senior model, junior model); legibility scores the senior's first
+    ``max_samples`` samples by (problem, index) (None: all), each under the prompt it answered
+    (``problems`` by id); drift compares the token marginals of all of both models' samples
+    (``eval.tandem_metrics``)."""
+    tok, senior, junior_model = pair
+    scored = sorted(senior_samples, key=lambda r: (r["problem_id"], r["sample_index"]))
+    if max_samples is not None:
+        scored = scored[:max_samples]
+    prompts = [prompt_ids(tok, bench, problems, r) for r in scored]
+    completions = [tok.encode(r["output"] or "", add_special_tokens=False) for r in scored]
+    stats = legibility(senior, junior_model, prompts, completions)
+    vocab = int(senior.config.vocab_size)
+    counts = {name: token_counts([tok.encode(r["output"] or "", add_special_tokens=False)
+                                  for r in rows], vocab)
+              for name, rows in (("senior", senior_samples), ("junior", junior_samples))}
+    drift = marginal_drift(counts["senior"], counts["junior"], min_count=min_count,
+                           smoothing=smoothing)
+    leg_rows = legibility_rows(scored, stats, model=model, junior=junior)
+    d_rows = drift_rows(drift, counts["senior"], counts["junior"], model=model, junior=junior,
+                        benchmark=bench.name, decode=lambda t: tok.decode([t]))
+    summary = drift_summary(drift, stats, model=model, junior=junior, benchmark=bench.name,
+                            min_count=min_count)
+    return leg_rows, d_rows, summary
+
+
+def prompt_ids(tok, bench, problems: dict, row: dict) -> list[int]:
+    """The prompt the senior answered (chat template, generation prompt), as token ids."""
+    problem = problems.get(row["problem_id"])
+    messages = (messages_for(bench, Job(problem, 0), build_mode()) if problem is not None
+                else [{"role": "user", "content": row.get("prompt") or ""}])
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
 def load_pair(senior_path: str, junior_path: str) -> tuple[Any, Any, Any]:

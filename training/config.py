@@ -12,7 +12,7 @@ The recipe's kind picks the config class (:func:`config_class`; how a kind is se
 defined (``training.config_base.register_kind``); this module imports every one of them
 (:data:`KindConfig`), so every kind is registered before the first lookup. The classes, their
 fields and checks are ``training.config_base`` (``sft``, ``grpo``),
-``training.duet.config`` (``duet``) and ``training.tandem_config`` (``tandem``).
+``training.duet.config`` (``duet``) and ``training.tandem.config`` (``tandem``).
 
 Not guaranteed: that TRL accepts every combination the config classes let through (TRL's own
 checks run afterwards and their errors are re-raised as RecipeError with the recipe name).
@@ -36,7 +36,7 @@ from training.config_recipes import (
     resolve_kind,
 )
 from training.duet.config import DuetGRPOConfig
-from training.tandem_config import TandemGRPOConfig
+from training.tandem.config import TandemGRPOConfig
 
 __all__ = ["KindConfig", "build_config", "config_class", "load_config"]
 

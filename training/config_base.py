@@ -28,7 +28,7 @@ Each recipe kind (``training.config_recipes.KINDS``) has one config class, regis
 is defined by the class decorator :func:`register_kind` in :data:`CONFIG_CLASSES` (a plain
 dict; a kind registered twice is refused): ``sft`` and ``grpo`` here, the GRPO methods next to
 their trainers: ``training.duet.config.DuetGRPOConfig`` (field ``duet``: the DUET controller's
-settings) and ``training.tandem_config.TandemGRPOConfig`` (field ``tandem``: Tandem RL's handoff
+settings) and ``training.tandem.config.TandemGRPOConfig`` (field ``tandem``: Tandem RL's handoff
 schedule and junior). The registry is complete once ``training.config`` is imported (it imports
 every kind's class); look a kind up there (``training.config.config_class``). A GRPO method is
 a subclass of :class:`WeftGRPOConfig`; the class picks the trainer

@@ -11,9 +11,9 @@ their required columns are checked against the data before the model is loaded.
 The config's class picks the trainer (``config.trainer_class()``, built with
 ``config.trainer_kwargs(base_model)``): ``training.grpo_trainer.WeftGRPOTrainer`` (TRL's loop
 plus the degenerate-group filter and phase timings) for plain GRPO, its DUET subclass
-``training.duet.trainer.DuetGRPOTrainer`` for a ``training.duet.DuetGRPOConfig`` (token-budget
-control), ``training.tandem_trainer.TandemGRPOTrainer`` for a
-``training.tandem_config.TandemGRPOConfig`` (Tandem RL rollouts, senior-only loss). Rollouts run on the engine
+``training.duet.trainer.DuetGRPOTrainer`` for a ``training.duet.config.DuetGRPOConfig`` (token-budget
+control), ``training.tandem.trainer.TandemGRPOTrainer`` for a
+``training.tandem.config.TandemGRPOConfig`` (Tandem RL rollouts, senior-only loss). Rollouts run on the engine
 ``training.rollouts`` chose (vLLM on CUDA machines, transformers otherwise; logged); in vLLM
 server mode without ``vllm_server_base_url`` the main process starts the vLLM server on GPUs of
 its own before the trainer connects, and stops it when training ends or fails.

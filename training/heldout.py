@@ -1,26 +1,46 @@
-"""The held-out one-digit arithmetic set the demo and the training claims score models on,
-and the sampler that scores them.
+"""The held-out one-digit arithmetic benchmark: problems no checkpoint of a run trained on,
+evaluated like any other benchmark (``eval.recorded``, against the served checkpoints), and the
+claims of the demo's learning check computed from those evaluations.
 
-``heldout_arith`` draws problems of ``training.data.builtin_arith1`` that no given recipe trains
-on (``training_problems`` reads each recipe's dataset spec); ``sample_scores`` gives each
-problem's avg@k: ``k`` completions sampled with transformers on the CPU from the boxed-format
-prompt GRPO trains on, each graded by the reward's own grader (``training.rewards.is_correct``).
+- :func:`heldout_arith` draws problems of ``training.data.builtin_arith1`` whose text is not in
+  a given set (all 207 in the order of one seed).
+- :func:`training_problems` (recipes and overrides) and :func:`checkpoint_problems` (the
+  ``checkpoints`` rows of a lineage, read through their recorded dataset specs) give that set.
+- :func:`heldout_benchmark` is the benchmark: the math grader, the boxed-answer instruction GRPO
+  trains on followed by the problem, in one user turn (evaluation modes send one user turn).
+- :func:`learning_claims`: the trained model against the base model and against its SFT start,
+  per-problem avg@k, judged by ``eval.claims.judge``.
 
-Not guaranteed: that this agrees with an evaluation through a served model (``eval.recorded``):
-it samples in process, writes no ``eval_samples`` rows and no ``runs`` row.
+Not guaranteed: that a few CPU steps move held-out accuracy beyond noise; the claims say what
+was measured either way.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from eval.benchmarks import Benchmark
+from eval.claims import Claim, judge
+from pipelines.formats import BOXED_SYSTEM_PROMPT
+
 DEMO_SFT_RECIPE = "demo_sft"  # the demo's SFT recipe: its problems are never held out
+HELDOUT_BENCHMARK = "arith1_heldout"
 HELDOUT_SEED = 1
 HELDOUT_TEMPERATURE = 1.0  # the GRPO sampling temperature: the score GRPO's reward estimates
 HELDOUT_MAX_TOKENS = 32  # = demo_grpo's max_completion_length
+LEARNING_PAPER = "weft demo"
 
 
-def problem_text(row: dict[str, Any]) -> str:
+def heldout_benchmark() -> Benchmark:
+    """The held-out one-digit arithmetic as a benchmark (not an ingestion source: its problems
+    depend on what was trained, :func:`heldout_arith`)."""
+    instruction = BOXED_SYSTEM_PROMPT.replace("{", "{{").replace("}", "}}")
+    return Benchmark(HELDOUT_BENCHMARK, HELDOUT_BENCHMARK, "math", instruction + "\n\n{problem}")
+
+
+def problem_text(row: Mapping[str, Any]) -> str:
     """The problem of a training row: its ``problem`` column, or the last user message of its
     ``prompt`` (SFT rows)."""
     if "problem" in row:
@@ -33,19 +53,60 @@ def problem_text(row: dict[str, Any]) -> str:
     return [m["content"] for m in prompt if m["role"] == "user"][-1]
 
 
+def dataset_problems(dataset: str, *, fallback: str = "", limit: int | None = None,
+                     seed: int = 0) -> set[str]:
+    """Every problem text of a training dataset spec (``training.data.load_dataset``)."""
+    from training.data import load_dataset
+
+    data = load_dataset(dataset, fallback=fallback, limit=limit, seed=seed)
+    return {problem_text(r) for r in data.rows}
+
+
 def training_problems(runs: list[tuple[str, list[str]]]) -> set[str]:
     """Every problem text the (recipe, overrides) runs train on (read through their dataset
     specs)."""
     from training.config import load_config
-    from training.data import load_dataset
 
     seen: set[str] = set()
     for recipe, overrides in runs:
         config = load_config(recipe, overrides)
-        data = load_dataset(config.dataset, fallback=config.dataset_fallback,
-                            limit=config.dataset_limit, seed=config.seed)
-        seen.update(problem_text(r) for r in data.rows)
+        seen |= dataset_problems(config.dataset, fallback=config.dataset_fallback,
+                                 limit=config.dataset_limit, seed=config.seed)
     return seen
+
+
+def checkpoint_problems(rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Every problem text the checkpoints of ``rows`` (``checkpoints`` table rows, whose
+    ``config_json`` is the resolved training config) trained on."""
+    seen: set[str] = set()
+    for row in rows:
+        config = json.loads(row.get("config_json") or "{}")
+        if not config.get("dataset"):
+            raise ValueError(f"checkpoint {row.get('checkpoint_id')!r} records no dataset in its "
+                             "config; its training problems cannot be held out")
+        seen |= dataset_problems(config["dataset"], fallback=config.get("dataset_fallback") or "",
+                                 limit=config.get("dataset_limit"),
+                                 seed=int(config.get("seed") or 0))
+    return seen
+
+
+def checkpoint_chain(wh: Any, checkpoint_id: str) -> list[dict[str, Any]]:
+    """The ``checkpoints`` rows of ``checkpoint_id`` and of every checkpoint it was trained
+    from (``parent_checkpoint``), newest row of each id, the checkpoint first. ValueError when
+    one of them is not in the table."""
+    chain: list[dict[str, Any]] = []
+    current: str | None = checkpoint_id
+    while current:
+        if any(r["checkpoint_id"] == current for r in chain):
+            raise ValueError(f"checkpoint {current!r} is its own ancestor in `checkpoints`")
+        rows = wh.sql("SELECT * FROM checkpoints WHERE checkpoint_id = $id ORDER BY created_at "
+                      "DESC LIMIT 1", {"id": current}).to_pylist()
+        if not rows:
+            raise ValueError(f"checkpoint {current!r} is not in the `checkpoints` table; "
+                             "materialize the checkpoint asset that trains it")
+        chain.append(rows[0])
+        current = rows[0].get("parent_checkpoint") or None
+    return chain
 
 
 def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] | frozenset[str] = frozenset()
@@ -63,37 +124,17 @@ def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] | frozense
     return rows[:n]
 
 
-def sample_scores(model_path: str, rows: list[dict], *, k: int, temperature: float,
-                  max_new_tokens: int, seed: int = 0, batch_size: int = 32,
-                  threads: int = 1) -> dict[str, float]:
-    """avg@k per problem: ``k`` sampled completions per problem from the model at
-    ``model_path`` (transformers, CPU, the boxed-format prompt GRPO trains on), each graded by
-    ``training.rewards.is_correct`` (the reward's grader). Deterministic for a given seed."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.data import grpo_examples
-    from training.rewards import is_correct
-
-    torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    prompts = [tokenizer.apply_chat_template(e["prompt"], tokenize=False,
-                                             add_generation_prompt=True)
-               for e in grpo_examples(rows, "boxed")]
-    torch.manual_seed(seed)
-    scores: dict[str, float] = {}
-    for start in range(0, len(rows), batch_size):
-        batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True,
-                          add_special_tokens=False)
-        with torch.inference_mode():
-            out = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0,
-                                 top_k=0, max_new_tokens=max_new_tokens, num_return_sequences=k,
-                                 pad_token_id=tokenizer.pad_token_id)
-        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:],
-                                       skip_special_tokens=True)
-        for i, row in enumerate(rows[start:start + batch_size]):
-            right = sum(is_correct(t, row["answer"], "boxed") for t in texts[i * k:(i + 1) * k])
-            scores[row["problem_id"]] = right / k
-    return scores
+def learning_claims(base: Mapping[str, float], sft: Mapping[str, float],
+                    trained: Mapping[str, float], *, k: int, temperature: float,
+                    n_boot: int = 10_000) -> list[dict[str, Any]]:
+    """The learning check as ``claims`` rows: the trained model (SFT then GRPO) beats the base
+    model, and GRPO improves on its SFT start, on per-problem avg@k of the same held-out
+    problems (``eval.claims.judge``: paired bootstrap over problems)."""
+    common = {"paper": LEARNING_PAPER, "metric": f"avg@{k}",
+              "section": f"held-out one-digit arithmetic, avg@{k} at T={temperature:g}"}
+    return [
+        judge(Claim(**common, statement="SFT then GRPO beats the base model",
+                    reference="base", treatment="sft+grpo"), base, trained, n_boot=n_boot),
+        judge(Claim(**common, statement="GRPO improves on its SFT start",
+                    reference="sft", treatment="sft+grpo"), sft, trained, n_boot=n_boot),
+    ]

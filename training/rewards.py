@@ -4,8 +4,10 @@ TRL calls every reward function as ``fn(prompts=..., completions=..., completion
 **columns)`` where ``columns`` are the dataset's other columns (one value per completion) plus
 ``trainer_state``, ``log_extra`` and ``log_metric``; it returns one float (or None: "not
 scorable", which TRL turns into NaN and leaves out of the group baseline) per completion.
-Configurable rewards are made by ``get_<name>_reward(...)`` factories; :data:`REWARDS` maps the
-names used in recipes to those factories.
+Configurable rewards are made by ``get_<name>_reward(...)`` factories, each registered under the
+name recipes use by the decorator :func:`register_reward` (:data:`REWARDS` maps the names to
+the factories), as evaluation modes (``eval.modes.register_mode``) and recipe kinds
+(``training.config_base.register_kind``) register theirs.
 
 - Outcome (:func:`get_outcome_reward`): 1 when the final answer matches the gold answer by the
   benchmark's grader (``grader``: ``"math"``, ``eval.graders.grade_math``, by default;
@@ -187,6 +189,27 @@ def _named(fn: RewardFunc, name: str, columns: Sequence[str] = ()) -> RewardFunc
 # Outcome
 
 
+
+# name -> reward factory, filled by register_reward where each factory is defined.
+REWARDS: dict[str, Callable[..., RewardFunc]] = {}
+
+
+def register_reward(name: str) -> Callable[[Callable[..., RewardFunc]], Callable[..., RewardFunc]]:
+    """Decorator: the decorated ``get_<name>_reward`` factory is the reward a recipe names
+    ``name``. A name another factory already holds is refused (registering the same function
+    again, as a reloaded module does, replaces it)."""
+
+    def register(factory: Callable[..., RewardFunc]) -> Callable[..., RewardFunc]:
+        taken = REWARDS.get(name)
+        if taken is not None and (taken.__module__, taken.__qualname__) != (
+                factory.__module__, factory.__qualname__):
+            raise KeyError(f"reward {name!r} is already registered (by {taken.__qualname__})")
+        REWARDS[name] = factory
+        return factory
+
+    return register
+
+@register_reward("outcome")
 def get_outcome_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD_KEY,
                        timeout_s: int = 5, grader: str = "math",
                        verdicts: Verdicts | None = None,
@@ -215,6 +238,7 @@ def get_outcome_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOL
 # Format rewards
 
 
+@register_reward("format")
 def get_format_reward(schema: str = "sxs") -> RewardFunc:
     """1.0 when the completion follows ``schema`` (``boxed``, ``sxs`` or ``tir``; the checks of
     ``pipelines.formats``), else 0.0."""
@@ -445,6 +469,7 @@ def shape_group(correct: Sequence[bool], lengths: Sequence[float],
     return solve_granularity_qp(structure_scores(correct, lengths, interleaved), correct, epsilon)
 
 
+@register_reward("granularity")
 def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILON,
                            gold_key: str = DEFAULT_GOLD_KEY, tokenizer: Any | None = None,
                            timeout_s: int = 5, verdicts: Verdicts | None = None) -> RewardFunc:
@@ -485,6 +510,7 @@ def get_granularity_reward(num_generations: int, epsilon: float = DEFAULT_EPSILO
 # Action-centric process reward (MOSAIC step instances)
 
 
+@register_reward("action_process")
 def get_action_process_reward(action_key: str = "reference_action",
                               kind_key: str = "reference_kind",
                               last_key: str = "is_last_step") -> RewardFunc:
@@ -537,6 +563,7 @@ def _token_counts(completions: Sequence[Any], completion_ids: Sequence[Sequence[
 _warned_no_end_ids = threading.Event()
 
 
+@register_reward("budget")
 def get_budget_reward(answer_format: str = "boxed", gold_key: str = DEFAULT_GOLD_KEY,
                       budget_key: str = "budget", timeout_s: int = 5,
                       eos_token_ids: Sequence[int] = (),
@@ -578,6 +605,7 @@ def length_penalties(lengths: Sequence[int], correct: Sequence[bool]) -> list[fl
     return [lam if c else min(0.0, lam) for lam, c in zip(lams, correct)]
 
 
+@register_reward("length_penalty")
 def get_length_penalty_reward(num_generations: int, answer_format: str = "boxed",
                               gold_key: str = DEFAULT_GOLD_KEY, timeout_s: int = 5,
                               grader: str = "math",
@@ -687,6 +715,7 @@ def code_call_bound_s(n: int, workers: int, timeout_s: float) -> float:
     return math.ceil(n / max(1, workers)) * (timeout_s + CODE_RUN_OVERHEAD_S)
 
 
+@register_reward("code")
 def get_code_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
                     workers: int = 2) -> RewardFunc:
     """Runs each completion's code against its problem's tests in the sandbox, through
@@ -710,6 +739,7 @@ def get_code_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
     return _code_reward(problem_key, timeout_s, workers, share=False)
 
 
+@register_reward("code_tests")
 def get_code_tests_reward(problem_key: str = CODE_PROBLEM_KEY, timeout_s: float = 5.0,
                           workers: int = 2) -> RewardFunc:
     """Like :func:`get_code_reward`, but the share of the problem's tests that pass (0 for a
@@ -802,23 +832,6 @@ class RewardSpec:
     weight: float = 1.0
     args: Mapping[str, Any] | None = None
 
-
-class _Registry(dict):
-    def __setitem__(self, key: str, value: Callable[..., RewardFunc]) -> None:
-        if key in self:
-            raise KeyError(f"reward {key!r} is already registered")
-        super().__setitem__(key, value)
-
-
-REWARDS: dict[str, Callable[..., RewardFunc]] = _Registry()
-REWARDS["outcome"] = get_outcome_reward
-REWARDS["format"] = get_format_reward
-REWARDS["granularity"] = get_granularity_reward
-REWARDS["action_process"] = get_action_process_reward
-REWARDS["budget"] = get_budget_reward
-REWARDS["length_penalty"] = get_length_penalty_reward
-REWARDS["code"] = get_code_reward
-REWARDS["code_tests"] = get_code_tests_reward
 
 # Factory arguments filled in by the training script rather than the recipe.
 INJECTED_ARGS = ("num_generations", "tokenizer", "verdicts")

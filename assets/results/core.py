@@ -12,7 +12,7 @@ Scale: every experiment has two run configurations, ``cpu`` (the embedded model,
 an idle 2-core machine) and ``paper`` (the paper's model, data, steps and rollouts, for GPU
 workers through the existing launchers). The job's only required choice is ``scale``; any op's
 config can still be overridden under ``ops`` (merged over the scale's). ``python -m
-assets.results --print-config NAME`` prints both as YAML.
+cli.results --print-config NAME`` prints both as YAML.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from assets.common import now, run_record
 from eval.claims import combine
 from eval.claims.draw import claim_svg, inline_svg
 from eval.claims.readers import CLAIMS_TABLE, keep_history
-from eval.replicates import as_seed
+from eval.replicates import as_seed, design_hash
 from warehouse import Warehouse
 
 SCALES = ("cpu", "paper")
@@ -46,17 +46,24 @@ class Experiment:
     upstream: Sequence[str] = ()
     scales: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     limits: Mapping[str, str] = field(default_factory=dict)
+    # the scales it runs at: a paper's claim has both; weft's own check (the demo's learning
+    # check) has no paper setup, so only ``cpu``
+    scale_names: Sequence[str] = SCALES
 
     def __post_init__(self) -> None:
-        missing = [s for s in SCALES if s not in self.scales]
+        unknown = [s for s in self.scale_names if s not in SCALES]
+        if unknown or "cpu" not in self.scale_names:
+            raise ValueError(f"experiment {self.name!r}: scales must include cpu and be among "
+                             f"{SCALES}, got {list(self.scale_names)}")
+        missing = [s for s in self.scale_names if s not in self.scales]
         if missing:
             raise ValueError(f"experiment {self.name!r} has no run config for scale(s) {missing}")
 
     def run_config(self, scale: str, ops: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The Dagster run config of ``scale`` with ``ops`` merged over it (deeply)."""
-        if scale not in SCALES:
-            raise ValueError(f"experiment {self.name!r}: scale must be one of {SCALES}, got "
-                             f"{scale!r}")
+        if scale not in self.scale_names:
+            raise ValueError(f"experiment {self.name!r}: scale must be one of "
+                             f"{tuple(self.scale_names)}, got {scale!r}")
         merged = copy.deepcopy(dict(self.scales[scale]))
         _merge(merged, dict(ops or {}))
         # the result asset itself records which scale it judged
@@ -88,7 +95,9 @@ def claim_job(experiment: Experiment) -> dg.UnresolvedAssetJobDefinition:
     mapping = dg.ConfigMapping(
         config_fn=config_fn,
         config_schema={
-            "scale": dg.Field(dg.Enum("Scale", [dg.EnumValue(s) for s in SCALES]),
+            "scale": dg.Field(dg.Enum("Scale" if tuple(experiment.scale_names) == SCALES
+                                      else "CpuScale",
+                                      [dg.EnumValue(s) for s in experiment.scale_names]),
                               default_value="cpu",
                               description="cpu: the embedded model at CPU size; paper: the "
                                           "paper's model, data and steps (GPU workers)"),
@@ -99,6 +108,31 @@ def claim_job(experiment: Experiment) -> dg.UnresolvedAssetJobDefinition:
         f"{experiment.name}_job", selection=[*experiment.upstream, experiment.name],
         config=mapping, description=experiment.description,
         tags={"weft/experiment": experiment.name})
+
+
+def evaluate_models(context: dg.AssetExecutionContext, specs: Mapping[str, Any],
+                    evaluations: Sequence[Any], bench: Any, problems: Sequence[Mapping[str, Any]],
+                    config: Mapping[str, Any], wh: Warehouse, llm: Any, grader: Any, *,
+                    max_tokens: int, max_concurrency: int) -> list[Any]:
+    """Serve ``specs`` and run ``evaluations`` (``eval.recorded.Evaluation``) on ``problems``
+    of ``bench`` through the one recorded-evaluation path (``eval_samples``, ``eval_scores``,
+    ``runs`` and ``llm_calls`` rows under this run); returns ``eval.recorded.Recorded`` per
+    evaluation."""
+    from functools import partial
+
+    from eval.recorded import evaluate_recorded
+
+    context.log.info(f"evaluating on {len(problems)} {bench.name} problems: "
+                     + ", ".join(e.label for e in evaluations))
+    try:
+        return evaluate_recorded(
+            specs, evaluations, bench=bench, problems=problems, wh=wh, run_id=context.run_id,
+            config=dict(config),
+            make_client=partial(llm.client_for, max_tokens=max_tokens, progress=context.log.info,
+                                max_concurrency=max_concurrency),
+            pool_factory=grader.pool, progress=context.log.info)
+    except ValueError as exc:
+        raise dg.Failure(description=f"evaluation on {bench.name} failed: {exc}") from exc
 
 
 def _ci(value: Any, low: Any, high: Any, signed: bool = False) -> str:
@@ -172,15 +206,6 @@ def _slug(text: str) -> str:
     import re
 
     return re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
-
-
-def design_hash(settings: Mapping[str, Any]) -> str:
-    """12 hex characters naming a run's design: the SHA-256 of its settings as sorted JSON."""
-    import hashlib
-    import json
-
-    text = json.dumps(dict(settings), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: Experiment,

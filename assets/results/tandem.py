@@ -7,10 +7,10 @@ handoff team with the frozen junior, drifts less from the junior and is more leg
 (the same recipe with ``kind=tandem``: lockstep senior/junior rollouts, senior-only loss, the
 junior the frozen start, Tandem RL §3.2-3.4). Both seniors are then evaluated on the same
 held-out problems through ``eval.recorded.evaluate_recorded`` with the runs
-``assets.tandem.tandem_evaluations`` lists (each senior alone, the junior alone once, each
+``training.tandem.study.tandem_evaluations`` lists (each senior alone, the junior alone once, each
 senior with the junior in handoff mode, senior first and junior first, §4.3's ``alternate``
 schedule), and the §4.4-4.5 statistics of each senior's solo outputs are computed by
-``assets.tandem.legibility_and_drift`` and written like ``tandem_legibility`` writes them.
+``eval.tandem_metrics.legibility_and_drift`` and written like ``tandem_legibility`` writes them.
 The claim's four parts, each one ``claims`` row, paired by held-out problem:
 
 1. solo accuracy (§4.2): per-problem pass@1 (the share of its k solo samples that are right),
@@ -54,25 +54,33 @@ absolute value is not smooth at 0, which matters only for tokens whose log-ratio
 """
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.core import Experiment, ResultConfig, record_claims
-from assets.training import TrainerLauncher, check_recipe, launch_arm
-
-# Fixed before any run. Tandem RL §4.2 reads GRPO and TRL solo pass@k as tracking each other
-# "within typical run-to-run variance"; weft's other claim on this task (DUET's accuracy part)
-# calls a drop of less than 10 points of held-out accuracy "keeps", and the same margin is used
-# here so that both read the same on one task and one held-out set.
-TANDEM_SOLO_MARGIN = 0.10
-ARMS = ("grpo", "tandem")  # reference, treatment
-ARM_NAMES = {"grpo": "GRPO", "tandem": "Tandem RL"}
-HELDOUT_BENCHMARK = "arith1_heldout"
-PAPER = "Tandem RL"
+from assets.results.core import Experiment, ResultConfig, evaluate_models, record_claims
+from assets.sampling import SamplingConfig
+from assets.training import TrainerLauncher, check_recipe, latest_checkpoint, launch_arm
+from eval.models import ModelSpec, safe_model_id
+from training.heldout import (
+    checkpoint_chain,
+    checkpoint_problems,
+    heldout_arith,
+    heldout_benchmark,
+    training_problems,
+)
+from training.model_path import resolve_model
+from training.tandem.study import (
+    ARMS,
+    PAPER,
+    arm_differences,
+    recipe_method,
+    solo_rows,
+    tandem_claims,
+    tandem_evaluations,
+)
 
 TANDEM = Experiment(
     name="tandem_claim",
@@ -95,7 +103,8 @@ TANDEM = Experiment(
             "start_from": "sft_checkpoint", "start_recipe": "demo_sft",
             "recipe": "demo_grpo", "max_steps": 8, "seed": 0,
             "overrides": ["torch_threads=2"],
-            "heldout_arith": 96, "k": 2, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32,
+            "heldout_arith": 96,
+            "sampling": {"k": 2, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32},
             "handoff_k": 1, "min_count": 20}}},
         "paper": {"tandem_claim": {"config": {
             # §4.1 and App. A.2-A.3: Qwen3-4B-Instruct-2507 trained on DeepScaleR with the boxed
@@ -113,8 +122,8 @@ TANDEM = Experiment(
             # Table 4's validation temperature, top-p and samples per problem are illegible in
             # our copy: 16 samples at the model's recommended temperature 0.7 / top-p 0.8;
             # §4.3 reports handoff pass@k up to large k, tested at four k in §5.3: k = 1 here
-            "k": 16, "temperature": 0.7, "top_p": 0.8, "max_tokens": 8192, "handoff_k": 1,
-            "min_count": 20, "max_concurrency": 64}}},
+            "sampling": {"k": 16, "temperature": 0.7, "top_p": 0.8, "max_tokens": 8192},
+            "handoff_k": 1, "min_count": 20, "max_concurrency": 64}}},
     },
     limits={"cpu": "135M embedded model, 8 GRPO steps per arm on one-digit arithmetic from a "
                    "3-step format SFT, 32-token answers with one reasoning-step handoff, 96 "
@@ -135,10 +144,9 @@ class TandemClaimConfig(ResultConfig):
     heldout_arith: int = 96
     benchmarks: list[str] = []
     eval_limit: int | None = None  # problems per benchmark (deterministic slice); None: all
-    k: int = 2  # samples per problem, solo and in each handoff start
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 32  # per answer; a handoff team shares it
+    # k samples per problem, solo and in each handoff start; max_tokens per answer, a handoff
+    # team shares it
+    sampling: SamplingConfig = SamplingConfig(k=2, temperature=1.0, top_p=1.0, max_tokens=32)
     handoff_k: int = 1  # pass@k of the handoff part (<= k)
     schedule: str = "alternate"  # §4.3 (bernoulli: App. B.3)
     handoff_p: float = 0.5
@@ -146,145 +154,6 @@ class TandemClaimConfig(ResultConfig):
     smoothing: float = 0.5
     max_concurrency: int = 8
     n_boot: int = 10_000
-
-
-# ---- the claim, from the warehouse ------------------------------------------------------------
-
-def _claims(handoff_k: int) -> dict[str, Any]:
-    from eval.claims import Claim
-
-    common = {"paper": PAPER, "reference": ARM_NAMES["grpo"], "treatment": ARM_NAMES["tandem"]}
-    return {
-        "solo": Claim(**common, section="§4.2 (Figure 2)", metric="solo pass@1",
-                      kind="no_worse", margin=TANDEM_SOLO_MARGIN,
-                      statement="the Tandem-trained senior keeps plain GRPO's solo accuracy",
-                      paper_value="GRPO and TRL pass@k curves within run-to-run variance"),
-        "handoff": Claim(**common, section="§4.3 (Figure 3)",
-                         metric=f"handoff pass@{handoff_k} (mean of both starts)",
-                         statement="with the frozen junior, alternating at every reasoning "
-                                   "step, the Tandem senior's team solves more",
-                         paper_value="TRL leads on AMC, AIME and Minerva (App. B.2.1 Table 5, "
-                                     "Qwen3-4B junior: 74.1→76.6, 34.2→40.0, 39.6→39.8)"),
-        "drift": Claim(**common, section="§4.4 (Figure 4)",
-                       metric="mean |log-ratio| to the junior on its frequent tokens "
-                              "(survival-curve area, jackknife per problem)",
-                       higher_is_better=False,
-                       statement="the Tandem senior's token marginals drift less from the "
-                                 "junior's",
-                       paper_value="TRL's survival curve below GRPO's at every threshold; "
-                                   "KL 14% lower"),
-        "legibility": Claim(**common, section="§4.5 (Table 1)",
-                            metric="junior cross-entropy (nats/token)", higher_is_better=False,
-                            statement="the junior finds the Tandem senior's outputs more "
-                                      "predictable",
-                            paper_value="TRL lower (App. B.2.2 Table 6, Qwen3-4B junior: "
-                                        "0.132 vs 0.122 nats)"),
-    }
-
-
-def _key(bench: str, problem_id: str) -> str:
-    return f"{bench}/{problem_id}"
-
-
-def solo_rows(wh: Any, model: str, bench: str) -> list[dict[str, Any]]:
-    """The solo (mode ``single``) samples of the newest evaluation of ``model`` on ``bench``
-    that generated an answer (the drift and legibility corpora)."""
-    from eval.claims.readers import newest_samples
-
-    return [r for r in newest_samples(wh, model, bench)
-            if r.get("mode") in (None, "single") and r.get("gen_error") is None]
-
-
-def handoff_scores(wh: Any, senior: str, junior: str, bench: str, *, k: int,
-                   schedule: str = "alternate", p: float = 0.5) -> dict[str, dict[str, float]]:
-    """Per-problem handoff pass@k of ``senior`` with ``junior`` on ``bench``, for each start
-    (``{"senior": {...}, "junior": {...}}``; newest evaluation of each team)."""
-    from eval.claims import ClaimError
-    from eval.claims.readers import newest_samples
-    from eval.handoff import handoff_label
-    from eval.tandem_metrics import per_problem
-
-    out = {}
-    for starts in ("senior", "junior"):
-        rows = newest_samples(wh, handoff_label(senior, junior, starts, schedule, p), bench)
-        out[starts] = per_problem(rows, "pass@k", k)
-        if not out[starts]:
-            raise ClaimError(f"handoff pass@{k}: no problem of {bench} has {k} answered team "
-                             f"samples of {senior} with {junior} ({starts} first); evaluate "
-                             f"with k >= {k}")
-    return out
-
-
-def problem_counts(rows: Sequence[Mapping[str, Any]], tokenize: Callable[[str], list[int]],
-                   vocab_size: int, bench: str) -> dict[str, Any]:
-    """Token counts of each problem's outputs (``eval.tandem_metrics.token_counts``), keyed
-    ``<bench>/<problem_id>``."""
-    from eval.tandem_metrics import token_counts
-
-    by_problem: dict[str, list[list[int]]] = {}
-    for r in rows:
-        by_problem.setdefault(_key(bench, r["problem_id"]), []).append(
-            tokenize(r.get("output") or ""))
-    return {p: token_counts(ids, vocab_size) for p, ids in by_problem.items()}
-
-
-def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: Sequence[str], *,
-                  tokenize: Callable[[str], list[int]], vocab_size: int, handoff_k: int = 1,
-                  schedule: str = "alternate", handoff_p: float = 0.5, min_count: int = 20,
-                  smoothing: float = 0.5, n_boot: int = 10_000
-                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The claim's four rows from the newest evaluations of the two seniors (``models``:
-    ``{"grpo": model id, "tandem": model id}``) and ``junior`` on ``benchmarks`` (problems
-    pooled over benchmarks, keyed ``<bench>/<problem_id>``), and the figures beside them
-    (each start's handoff means, each arm's θ and the frequent tokens). Legibility rows are
-    read from ``tandem_legibility`` (partition ``<bench>|<senior>|<junior>``)."""
-    from assets.tandem import legibility_partition
-    from eval.claims import ClaimError, judge
-    from eval.claims.readers import problem_scores
-    from eval.tandem_metrics import drift_by_problem, per_problem
-
-    claims = _claims(handoff_k)
-    solo: dict[str, dict[str, float]] = {a: {} for a in ARMS}
-    team: dict[str, dict[str, float]] = {a: {} for a in ARMS}
-    legible: dict[str, dict[str, float]] = {a: {} for a in ARMS}
-    counts: dict[str, dict[str, Any]] = {a: {} for a in (*ARMS, "junior")}
-    details: dict[str, Any] = {"handoff_by_start": {}}
-    for bench in benchmarks:
-        for arm in ARMS:
-            model = models[arm]
-            solo[arm].update({_key(bench, p): v for p, v in
-                              problem_scores(wh, model, bench, mode="single").items()})
-            starts = handoff_scores(wh, model, junior, bench, k=handoff_k, schedule=schedule,
-                                    p=handoff_p)
-            both = set(starts["senior"]) & set(starts["junior"])
-            team[arm].update({_key(bench, p): (starts["senior"][p] + starts["junior"][p]) / 2
-                              for p in both})
-            details["handoff_by_start"][f"{bench}/{arm}"] = {
-                s: sum(v.values()) / len(v) for s, v in starts.items()}
-            leg = wh.read("tandem_legibility",
-                          partition=legibility_partition(bench, model, junior)).to_pylist()
-            if not leg:
-                raise ClaimError(f"no tandem_legibility rows of {model} with junior {junior} on "
-                                 f"{bench}: compute legibility for this arm first")
-            legible[arm].update({_key(bench, p): v for p, v in
-                                 per_problem(leg, "junior_ce_nats").items()})
-            counts[arm].update(problem_counts(solo_rows(wh, model, bench), tokenize,
-                                              vocab_size, bench))
-        counts["junior"].update(problem_counts(solo_rows(wh, junior, bench), tokenize,
-                                               vocab_size, bench))
-    shared = sorted(set(counts["junior"]) & set(counts["grpo"]) & set(counts["tandem"]))
-    drift, theta = {}, {}
-    for arm in ARMS:
-        drift[arm], theta[arm], frequent = drift_by_problem(
-            counts[arm], counts["junior"], problems=shared, min_count=min_count,
-            smoothing=smoothing)
-    details.update({"drift_theta": theta, "drift_frequent_tokens": frequent,
-                    "drift_problems": len(shared)})
-    rows = [judge(claims["solo"], solo["grpo"], solo["tandem"], n_boot=n_boot),
-            judge(claims["handoff"], team["grpo"], team["tandem"], n_boot=n_boot),
-            judge(claims["drift"], drift["grpo"], drift["tandem"], n_boot=n_boot),
-            judge(claims["legibility"], legible["grpo"], legible["tandem"], n_boot=n_boot)]
-    return rows, details
 
 
 # ---- the experiment: two arms from one start, one held-out evaluation ------------------------
@@ -295,8 +164,6 @@ def start_checkpoint(context: dg.AssetExecutionContext, config: TandemClaimConfi
     (trained with ``start_recipe`` when set), or ("", "") for the recipe's model."""
     if not config.start_from:
         return "", ""
-    from assets.training import latest_checkpoint
-
     path, checkpoint_id = latest_checkpoint(context, config.start_from)
     if config.start_recipe:
         event = context.instance.get_latest_materialization_event(
@@ -316,8 +183,6 @@ def arm_overrides(config: TandemClaimConfig, start_path: str, start_id: str
     """Each arm's overrides (the shared ones, the start, seed and steps; ``kind=tandem`` for
     the treatment), after checking that both resolve, that the reference is plain GRPO and the
     treatment Tandem RL with the start as its junior, and that they differ in nothing else."""
-    from assets.tandem import recipe_method
-
     shared = list(config.overrides)
     if start_path:
         shared += [f"model_name_or_path={start_path}", f"parent_checkpoint={start_id}"]
@@ -335,68 +200,44 @@ def arm_overrides(config: TandemClaimConfig, start_path: str, start_id: str
     if method != "tandem" or resolved["tandem"].tandem.junior:
         raise dg.Failure(description="the treatment must be Tandem RL with the start as its "
                                      "junior (§3.2); leave tandem.junior empty")
-    values = {arm: {k: v for k, v in vars(cfg).items() if not k.startswith("_")}
-              for arm, cfg in resolved.items()}
-    differ = sorted(k for k in set(values["grpo"]) | set(values["tandem"])
-                    if repr(values["grpo"].get(k)) != repr(values["tandem"].get(k)))
-    unexpected = [k for k in differ if k not in ("tandem", "checkpoint_id", "output_dir",
-                                                 "logging_dir", "run_name")]
+    unexpected = arm_differences(resolved["grpo"], resolved["tandem"])
     if unexpected:
         raise dg.Failure(description=f"the two arms would not train alike: {unexpected} differ")
     return out
 
 
-def heldout_benchmark() -> Any:
-    """The held-out one-digit arithmetic as a benchmark: the math grader, and the training
-    prompt's instruction (``pipelines.formats.BOXED_SYSTEM_PROMPT``) then the problem in the
-    user turn (evaluation modes send one user turn)."""
-    from eval.benchmarks import Benchmark
-    from pipelines.formats import BOXED_SYSTEM_PROMPT
-
-    instruction = BOXED_SYSTEM_PROMPT.replace("{", "{{").replace("}", "}}")
-    return Benchmark(HELDOUT_BENCHMARK, HELDOUT_BENCHMARK, "math",
-                     instruction + "\n\n{problem}")
-
-
-def heldout_sets(config: TandemClaimConfig, arm_args: list[str]
+def heldout_sets(config: TandemClaimConfig, arm_args: list[str], start_id: str, wh: Any
                  ) -> list[tuple[Any, list[dict[str, Any]]]]:
-    """[(benchmark, problem rows)]: the held-out arithmetic (problems of the start's recipe and
-    of the arms' recipe left out) or each of ``benchmarks``."""
-    if config.heldout_arith > 0:
-        from training.heldout import heldout_arith, training_problems
-
-        seen = training_problems([(config.recipe, arm_args)]
-                                 + ([(config.start_recipe, [])] if config.start_recipe else []))
-        try:
-            rows = heldout_arith(config.heldout_arith, exclude=seen)
-        except ValueError as exc:
-            raise dg.Failure(description=str(exc)) from exc
-        return [(heldout_benchmark(), rows)]
-    if not config.benchmarks:
-        raise dg.Failure(description="no held-out problems: set heldout_arith > 0 or list "
-                                     "benchmarks")
+    """[(benchmark, problem rows)]: the held-out arithmetic (problems of the arms' recipe and
+    of the start's lineage left out) or each of ``benchmarks``."""
     from eval.benchmarks import get as get_benchmark
     from pipelines.ingest import load_source
-
-    out = []
-    for name in config.benchmarks:
-        try:
+    try:
+        if config.heldout_arith > 0:
+            seen = training_problems([(config.recipe, arm_args)])
+            if start_id:
+                seen |= checkpoint_problems(checkpoint_chain(wh, start_id))
+            return [(heldout_benchmark(), heldout_arith(config.heldout_arith, exclude=seen))]
+        if not config.benchmarks:
+            raise ValueError("no held-out problems: set heldout_arith > 0 or list benchmarks")
+        out = []
+        for name in config.benchmarks:
             bench = get_benchmark(name)
-        except KeyError as exc:
-            raise dg.Failure(description=str(exc.args[0])) from exc
-        if bench.grader != "math":
-            raise dg.Failure(description=f"{name} is graded by {bench.grader}; the Tandem "
-                                         "claim evaluates math benchmarks")
-        rows = [p.to_row() for p in load_source(bench.source).problems]
-        out.append((bench, rows[:config.eval_limit] if config.eval_limit else rows))
-    return out
+            if bench.grader != "math":
+                raise ValueError(f"{name} is graded by {bench.grader}; the Tandem claim "
+                                 "evaluates math benchmarks")
+            rows = [p.to_row() for p in load_source(bench.source).problems]
+            out.append((bench, rows[:config.eval_limit] if config.eval_limit else rows))
+        return out
+    except KeyError as exc:
+        raise dg.Failure(description=str(exc.args[0])) from exc
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from exc
 
 
-def _model_spec(model_id: str, path: str, checkpoint_id: str | None) -> Any:
-    from eval.models import ModelSpec
-
+def _model_spec(model_id: str, path: str, checkpoint_id: str | None) -> ModelSpec:
     return ModelSpec(model_id=model_id, kind="local", path=path, served_model=model_id,
-                     checkpoint_id=checkpoint_id)
+                     checkpoint_id=checkpoint_id or "")
 
 
 def evaluate_arms(context: dg.AssetExecutionContext, specs: Mapping[str, Any], bench: Any,
@@ -404,28 +245,18 @@ def evaluate_arms(context: dg.AssetExecutionContext, specs: Mapping[str, Any], b
                   llm: LLMResource, grader: GraderResource) -> None:
     """Both seniors and the junior served together: each senior solo, the junior solo once,
     each senior with the junior in handoff mode from both starts (Tandem RL §4.2-4.3)."""
-    from assets.tandem import tandem_evaluations
-    from eval.recorded import evaluate_recorded
-
-    decoding = {"k": config.k, "temperature": config.temperature, "top_p": config.top_p,
-                "max_tokens": config.max_tokens, "seed": config.seed, "limit": None}
+    cfg = config.sampling.eval_config()
     evaluations = []
     try:
         for arm in ARMS:
             evaluations += tandem_evaluations(
-                specs[arm], specs["junior"], decoding=decoding, schedule=config.schedule,
+                specs[arm], specs["junior"], cfg=cfg, schedule=config.schedule,
                 handoff_p=config.handoff_p, solo_junior=arm == ARMS[0], senior_key=arm,
                 junior_key="junior")
     except ValueError as exc:
         raise dg.Failure(description=f"bad handoff settings: {exc}") from exc
-    context.log.info(f"evaluating on {len(problems)} {bench.name} problems x {config.k}: "
-                     + ", ".join(e.label for e in evaluations))
-    evaluate_recorded(
-        specs, evaluations, bench=bench, problems=problems, wh=wh, run_id=context.run_id,
-        config=config.model_dump(),
-        make_client=partial(llm.client_for, max_tokens=config.max_tokens,
-                            progress=context.log.info, max_concurrency=config.max_concurrency),
-        pool_factory=grader.pool, progress=context.log.info)
+    evaluate_models(context, specs, evaluations, bench, problems, config.model_dump(), wh, llm,
+                    grader, max_tokens=cfg.max_tokens, max_concurrency=config.max_concurrency)
 
 
 def legibility_of_arms(context: dg.AssetExecutionContext, specs: Mapping[str, Any],
@@ -434,8 +265,8 @@ def legibility_of_arms(context: dg.AssetExecutionContext, specs: Mapping[str, An
     """§4.4-4.5 rows of each senior's solo outputs against the junior (written like
     ``tandem_legibility``'s); returns the tokenizer (the drift part counts tokens with it)."""
     from assets.common import now
-    from assets.tandem import legibility_and_drift, write_legibility
-    from eval.tandem_metrics import load_pair
+    from assets.tandem import write_legibility
+    from eval.tandem_metrics import legibility_and_drift, load_pair
 
     started = now()
     junior = specs["junior"]
@@ -456,22 +287,10 @@ def legibility_of_arms(context: dg.AssetExecutionContext, specs: Mapping[str, An
     return tok
 
 
-@dg.asset(name=TANDEM.name, group_name="results", deps=["sft_checkpoint"],
-          kinds={"pytorch", "python"}, description=TANDEM.description)
-def tandem_claim(context: dg.AssetExecutionContext, config: TandemClaimConfig,
-                 trainer: TrainerLauncher, warehouse: WarehouseResource, llm: LLMResource,
-                 grader: GraderResource) -> dg.MaterializeResult:
-    from eval.claims import ClaimError
-    from eval.models import safe_model_id
-    from training.model_path import resolve_model
-
-    if not 1 <= config.handoff_k <= config.k:
-        raise dg.Failure(description=f"handoff_k must be between 1 and k={config.k}, got "
-                                     f"{config.handoff_k}")
-    wh = warehouse.get()
-    start_path, start_id = start_checkpoint(context, config)
-    overrides = arm_overrides(config, start_path, start_id)
-    sets = heldout_sets(config, overrides["grpo"])
+def train_arms(context: dg.AssetExecutionContext, trainer: TrainerLauncher, wh: Any,
+               config: TandemClaimConfig, overrides: Mapping[str, list[str]]
+               ) -> dict[str, dict[str, Any]]:
+    """Both arms trained (one Pipes launch each); {arm: checkpoint id, path, steps}."""
     arms: dict[str, dict[str, Any]] = {}
     for arm in ARMS:
         context.log.info(f"Tandem claim, arm {arm}: {config.recipe} {' '.join(overrides[arm])}")
@@ -482,46 +301,75 @@ def tandem_claim(context: dg.AssetExecutionContext, config: TandemClaimConfig,
     if arms["grpo"]["steps"] != arms["tandem"]["steps"]:
         raise dg.Failure(description=f"the arms trained different step counts: "
                                      f"{ {a: v['steps'] for a, v in arms.items()} }")
+    return arms
+
+
+def arm_specs(config: TandemClaimConfig, arms: Mapping[str, Mapping[str, Any]],
+              overrides: Mapping[str, list[str]], start_path: str, start_id: str
+              ) -> dict[str, ModelSpec]:
+    """The served specs of both seniors and of the junior (the shared start, §3.2)."""
     junior_path = start_path or resolve_model(
         check_recipe("grpo", config.recipe, overrides["grpo"]).model_name_or_path)
     junior_id = start_id or safe_model_id(junior_path.rstrip("/").rsplit("/", 1)[-1])
     specs = {arm: _model_spec(a["checkpoint_id"], a["path"], a["checkpoint_id"])
              for arm, a in arms.items()}
     specs["junior"] = _model_spec(junior_id, junior_path, start_id or None)
-    tok = None
-    for bench, problems in sets:
-        evaluate_arms(context, specs, bench, problems, config, wh, llm, grader)
-        tok = legibility_of_arms(context, specs, bench, problems, config, wh)
-    rows: list[dict[str, Any]] = []
+    return specs
+
+
+def record_tandem_claim(context: dg.AssetExecutionContext, wh: Any, config: TandemClaimConfig,
+                        specs: Mapping[str, ModelSpec], arms: Mapping[str, Mapping[str, Any]],
+                        benchmarks: list[str], heldout_problems: int,
+                        tok: Any) -> dg.MaterializeResult:
+    """Judge the four parts (``training.tandem.study.tandem_claims``) and record them; a claim
+    that cannot be judged is recorded as a failed run with its reason."""
+    junior_id = specs["junior"].model_id
     details: dict[str, Any] = {}
-    error: ClaimError | None = None
-    try:
-        rows, details = tandem_claims(
-            wh, {a: specs[a].model_id for a in ARMS}, junior_id, [b.name for b, _ in sets],
+
+    def compute() -> list[dict[str, Any]]:
+        rows, found = tandem_claims(
+            wh, {a: specs[a].model_id for a in ARMS}, junior_id, benchmarks,
             tokenize=lambda text: tok.encode(text, add_special_tokens=False),
             vocab_size=len(tok), handoff_k=config.handoff_k, schedule=config.schedule,
             handoff_p=config.handoff_p, min_count=config.min_count,
             smoothing=config.smoothing, n_boot=config.n_boot)
-    except ClaimError as exc:
-        error = exc
-
-    def compute() -> list[dict[str, Any]]:
-        if error is not None:
-            raise error
+        details.update(found)
         return rows
 
-    details.update({"arms": {a: {"checkpoint_id": v["checkpoint_id"], "steps": v["steps"]}
-                             for a, v in arms.items()},
-                    "junior": junior_id, "heldout_problems": sum(len(p) for _, p in sets),
-                    "benchmarks": [b.name for b, _ in sets]})
+    setup = {"arms": {a: {"checkpoint_id": v["checkpoint_id"], "steps": v["steps"]}
+                      for a, v in arms.items()},
+             "junior": junior_id, "heldout_problems": heldout_problems, "benchmarks": benchmarks}
     result = record_claims(context, wh, TANDEM, config.scale, compute,
-                           {**config.model_dump(), **details}, derived=tuple(details))
+                           {**config.model_dump(), **setup}, derived=tuple(setup))
+    details.update(setup)
     return dg.MaterializeResult(metadata={
         **(result.metadata or {}),
-        "arms": dg.MetadataValue.json(json.loads(json.dumps(details["arms"]))),
+        "arms": dg.MetadataValue.json(json.loads(json.dumps(setup["arms"]))),
         "junior": junior_id,
         "details": dg.MetadataValue.json(json.loads(json.dumps(details, default=str))),
     })
+
+
+@dg.asset(name=TANDEM.name, group_name="results", deps=["sft_checkpoint"],
+          kinds={"pytorch", "python"}, description=TANDEM.description)
+def tandem_claim(context: dg.AssetExecutionContext, config: TandemClaimConfig,
+                 trainer: TrainerLauncher, warehouse: WarehouseResource, llm: LLMResource,
+                 grader: GraderResource) -> dg.MaterializeResult:
+    if not 1 <= config.handoff_k <= config.sampling.eval_config().k:
+        raise dg.Failure(description=f"handoff_k must be between 1 and k, got "
+                                     f"{config.handoff_k}")
+    wh = warehouse.get()
+    start_path, start_id = start_checkpoint(context, config)
+    overrides = arm_overrides(config, start_path, start_id)
+    sets = heldout_sets(config, overrides["grpo"], start_id, wh)
+    arms = train_arms(context, trainer, wh, config, overrides)
+    specs = arm_specs(config, arms, overrides, start_path, start_id)
+    tok = None
+    for bench, problems in sets:
+        evaluate_arms(context, specs, bench, problems, config, wh, llm, grader)
+        tok = legibility_of_arms(context, specs, bench, problems, config, wh)
+    return record_tandem_claim(context, wh, config, specs, arms, [b.name for b, _ in sets],
+                               sum(len(p) for _, p in sets), tok)
 
 
 EXPERIMENTS = [TANDEM]

@@ -1,5 +1,6 @@
 """Claims in the warehouse: the scores result assets read (:func:`problem_scores`,
-:func:`step_values`, :func:`newest_samples`), the ``claims`` and ``claim_history`` tables
+:func:`step_values`, :func:`newest_samples`), the newest run of an experiment table
+(:func:`newest_rows`, :func:`run_settings`, :func:`upstream_draw`), the ``claims`` and ``claim_history`` tables
 (:func:`latest_claims`, :func:`keep_history`, :func:`claim_history`, :func:`rejudge`) and their
 Markdown tables (:func:`results_table`, :func:`history_table`)."""
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eval.claims import ClaimError, row_verdict
-from eval.replicates import run_seed
+from eval.replicates import as_seed, design_hash, run_seed
 
 
 def problem_scores(wh: Any, model: str, benchmark: str, *, mode: str | None = None,
@@ -82,6 +83,37 @@ def newest_samples(wh: Any, model: str, benchmark: str) -> list[dict[str, Any]]:
         raise ClaimError(f"no samples of model {model!r} on {benchmark!r}: evaluate that arm "
                          "first")
     return rows
+
+
+def newest_rows(wh: Any, table: str, key: str) -> list[dict[str, Any]]:
+    """The rows of ``table`` whose ``key`` is the newest one written (an experiment table's
+    newest sweep, table id, ...). ClaimError when the table does not exist yet."""
+    if table not in wh.tables():
+        raise ClaimError(f"no {table} rows yet: materialize its asset first")
+    return wh.sql(f"SELECT * FROM {table} WHERE {key} = (SELECT {key} FROM {table} "
+                  "ORDER BY created_at DESC LIMIT 1)").to_pylist()
+
+
+def run_settings(wh: Any, asset: str, partition: str) -> dict[str, Any]:
+    """The recorded config of the newest ``runs`` row of ``asset`` and ``partition`` ({} if
+    none)."""
+    import json
+
+    runs = wh.sql("SELECT config_json FROM runs WHERE asset = $a AND partition = $p "
+                  "ORDER BY created_at DESC LIMIT 1", {"a": asset, "p": partition}).to_pylist()
+    return json.loads(runs[0]["config_json"]) if runs and runs[0]["config_json"] else {}
+
+
+def upstream_draw(wh: Any, asset: str, partition: str,
+                  own: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``seed`` and ``design`` of a result whose arms an upstream experiment drew: the seed
+    of the newest ``asset`` run of ``partition`` (its recorded config) and the design hash of
+    that config and ``own`` (the result asset's settings), both without their seeds."""
+    settings = run_settings(wh, asset, partition)
+    seed = as_seed(settings.get("seed"))
+    design = design_hash({"result": {k: v for k, v in own.items() if k != "seed"},
+                          asset: {k: v for k, v in settings.items() if k != "seed"}})
+    return {"seed": seed, "design": design}
 
 
 # ---- the Results table, read back from the warehouse ------------------------------------------

@@ -56,8 +56,8 @@ def materialize_small_graph(instance: dg.DagsterInstance, base_url: str, tokeniz
     instance.add_dynamic_partitions("models", [MODEL])
     run(["eval_samples", "eval_scores"],
         partition_key=dg.MultiPartitionKey({"benchmark": "gsm8k", "model": MODEL}),
-        run_config={"ops": {"eval_samples": {"config": {"limit": 4, "k": 2, "max_tokens": 32,
-                                                        "seed": 0}}}})
+        run_config={"ops": {"eval_samples": {"config": {
+            "limit": 4, "sampling": {"k": 2, "max_tokens": 32, "seed": 0}}}}})
     run(["eval_reports"])
     if not sxs_chain:
         return out

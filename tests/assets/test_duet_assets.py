@@ -103,7 +103,7 @@ def test_tiny_real_sweep_on_the_embedded_model(weft_home, embedded_model_dir, sh
     run_config = {"ops": {"duet_sweep": {"config": {
         "budgets": [1.0, 0.25], "full_rollouts": 2, "slots": 4, "prompts_per_step": 2,
         "max_steps": 1, "dataset_limit": 8, "max_completion_length": 16, "eval_limit": 2,
-        "eval_max_tokens": 32, "max_concurrency": 2,
+        "eval_sampling": {"max_tokens": 32}, "max_concurrency": 2,
         "overrides": [f"model_name_or_path={embedded_model_dir}", 'save_strategy="no"']}}}}
     result = dg.materialize([duet_sweep], resources=_resources(TrainerLauncher()),
                             run_config=run_config)

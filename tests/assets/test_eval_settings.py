@@ -10,6 +10,7 @@ import dagster as dg
 from assets import evaluation, ingest
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
+from tests.assets.eval_config import eval_samples_config
 from warehouse import Warehouse
 
 ALL = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores]
@@ -45,7 +46,7 @@ def test_extraction_rule_and_cache_switch_reach_the_run(weft_home, shared_data):
         def evaluate(**config):
             result = dg.materialize(ALL, selection=["eval_samples"], partition_key=key,
                                     resources=res, instance=instance,
-                                    run_config={"ops": {"eval_samples": {"config": config}}})
+                                    run_config={"ops": {"eval_samples": {"config": eval_samples_config(**config)}}})
             assert result.success
             meta = next(iter(result.get_asset_materialization_events())).materialization.metadata
             rows = Warehouse().read("eval_samples", partition=str(key)).to_pylist()

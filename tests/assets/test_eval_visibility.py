@@ -7,6 +7,7 @@ import dagster as dg
 from assets import evaluation, ingest
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
+from tests.assets.eval_config import eval_samples_config
 from warehouse import Warehouse
 
 ALL = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores]
@@ -26,7 +27,7 @@ def _evaluate(res, model, instance, **config):
     instance.add_dynamic_partitions("models", [model])
     return dg.materialize(ALL, selection=["eval_samples"],
                           partition_key=dg.MultiPartitionKey({"benchmark": "gsm8k", "model": model}),
-                          resources=res, run_config={"ops": {"eval_samples": {"config": config}}},
+                          resources=res, run_config={"ops": {"eval_samples": {"config": eval_samples_config(**config)}}},
                           instance=instance, raise_on_error=False)
 
 

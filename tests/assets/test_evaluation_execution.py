@@ -2,7 +2,7 @@
 the run's own process, a run with another step keeps one process per step, scores are computed
 once per evaluation, and one grading pool serves every step of a run.
 
-Runs are created and executed through ``cli.launch.Launcher`` (what ``weft job`` runs) on a
+Runs are created and executed through ``cli.launcher.Launcher`` (what ``weft job`` runs) on a
 persistent test instance, against a fake OpenAI-compatible server whose answers are right
 exactly for the problems with an even gold answer."""
 
@@ -17,7 +17,7 @@ import pytest
 from assets import evaluation, schedules
 from assets.execution import IN_PROCESS, AutoExecutor, light_step, weft_executor
 from assets.resources import GraderResource
-from cli.launch import Launcher
+from cli.launcher import Launcher
 from pipelines.llm.testing import FakeLLMServer
 from warehouse import Warehouse
 
@@ -95,7 +95,7 @@ def test_eval_job_runs_its_steps_in_process_and_scores_once(instance, shared_dat
                                      base_url=server.base_url, served_model="scripted"))
             instance.add_dynamic_partitions("models", ["scripted"])
             run = launcher.launch("eval_job", partition=KEY, run_config={
-                "ops": {"eval_samples": {"config": {"limit": 4, "max_tokens": 32}}}})
+                "ops": {"eval_samples": {"config": {"limit": 4, "sampling": {"max_tokens": 32}}}}})
         assert run.status == dg.DagsterRunStatus.SUCCESS
         assert server.chat_count == 4
 

@@ -116,7 +116,7 @@ def test_an_evaluation_page_names_what_trained_the_model(weft_home, shared_data)
         result = dg.materialize(assets, selection=["eval_samples", "eval_scores"],
                                 partition_key=key, resources=res, instance=instance,
                                 run_config={"ops": {"eval_samples": {"config": {
-                                    "limit": 2, "max_tokens": 16}}}})
+                                    "limit": 2, "sampling": {"max_tokens": 16}}}}})
         assert result.success
         for node in ("eval_samples", "eval_scores"):
             (mat,) = result.asset_materializations_for_node(node)
@@ -131,6 +131,6 @@ def test_an_evaluation_page_names_what_trained_the_model(weft_home, shared_data)
                                partition_key=dg.MultiPartitionKey({"benchmark": "gsm8k",
                                                                    "model": "plain"}),
                                resources=res, run_config={"ops": {"eval_samples": {"config": {
-                                   "limit": 2, "max_tokens": 16}}}})
+                                   "limit": 2, "sampling": {"max_tokens": 16}}}}})
         (mat,) = plain.asset_materializations_for_node("eval_samples")
         assert "trained_by" not in mat.metadata and "trained_on" not in mat.metadata

@@ -10,6 +10,7 @@ import pytest
 from assets import evaluation, ingest
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
+from tests.assets.eval_config import eval_samples_config
 from warehouse import Warehouse
 
 ALL = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
@@ -39,7 +40,7 @@ def _evaluate(resources, bench, model, **config):
     instance.add_dynamic_partitions("models", [model])
     return dg.materialize(ALL, selection=["eval_samples", "eval_scores"],
                           partition_key=dg.MultiPartitionKey({"benchmark": bench, "model": model}),
-                          resources=resources, run_config={"ops": {"eval_samples": {"config": config}}},
+                          resources=resources, run_config={"ops": {"eval_samples": {"config": eval_samples_config(**config)}}},
                           instance=instance, raise_on_error=False)
 
 

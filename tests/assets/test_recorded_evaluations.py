@@ -100,8 +100,8 @@ def _eval_samples(server) -> dict:
     result = dg.materialize(
         [evaluation.eval_samples], instance=instance, resources=_resources(server),
         partition_key=dg.MultiPartitionKey({"benchmark": "gsm8k", "model": "fake-model"}),
-        run_config={"ops": {"eval_samples": {"config": {"limit": 4, "k": 1,
-                                                        "max_tokens": 16}}}},
+        run_config={"ops": {"eval_samples": {"config": {
+            "limit": 4, "sampling": {"k": 1, "max_tokens": 16}}}}},
         raise_on_error=False)
     return _failed_evaluation(result, server, "gsm8k|fake-model")
 
@@ -117,8 +117,8 @@ def _tandem_eval(server) -> dict:
     result = dg.materialize(
         [tandem_eval], resources=_resources(server), raise_on_error=False,
         run_config={"ops": {"tandem_eval": {"config": {
-            "model": "senior", "junior": "junior", "limit": 4, "k": 1, "temperature": 0.0,
-            "max_tokens": 16}}}})
+            "model": "senior", "junior": "junior", "limit": 4,
+            "sampling": {"k": 1, "temperature": 0.0, "max_tokens": 16}}}}})
     return _failed_evaluation(result, server, "gsm8k|senior")  # the first run: senior solo
 
 
@@ -153,7 +153,7 @@ def _duet_sweep(server) -> dict:
         [duet_sweep], resources=_resources(server, trainer=ServedTrainer()), raise_on_error=False,
         run_config={"ops": {"duet_sweep": {"config": {
             "budgets": [1.0], "full_rollouts": 2, "slots": 4, "max_steps": 1,
-            "dataset_limit": 8, "eval_limit": 4, "eval_max_tokens": 16}}}})
+            "dataset_limit": 8, "eval_limit": 4, "eval_sampling": {"max_tokens": 16}}}}})
     row = _failed_evaluation(result, server, f"gsm8k|{LAUNCHED[0]}")  # the first arm's
     sweep = [r for r in Warehouse().read("runs").to_pylist() if r["asset"] == "duet_sweep"]
     assert [r["status"] for r in sweep] == ["failed"]  # the sweep records its own failure

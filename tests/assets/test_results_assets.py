@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from assets.results import EXPERIMENTS, RESULT_ASSETS, RESULT_JOBS
-from assets.results.__main__ import main as results_main
 from assets.results.core import Experiment
-from assets.results.training_claims import DUET_ACCURACY_MARGIN, duet_claims, table5_claims
+from cli.results import main as results_main
 from eval.claims import VERDICTS
 from eval.claims.draw import INLINE_MARKDOWN_LIMIT
 from eval.claims.readers import latest_claims
+from training.duet.budget_claim import DUET_ACCURACY_MARGIN, duet_claims
+from training.ep_budget_claims import table5_claims
 from warehouse import Lineage, Warehouse
 
 TINY = {"training_seeds": 1, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}
@@ -25,10 +26,16 @@ def test_every_experiment_has_an_asset_a_job_and_both_scales():
     assert names == {a.key.to_user_string() for a in RESULT_ASSETS}
     assert {f"{n}_job" for n in names} == {j.name for j in RESULT_JOBS}
     for e in EXPERIMENTS:
-        for scale in ("cpu", "paper"):
+        # a paper's claim runs at both scales; weft's own check (no paper setup) at cpu only
+        expected = ("cpu",) if e.paper == "weft demo" else ("cpu", "paper")
+        assert tuple(e.scale_names) == expected, e.name
+        for scale in expected:
             ops = e.run_config(scale)["ops"]
             assert ops[e.name]["config"]["scale"] == scale
             assert set(e.upstream) <= set(ops)  # every upstream asset is configured per scale
+        if expected == ("cpu",):
+            with pytest.raises(ValueError, match="scale must be one of"):
+                e.run_config("paper")
 
 
 def test_run_config_merges_overrides_and_refuses_an_unknown_scale():
@@ -42,6 +49,9 @@ def test_run_config_merges_overrides_and_refuses_an_unknown_scale():
         e.run_config("gpu")
     with pytest.raises(ValueError, match="no run config for scale"):
         Experiment(name="y", paper="P", description="d", scales={"cpu": {}})
+    with pytest.raises(ValueError, match="must include cpu"):
+        Experiment(name="z", paper="P", description="d", scales={"paper": {}},
+                   scale_names=("paper",))
 
 
 def test_print_config_shows_both_scales(capsys):
@@ -364,7 +374,7 @@ def test_runs_of_one_design_with_other_seeds_are_pooled_on_the_result_page(weft_
 
 
 def test_duet_and_table5_rows_take_their_seed_and_design_from_the_upstream_run(weft_home):
-    from assets.results.training_claims import upstream_draw
+    from eval.claims.readers import upstream_draw
 
     wh = Warehouse()
 

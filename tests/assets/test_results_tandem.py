@@ -17,20 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from assets.results.tandem import (
-    ARM_NAMES,
-    HELDOUT_BENCHMARK,
-    TANDEM,
-    TANDEM_SOLO_MARGIN,
-    TandemClaimConfig,
-    arm_overrides,
-    heldout_benchmark,
-    heldout_sets,
-    tandem_claims,
-)
+from assets.results.tandem import TANDEM, TandemClaimConfig, arm_overrides, heldout_sets
 from eval.claims import ClaimError
-from eval.handoff import handoff_label
+from eval.handoff_team import handoff_label
 from eval.tandem_metrics import drift_by_problem
+from training.heldout import HELDOUT_BENCHMARK, heldout_benchmark
+from training.tandem.study import ARM_NAMES, TANDEM_SOLO_MARGIN, tandem_claims
 from warehouse import Lineage, Warehouse
 from warehouse.partitions import eval_partition, partition_key
 
@@ -220,7 +212,7 @@ def test_heldout_problems_leave_out_what_either_recipe_trains_on():
     from training.data import load_dataset
 
     config = TandemClaimConfig(heldout_arith=60)
-    ((bench, rows),) = heldout_sets(config, ["seed=0", "max_steps=8"])
+    ((bench, rows),) = heldout_sets(config, ["seed=0", "max_steps=8"], "", None)
     assert bench.name == HELDOUT_BENCHMARK and len(rows) == 60
     trained = set()
     for recipe in ("demo_grpo", "demo_sft"):
@@ -264,7 +256,8 @@ def test_tiny_real_claim_job(weft_home, embedded_model_dir):
     result = defs.resolve_job_def("tandem_claim_job").execute_in_process(
         instance=instance, raise_on_error=False, run_config={"scale": "cpu", "ops": {
             "tandem_claim": {"config": {
-                "max_steps": 1, "heldout_arith": 4, "k": 2, "min_count": 2, "n_boot": 200,
+                "max_steps": 1, "heldout_arith": 4, "sampling": {"k": 2}, "min_count": 2,
+                "n_boot": 200,
                 "overrides": ["torch_threads=1"]}}}})
     t2 = time.perf_counter()
     print(f"[timing] sft {t1 - t0:.0f}s, claim job {t2 - t1:.0f}s")

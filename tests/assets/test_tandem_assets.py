@@ -20,14 +20,14 @@ import torch
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.tandem import (
     TANDEM_ASSETS,
-    recipe_method,
     tandem_checkpoint,
     tandem_comparison,
     tandem_eval,
     tandem_legibility,
 )
 from assets.training import TrainerLauncher
-from eval.handoff import handoff_label
+from eval.handoff_team import handoff_label
+from training.tandem.study import recipe_method
 from warehouse import Lineage, Warehouse
 
 PROBLEMS = [
@@ -228,7 +228,8 @@ def test_tandem_eval_writes_solo_and_team_rows_like_eval_samples(weft_home):
         register_model(ModelSpec(model_id="jun", kind="endpoint", base_url=j.base_url,
                                  served_model="j"), wh)
         result = dg.materialize([tandem_eval], resources=_resources(), run_config={"ops": {
-            "tandem_eval": {"config": {"model": "sen", "junior": "jun", "limit": 2, "k": 2}}}})
+            "tandem_eval": {"config": {"model": "sen", "junior": "jun", "limit": 2,
+                                       "sampling": {"k": 2}}}}})
     assert result.success
     board = {r["model"]: r for r in wh.sql("SELECT * FROM leaderboard").to_pylist()}
     assert board["sen"]["accuracy"] == 1.0 and board["jun"]["accuracy"] == 0.0
@@ -318,7 +319,8 @@ def test_tandem_and_kl_junior_train_then_evaluate_solo_and_in_handoff(weft_home,
     assert kl_mat.metadata["method"].value == "kl_junior"
     run_config = {"ops": {
         "tandem_checkpoint": {"config": {"recipe": "tandem_grpo.cpu", "overrides": short}},
-        "tandem_eval": {"config": {"limit": 2, "k": 2, "max_tokens": 40, "max_concurrency": 2}},
+        "tandem_eval": {"config": {"limit": 2, "sampling": {"k": 2, "max_tokens": 40},
+                                   "max_concurrency": 2}},
         "tandem_legibility": {"config": {"min_count": 2}},
     }}
     result = dg.materialize([tandem_checkpoint, tandem_eval, tandem_legibility],

@@ -1,6 +1,6 @@
 """A tiny Dagster code location for the launch tests (not a test module): trivial assets, a
 named job, a statically partitioned asset, a configurable one and one that fails, so runs made through
-``cli.launch`` and their re-execution by Dagster's own GraphQL take seconds. Each asset
+``cli.launcher`` and their re-execution by Dagster's own GraphQL take seconds. Each asset
 appends a line to ``LAUNCH_LOG`` (a file path from the environment, when set), so a test can
 count the times it really ran."""
 

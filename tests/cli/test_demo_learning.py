@@ -6,17 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.demo import (
-    DEMO_GRPO_RECIPE,
-    DEMO_SFT_RECIPE,
-    LearningCheck,
-    demo_sources,
-    describe_learning,
-    heldout_arith,
-    sample_scores,
-    training_problems,
-)
-from eval.compare import paired_bootstrap
+from cli.demo import DEMO_GRPO_RECIPE, demo_sources, describe_learning
+from training.heldout import DEMO_SFT_RECIPE, heldout_arith, learning_claims, training_problems
 
 
 def test_demo_ingests_every_shared_benchmark_file_and_no_training_pool(shared_data):
@@ -99,37 +90,43 @@ def test_demo_refuses_contradictory_options(argv, message, capsys):
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
-def _check(base, sft, trained) -> LearningCheck:
+def _rows(base, sft, trained) -> list[dict]:
     ids = [f"p{i}" for i in range(len(base))]
     b, s, t = (dict(zip(ids, x)) for x in (base, sft, trained))
-    return LearningCheck(b, s, t, 4, 1.0, paired_bootstrap(t, b), paired_bootstrap(t, s))
+    return learning_claims(b, s, t, k=4, temperature=1.0, n_boot=2000)
 
 
 def test_verdict_says_better_only_when_the_ci_is_above_zero():
-    better = _check([0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10)
+    better = _rows([0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10)
     lines = describe_learning(better, 12, 0.3, 0.5)
-    assert better.improved
+    assert better[0]["verdict"] == "reproduced"
     assert "measured that it got better" in lines[-2]
     assert "improved on its SFT start" in lines[-1]
     assert "0.300 (first third) -> 0.500 (last third)" in "\n".join(lines)
-    same = _check([0.25, 0.5] * 10, [0.25, 0.5] * 10, [0.5, 0.25] * 10)
+    assert "avg@4 at T=1" in lines[0] and "(20 problems never trained on)" in lines[0]
+    same = _rows([0.25, 0.5] * 10, [0.25, 0.5] * 10, [0.5, 0.25] * 10)
     lines = describe_learning(same, 12, None, None)
-    assert not same.improved
     assert "did NOT measure an improvement" in lines[-2]
     assert "no change measurable" in lines[-1]
-    noisy = _check([0.0] * 20, [0.0] * 20, [0.5] + [0.0] * 19)  # higher mean, CI reaches 0
-    assert noisy.trained_vs_base.diff > 0 and not noisy.improved
+    noisy = _rows([0.0] * 20, [0.0] * 20, [0.5] + [0.0] * 19)  # higher mean, CI reaches 0
+    assert noisy[0]["diff"] > 0 and noisy[0]["diff_ci_low"] <= 0
     assert "did NOT measure an improvement" in describe_learning(noisy, 12, None, None)[-2]
-    worse = _check([0.5] * 20, [0.75] * 20, [0.25, 0.0] * 10)
+    worse = _rows([0.5] * 20, [0.75] * 20, [0.25, 0.0] * 10)
     assert "worse than its SFT start" in describe_learning(worse, 12, None, None)[-1]
 
 
-def test_sample_scores_grades_real_generations(embedded_model_dir):
-    """The base model on two held-out problems: k scores per problem in [0, 1] steps of 1/k."""
-    rows = heldout_arith(2)
-    scores = sample_scores(str(embedded_model_dir), rows, k=2, temperature=1.0, max_new_tokens=8)
-    assert set(scores) == {r["problem_id"] for r in rows}
-    assert all(s in (0.0, 0.5, 1.0) for s in scores.values())
+def test_learning_claims_compare_the_trained_model_with_base_and_sft_by_problem():
+    """The difference and its paired CI against a direct computation of the mean per-problem
+    difference (every problem moves by the same amount: the CI collapses onto it)."""
+    base = [0.0, 0.5, 0.25, 1.0] * 5
+    sft = [0.25, 0.5, 0.5, 0.75] * 5
+    trained = [b + 0.25 if b < 1.0 else 1.0 for b in base]
+    vs_base, vs_sft = _rows(base, sft, trained)
+    expected = sum(t - b for t, b in zip(trained, base)) / len(base)
+    assert vs_base["diff"] == pytest.approx(expected)
+    assert vs_base["reference"] == "base" and vs_sft["reference"] == "sft"
+    assert vs_sft["diff"] == pytest.approx(sum(t - s for t, s in zip(trained, sft)) / 20)
+    assert vs_base["n"] == vs_sft["n"] == 20 and vs_base["metric"] == "avg@4"
 
 
 @pytest.mark.slow
@@ -153,26 +150,3 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
     assert any(0.0 < r["reward_mean"] < 1.0 for r in rows)  # right and wrong answers in a step
     meta = json.loads((Path(grpo.path) / "weft-checkpoint.json").read_text())
     assert meta["recipe"] == DEMO_GRPO_RECIPE
-
-
-def test_heldout_comparison_lands_in_the_claims_table(weft_home):
-    from cli.demo import HELDOUT_EXPERIMENT, heldout_claims, record_heldout_claims
-    from eval.claims.readers import claim_history, latest_claims
-    from warehouse import Warehouse
-
-    base, sft, trained = [0.0] * 20, [0.5, 0.25] * 10, [0.75, 0.5] * 10
-    vs_base, vs_sft = heldout_claims(_check(base, sft, trained))
-    assert vs_base["diff"] == pytest.approx(0.625) and vs_base["verdict"] == "reproduced"
-    assert vs_sft["diff"] == pytest.approx(0.25) and vs_sft["reference"] == "sft"
-    assert vs_base["metric"] == "avg@4" and vs_base["n"] == 20
-    record_heldout_claims(_check(base, sft, trained), {"base": "b", "sft": "s", "trained": "t"},
-                          "ck1")
-    rows = latest_claims(Warehouse())
-    assert [r["experiment"] for r in rows] == [HELDOUT_EXPERIMENT] * 2
-    assert [r["treatment_value"] for r in rows] == pytest.approx([0.625, 0.625])
-    # a second demo run replaces the rows; the first stays in the history
-    record_heldout_claims(_check(base, sft, sft), {"base": "b", "sft": "s", "trained": "t2"},
-                          "ck2")
-    assert [r["treatment_value"] for r in latest_claims(Warehouse())] == pytest.approx([0.375] * 2)
-    kept = claim_history(Warehouse(), [HELDOUT_EXPERIMENT])
-    assert sorted({r["run_id"] for r in kept}) == ["demo-ck1", "demo-ck2"] and len(kept) == 4

@@ -1,4 +1,4 @@
-"""Runs made through ``cli.launch`` are re-executable by Dagster itself: they carry their
+"""Runs made through ``cli.launcher`` are re-executable by Dagster itself: they carry their
 remote and code origins, and Dagster's GraphQL ``launchRunReexecution`` (what the UI's
 *Re-execute* button sends), run against a workspace loaded the way ``dagster dev -m MODULE``
 loads it (a real code server process), re-executes them; the same mutation fails for a run made
@@ -16,7 +16,7 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 
 from cli.demo import demo_run_config, demo_stage_run
 from cli.instance import WeftUsageError, deep_merge
-from cli.launch import Launcher
+from cli.launcher import Launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCATION = "tests.cli.launch_location"
@@ -190,7 +190,7 @@ def test_the_demos_stage_runs_come_from_weft_code_location_and_reexecute(instanc
 
 
 def test_every_demo_stage_goes_through_the_launcher():
-    """Each stage of ``cli.demo`` (ingest, eval, report, train) starts its run with
+    """Each stage of ``cli.demo`` (ingest, eval, report, train, heldout) starts its run with
     ``demo_stage_run`` (a run of the code location's job); nothing in the demo starts one with
     ``materialize`` / ``execute_in_process`` (an ad-hoc job the UI cannot re-execute)."""
     import ast
@@ -201,4 +201,4 @@ def test_every_demo_stage_goes_through_the_launcher():
     assert not names & {"materialize", "execute_in_process", "materialize_to_memory"}
     tags = {node.args[1].value for node in calls
             if ast.unparse(node.func) == "demo_stage_run" and isinstance(node.args[1], ast.Constant)}
-    assert tags == {"ingest", "eval", "report", "train"}
+    assert tags == {"ingest", "eval", "report", "train", "heldout"}

@@ -1,4 +1,4 @@
-"""Handoff evaluation mode (eval/handoff.py, Tandem RL §4.3 / App. B.3).
+"""Handoff evaluation mode (eval/handoff_team.py, Tandem RL §4.3 / App. B.3).
 
 Scripted endpoints (one fake server per model, through the real LLM client) write known steps,
 so who wrote what, where the turns change, the shared token cap, the request fields and the
@@ -14,7 +14,7 @@ import random
 import pytest
 
 from eval.benchmarks import get
-from eval.handoff import (
+from eval.handoff_team import (
     HandoffServerError,
     HandoffTeam,
     Schedule,

@@ -433,7 +433,7 @@ def test_thinking_caps_class():
 
 
 def test_handoff_mode_class(tmp_path):
-    from eval.handoff import HandoffTeam
+    from eval.handoff_team import HandoffTeam
 
     mode = build_mode(mode="handoff", handoff_partner="jr", handoff_starts="junior")
     assert _ids(mode.plan(PROBLEMS[:1], 2)) == [("p1", 0, None, None), ("p1", 1, None, None)]

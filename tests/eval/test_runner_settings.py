@@ -84,3 +84,32 @@ def test_the_rule_applies_to_math_only():
              "gen_error": None}]
     grade(rows, get("gpqa_diamond"), extraction="flexible")
     assert rows[0]["correct"] is True and rows[0]["extraction_rule"] is None
+
+
+def test_an_evaluation_is_planned_once(monkeypatch):
+    """``plan_evaluation`` makes the plan (limit applied, one job per problem x sample) and
+    ``evaluate`` given that plan generates exactly its jobs without planning again."""
+    from eval.modes.single import SingleMode
+    from eval.runner import plan_evaluation
+
+    calls = []
+    original = SingleMode.plan
+
+    def counted(self, problems, k):
+        calls.append(len(problems))
+        return original(self, problems, k)
+
+    monkeypatch.setattr(SingleMode, "plan", counted)
+    cfg = EvalConfig(k=2, temperature=0.7, limit=2)
+    plan = plan_evaluation(PROBLEMS, cfg)
+    assert [p["problem_id"] for p in plan.problems] == ["p0", "p1"]
+    assert [(j.problem["problem_id"], j.index) for j in plan.jobs] == [
+        ("p0", 0), ("p0", 1), ("p1", 0), ("p1", 1)]
+    assert calls == [2]
+    with FakeLLMServer(responder=_reply) as server:
+        client = LLMClient(server.base_url, "fake-model")
+        result = run(evaluate(client, get("gsm8k"), PROBLEMS, cfg, model_label="m", plan=plan))
+        assert server.chat_count == 4
+    assert calls == [2]  # not planned a second time
+    assert sorted((r["problem_id"], r["sample_index"]) for r in result.samples) == [
+        ("p0", 0), ("p0", 1), ("p1", 0), ("p1", 1)]

@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 from pipelines.llm.testing import FakeLLMServer
+from tests.assets.eval_config import eval_samples_config
 from warehouse import Warehouse
 
 MODEL = "scripted"
@@ -57,7 +58,7 @@ class EvalEnv:
             all_assets(), selection=list(selection),
             partition_key=dg.MultiPartitionKey({"benchmark": "gsm8k", "model": MODEL}),
             resources=self.resources(**(llm or {})),
-            run_config={"ops": {"eval_samples": {"config": config}}},
+            run_config={"ops": {"eval_samples": {"config": eval_samples_config(**config)}}},
             instance=instance, raise_on_error=False)
 
 

@@ -410,9 +410,18 @@ def test_parse_reward_specs_errors(items, message):
         R.parse_reward_specs(items)
 
 
-def test_registry_refuses_duplicates():
+def test_registry_refuses_a_second_factory_for_a_name():
+    assert R.REWARDS["outcome"] is R.get_outcome_reward
+    assert R.register_reward("outcome")(R.get_outcome_reward) is R.get_outcome_reward  # reload
+
+    def get_other_reward():
+        return None
+
     with pytest.raises(KeyError, match="already registered"):
-        R.REWARDS["outcome"] = R.get_outcome_reward
+        R.register_reward("outcome")(get_other_reward)
+    assert R.REWARDS["outcome"] is R.get_outcome_reward
+    assert set(R.REWARDS) == {"outcome", "format", "granularity", "action_process", "budget",
+                              "length_penalty", "code", "code_tests"}
 
 
 def test_combine_rewards_weighted_sum():

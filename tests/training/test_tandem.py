@@ -18,7 +18,7 @@ import types
 import pytest
 import torch
 
-from training import tandem as T
+from training.tandem import core as T
 
 PROMPTS = ["The capital of France is", "Compute 1234 * 5678 and explain the steps:"]
 STEPS = 12

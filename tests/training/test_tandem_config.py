@@ -1,4 +1,4 @@
-"""TandemGRPOConfig (training/tandem_config.py): a Tandem recipe builds it with typed settings,
+"""TandemGRPOConfig (training/tandem/config.py): a Tandem recipe builds it with typed settings,
 its checks refuse what the dual decoder cannot do, ``--print-config`` shows every setting with
 its help, and the class picks the Tandem trainer with the junior resolved."""
 
@@ -12,8 +12,8 @@ import yaml
 from training.config import load_config
 from training.config_base import WeftGRPOConfig
 from training.config_recipes import RecipeError
-from training.tandem import TandemSettings
-from training.tandem_config import TandemGRPOConfig
+from training.tandem.config import TandemGRPOConfig
+from training.tandem.core import TandemSettings
 
 TANDEM_FIELDS = ["senior_prob", "span_cap", "junior"]  # written out, not read from the class
 
@@ -36,7 +36,7 @@ def test_print_config_shows_every_tandem_setting_with_help(capsys):
     assert grpo.main(["--recipe", "tandem_grpo.cpu", "--print-config", "tandem.span_cap=4"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert "# trainer: training.tandem_trainer.TandemGRPOTrainer" in lines
+    assert "# trainer: training.tandem.trainer.TandemGRPOTrainer" in lines
     for f in fields(TandemSettings):
         help_text = " ".join(f.metadata["help"].split())
         assert len(help_text) > 20
@@ -46,7 +46,7 @@ def test_print_config_shows_every_tandem_setting_with_help(capsys):
 
 
 def test_tandem_config_picks_the_tandem_trainer_with_the_junior(tmp_path):
-    from training.tandem_trainer import TandemGRPOTrainer
+    from training.tandem.trainer import TandemGRPOTrainer
 
     config = load_config("tandem_grpo.cpu", ["tandem.span_cap=3"])
     assert config.trainer_class() is TandemGRPOTrainer

@@ -1,4 +1,4 @@
-"""TandemGRPOTrainer (training/tandem_trainer.py): the senior-only loss of Tandem RL §3.4 (Eq. 1).
+"""TandemGRPOTrainer (training/tandem/trainer.py): the senior-only loss of Tandem RL §3.4 (Eq. 1).
 
 The property: the GRPO loss and its gradient do not depend on the log-probabilities at
 junior-written positions. Checked by rescaling and shifting exactly those log-probabilities
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.tandem import JUNIOR
+from training.tandem.core import JUNIOR
 
 
 def length_reward(completions, **_):
@@ -26,7 +26,7 @@ def trainer(embedded_model_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
-    from training.tandem_trainer import TandemGRPOTrainer
+    from training.tandem.trainer import TandemGRPOTrainer
 
     old = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -7,9 +7,9 @@ Algorithm 1 in App. A.10), as one package:
   weights, Phase 4's per-rollout updates, and :class:`DuetSettings` (a recipe's ``duet``
   mapping). Its public names are this package's API, importable as
   ``from training.duet import ...``.
-- :mod:`training.duet.config`: :class:`DuetGRPOConfig`, the GRPO config of a ``duet`` recipe
-  (its ``duet`` field is a :class:`DuetSettings`) and the checks of those settings against the
-  GRPO fields; exported here, imported on first use (it builds on TRL's config).
+- :mod:`training.duet.config`: ``DuetGRPOConfig``, the GRPO config of a ``duet`` recipe (its
+  ``duet`` field is a :class:`DuetSettings`) and the checks of those settings against the GRPO
+  fields (imported from its module: it builds on TRL's config).
 - :mod:`training.duet.trainer`: ``DuetGRPOTrainer``, the small subclass of weft's GRPO trainer
   that allocates rollouts, applies the gate during generation and weights the update.
 - :mod:`training.duet.generate`: generation with the gate on transformers' decoding loop and the
@@ -20,12 +20,13 @@ Algorithm 1 in App. A.10), as one package:
 - :mod:`training.duet.sweep`: the GRPO vs DUET budget sweep (arms, summaries), used by the
   ``duet_sweep`` asset.
 
-The trainer, generation and vLLM modules import torch/TRL/vLLM, so they are imported from their
-own modules, never from here; ``DuetGRPOConfig`` is resolved on first access, so importing this
-package (as vLLM does for the ``duet_abort`` entry point) loads numpy and the controller only.
+- :mod:`training.duet.budget_claim`: DUET's budget claim (§4.3), judged from the newest sweep.
+
+The config, trainer, generation and vLLM modules import torch/TRL/vLLM, so they are imported
+from their own modules, never from here: importing this package (as vLLM does for the
+``duet_abort`` entry point) loads numpy and the controller only.
 """
 
-from typing import Any
 
 from training.duet.core import (
     BISECTION_STEPS,
@@ -64,18 +65,9 @@ from training.duet.core import (
 __all__ = [
     "BISECTION_STEPS", "COLD_K1", "COLD_K2", "EPS_ABORT", "EPS_PRE", "FLOOR_PERCENTILE", "GRACE",
     "POLL_EVERY", "Q_ABORT", "Q_POLL", "REFIT_EVERY", "S_FLOOR", "TAIL_TOKENS", "WINDOW",
-    "Allocation", "DuetGRPOConfig", "DuetSettings", "GateParams", "LengthQuantiles",
+    "Allocation", "DuetSettings", "GateParams", "LengthQuantiles",
     "LossWeights", "PromptState", "RolloutGate",
     "answer_marker", "calibration_chi2", "coin_draws", "group_advantages", "is_weight",
     "loss_weights", "neyman_allocation", "observe_step", "stratification_factors",
     "within_step_sigma",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """``DuetGRPOConfig`` on first access (module ``__getattr__``, PEP 562)."""
-    if name == "DuetGRPOConfig":
-        from training.duet.config import DuetGRPOConfig
-
-        return DuetGRPOConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -106,7 +106,7 @@ _MAX_BISECTION_STEPS = 200
 @dataclass(frozen=True)
 class DuetSettings:
     """A GRPO recipe's ``duet`` mapping (defaults: paper App. A.3, except where noted); the
-    typed ``duet`` field of ``training.duet.DuetGRPOConfig``. Every field's ``help`` is what
+    typed ``duet`` field of ``training.duet.config.DuetGRPOConfig``. Every field's ``help`` is what
     ``--print-config`` shows beside it."""
 
     budget_fraction: float = field(default=1.0, metadata={"help": (

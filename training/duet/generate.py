@@ -379,7 +379,7 @@ def replay_gate(gate: RolloutGate, completion_ids: Sequence[int], eos_token_ids:
 def vllm_logits_processors(config: Any) -> list[str]:
     """What a GRPO recipe needs vLLM to load, as vLLM's fully qualified class names
     (``vllm.LLM(logits_processors=...)`` or ``vllm serve --logits-processors ...``): DUET's
-    abort processor for a DUET config (``training.duet.DuetGRPOConfig``) with the abort rule
+    abort processor for a DUET config (``training.duet.config.DuetGRPOConfig``) with the abort rule
     on, else none. Each rollout request then carries :func:`gate_request_args` in
     ``extra_args``."""
     if getattr(config, "method", None) != "duet" or not config.duet.abort:

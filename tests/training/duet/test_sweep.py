@@ -10,7 +10,7 @@ import pytest
 from training.callbacks import metrics_row
 from training.config import load_config
 from training.config_base import WeftGRPOConfig
-from training.duet import DuetGRPOConfig
+from training.duet.config import DuetGRPOConfig
 from training.duet.sweep import (
     ArmOutcome,
     SweepArm,

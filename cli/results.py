@@ -1,4 +1,4 @@
-"""``python -m assets.results``: list the result assets, or print an experiment's run config at
+"""``python -m cli.results``: list the result assets, or print an experiment's run config at
 both scales (``--print-config NAME``) as YAML, ready for the Launchpad or ``weft job``."""
 
 import argparse
@@ -6,11 +6,11 @@ import sys
 
 import yaml
 
-from assets.results import EXPERIMENTS, SCALES
+from assets.results import EXPERIMENTS
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assets.results", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m cli.results", description=__doc__)
     parser.add_argument("--print-config", metavar="NAME", default=None,
                         help="an experiment (result asset) name, or 'all'")
     args = parser.parse_args(argv)
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {name}: {e.description}")
         print(f"# run it: weft job {name}_job --config-json '{{\"scale\": \"cpu\"}}' "
               "(or pick the scale in the Launchpad)")
-        for scale in SCALES:
+        for scale in e.scale_names:
             print(f"# --- scale: {scale}" + (f" (what limits it: {e.limits[scale]})"
                                              if e.limits.get(scale) else ""))
             print(yaml.safe_dump({scale: e.run_config(scale)}, sort_keys=False).rstrip())

@@ -219,7 +219,7 @@ async def handoff_generate(team: HandoffTeam, messages: list[dict[str, Any]], pa
     (the row is then a failed generation, not a wrong answer)."""
     if not isinstance(team, HandoffTeam):
         raise TypeError("handoff mode needs a HandoffTeam(senior=client, junior=client) as the "
-                        f"client (eval.handoff), got {type(team).__name__}")
+                        f"client (eval.handoff_team), got {type(team).__name__}")
     turns = Schedule(schedule, starts, p, seed=params.seed)
     author = turns.current
     limit = int(params.max_tokens)

@@ -2,7 +2,7 @@
 
 Tandem RL (the Tandem RL paper) changes only the rollout structure of GRPO: each
 response is co-written by the trainable senior (the policy) and a frozen junior
-(``training.tandem``: §3.3, App. A.1); the verifier scores the whole response; and the GRPO
+(``training.tandem.core``: §3.3, App. A.1); the verifier scores the whole response; and the GRPO
 loss is taken over senior-written tokens only (§3.4, Eq. 1: "the response mask set to select
 only senior-emitted positions"; App. A.1.1: the authorship stream is multiplied elementwise
 into the per-token response mask). Junior tokens shape the reward but get no gradient, and
@@ -12,10 +12,10 @@ Hooks overridden on :class:`training.grpo_trainer.WeftGRPOTrainer` (everything e
 loop, rewards, advantages and loss, unchanged):
 
 - ``_generate_single_turn``: instead of ``model.generate``, a batched lockstep tandem rollout of
-  the (unwrapped) policy and the junior (``training.tandem.tandem_generate``), with the trainer's
+  the (unwrapped) policy and the junior (``training.tandem.core.tandem_generate``), with the trainer's
   temperature / top-k / top-p and ``max_completion_length``. Per-rollout seeds come from
   ``args.seed``, the global step, the process and a per-step call counter
-  (``training.tandem.RolloutSeeder``), so every step draws fresh rollouts and a run's
+  (``training.tandem.core.RolloutSeeder``), so every step draws fresh rollouts and a run's
   authorship is reproducible. Per-step means of senior share, handoffs, span-cap redraws and boundary draws
   are logged as ``tandem/*`` (they land in ``train_metrics`` with the other logged figures);
   each rollout's senior share and seed go beside its completion in TRL's completions log
@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from training.grpo_trainer import WeftGRPOTrainer
-from training.tandem import (
+from training.tandem.core import (
     HandoffParams,
     RolloutSeeder,
     SamplingParams,
@@ -101,7 +101,7 @@ class TandemGRPOTrainer(WeftGRPOTrainer):
                                             int(self.accelerator.process_index))
 
     def _rollout_seeds(self, n: int) -> list[int]:
-        """Seeds of this generation call (``training.tandem.RolloutSeeder``): the run's seed,
+        """Seeds of this generation call (``training.tandem.core.RolloutSeeder``): the run's seed,
         the global step, the number of earlier calls at this step and the process index."""
         return self._tandem_seeder.seeds(int(self.state.global_step), n)
 

@@ -14,7 +14,7 @@ and creates the run with both origins. It then executes the run here, as Dagster
 (``dagster api execute_run``) does, and returns the finished run.
 
 Used by ``weft job`` / ``weft materialize`` (in the child process they spawn:
-``python -m cli.launch``), by ``make demo`` for each of its stages, and by anything else that
+``python -m cli.launcher``), by ``make demo`` for each of its stages, and by anything else that
 starts a run. An asset selection without a job runs under the code location's implicit asset job
 (``__ASSET_JOB``), which is what the UI's *Materialize* button launches.
 
@@ -272,11 +272,11 @@ def _print_summary(instance: dg.DagsterInstance, run_id: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cli.launch [--job NAME] [--select SEL] [--partition KEY]
+    """``python -m cli.launcher [--job NAME] [--select SEL] [--partition KEY]
     [--run-config-json JSON] [--tag KEY=VALUE ...] [--summary]``: one run on weft's instance, executed here
     (what ``weft job`` and ``weft materialize`` run in their child process). Exit status 0 when
     the run succeeded, 1 when it failed or was canceled, 2 for a usage error."""
-    parser = argparse.ArgumentParser(prog="python -m cli.launch")
+    parser = argparse.ArgumentParser(prog="python -m cli.launcher")
     parser.add_argument("--job", default=None, help="a job of the code location")
     parser.add_argument("--select", default=None, help="asset selection, e.g. 'problems'")
     parser.add_argument("--partition", default=None, help="partition key")

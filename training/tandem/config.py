@@ -1,13 +1,13 @@
 """``TandemGRPOConfig``: the GRPO config of Tandem RL ("Tandem Reinforcement Learning with
-Verifiable Rewards", §3), trained by ``training.tandem_trainer.TandemGRPOTrainer``.
+Verifiable Rewards", §3), trained by ``training.tandem.trainer.TandemGRPOTrainer``.
 
 A recipe of kind ``tandem`` (or, as recipes were written before kinds named methods, ``grpo``
 with a ``tandem`` mapping) builds this class; its ``tandem`` field is a
-:class:`training.tandem.TandemSettings` (the handoff coin ``senior_prob``, the subword
+:class:`training.tandem.core.TandemSettings` (the handoff coin ``senior_prob``, the subword
 ``span_cap`` and the ``junior``), given in the recipe as a mapping.
 
 Checked before any model is loaded: the settings (``TandemSettings``: ranges, unknown keys,
-types), and the GRPO fields weft's dual decoder (``training.tandem``) cannot honour: transformers
+types), and the GRPO fields weft's dual decoder (``training.tandem.core``) cannot honour: transformers
 continuous batching, ``min_p`` and a repetition penalty. vLLM is refused by
 ``training.rollouts.choose_engine`` (lockstep decoding switches models token by token).
 """
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from training.config_base import WeftGRPOConfig, method_settings, register_kind
 from training.config_recipes import RecipeError
 from training.model_path import resolve_model
-from training.tandem import TandemSettings
+from training.tandem.core import TandemSettings
 
 
 @register_kind("tandem")
@@ -42,7 +42,7 @@ class TandemGRPOConfig(WeftGRPOConfig):
 
     @classmethod
     def trainer_class(cls) -> type:
-        from training.tandem_trainer import TandemGRPOTrainer
+        from training.tandem.trainer import TandemGRPOTrainer
 
         return TandemGRPOTrainer
 

@@ -135,7 +135,7 @@ class HandoffParams:
 @dataclass(frozen=True)
 class TandemSettings:
     """A recipe's ``tandem:`` mapping: the handoff schedule and the junior; the typed
-    ``tandem`` field of ``training.tandem_config.TandemGRPOConfig``. Every field's ``help`` is
+    ``tandem`` field of ``training.tandem.config.TandemGRPOConfig``. Every field's ``help`` is
     what ``--print-config`` shows beside it.
 
     ``junior`` is a model folder, hub id or ``embedded``; empty (the default) means the senior's

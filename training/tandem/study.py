@@ -1,0 +1,241 @@
+"""Tandem RL's evaluation protocol and headline claim (Tandem RL §4.2-4.5, §5.3) as plain
+functions; the ``tandem_*`` assets and ``tandem_claim`` wire them.
+
+- :func:`recipe_method`: whether a resolved GRPO config trains Tandem RL or the KL-to-junior
+  ablation (§5.2).
+- :func:`tandem_evaluations`: the evaluations of one senior and its junior: each alone (§4.2)
+  and the two as a handoff team from each start (§4.3).
+- :func:`legibility_partition`, :func:`pairwise_partition`: where one senior's §4.4-4.5 rows
+  and one A-vs-B test are stored.
+- :func:`arm_differences`: the config keys in which the claim's two arms differ (they may
+  differ only in the method and the names of their outputs).
+- :func:`tandem_claims`: the claim's four parts from the warehouse, each paired by held-out
+  problem: solo accuracy (``no_worse``, margin :data:`TANDEM_SOLO_MARGIN`), handoff pass@k (the
+  mean of both starts), drift (the survival-curve area made per problem by the jackknife,
+  ``eval.tandem_metrics.drift_by_problem``) and junior legibility (per-problem junior
+  cross-entropy). The design is written out in the ``tandem_claim`` asset's module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from eval.claims import Claim, ClaimError, judge
+from eval.claims.readers import newest_samples, problem_scores
+from eval.handoff_team import handoff_label
+from eval.modes import build_mode
+from eval.recorded import Evaluation
+from eval.runner import EvalConfig
+from warehouse.partitions import partition_key
+
+STARTS = ("senior", "junior")
+
+# Fixed before any run. Tandem RL §4.2 reads GRPO and TRL solo pass@k as tracking each other
+# "within typical run-to-run variance"; weft's other claim on this task (DUET's accuracy part)
+# calls a drop of less than 10 points of held-out accuracy "keeps", and the same margin is used
+# here so that both read the same on one task and one held-out set.
+TANDEM_SOLO_MARGIN = 0.10
+ARMS = ("grpo", "tandem")  # reference, treatment
+ARM_NAMES = {"grpo": "GRPO", "tandem": "Tandem RL"}
+PAPER = "Tandem RL"
+
+
+def recipe_method(config: Any) -> str:
+    """``tandem`` or ``kl_junior`` for a resolved GRPO config; ValueError for other recipes."""
+    if getattr(config, "method", None) == "tandem":
+        return "tandem"
+    if float(getattr(config, "beta", 0.0) or 0.0) > 0.0:
+        return "kl_junior"
+    raise ValueError("tandem_checkpoint trains Tandem RL (recipe tandem_grpo or .cpu) or the "
+                     "KL-to-junior ablation (kl_junior_grpo or .cpu, beta > 0); this recipe is "
+                     "plain GRPO: materialize grpo_checkpoint for it instead")
+
+
+def tandem_evaluations(senior: Any, junior: Any, *, cfg: EvalConfig,
+                       starts: list[str] | tuple[str, ...] = STARTS,
+                       schedule: str = "alternate", handoff_p: float = 0.5, solo: bool = True,
+                       solo_junior: bool = True, senior_key: str = "senior",
+                       junior_key: str = "junior") -> list[Any]:
+    """The ``eval.recorded.Evaluation`` items of Tandem RL §4.2-4.3 for one senior and its
+    junior (``eval.models.ModelSpec`` each): with ``solo``, the senior alone and (with
+    ``solo_junior``) the junior alone; then the two as a handoff team, once per
+    entry of ``starts``. ``cfg`` is the ``eval.runner.EvalConfig`` every run shares (its mode
+    is replaced: single for the solo runs, handoff for the teams); ``senior_key`` and
+    ``junior_key`` are the served models' keys in ``evaluate_recorded``'s specs. Rows are
+    labelled with the senior's model id, the junior's, and ``eval.handoff_team.handoff_label``
+    for the team. ValueError for bad handoff settings."""
+    bad = [s for s in starts if s not in STARTS]
+    if bad or not starts:
+        raise ValueError(f"starts must be a non-empty list of {STARTS}, got {list(starts)}")
+    senior_ck = senior.checkpoint_id or None
+    out = []
+    if solo:
+        out.append(Evaluation(senior.model_id, dataclasses.replace(cfg, mode=build_mode()),
+                              senior_key, checkpoint_id=senior_ck))
+        if solo_junior:
+            out.append(Evaluation(junior.model_id, dataclasses.replace(cfg, mode=build_mode()),
+                                  junior_key, checkpoint_id=junior.checkpoint_id or None))
+    for who in starts:
+        mode = build_mode(mode="handoff", handoff_partner=junior.model_id, handoff_starts=who,
+                          handoff_schedule=schedule, handoff_p=handoff_p)
+        label = handoff_label(senior.model_id, junior.model_id, who, schedule, handoff_p)
+        out.append(Evaluation(label, dataclasses.replace(cfg, mode=mode), senior_key,
+                              partner=junior_key, checkpoint_id=senior_ck))
+    return out
+
+
+def legibility_partition(benchmark: str, senior: str, junior: str) -> str:
+    """The partition of one senior's legibility and drift rows against ``junior``
+    (``tandem_legibility``, ``tandem_drift``, ``tandem_summary``): ``<benchmark>|<senior>|
+    <junior>``, the evaluation's partition key followed by the junior."""
+    return partition_key(benchmark, senior, junior)
+
+
+def pairwise_partition(benchmark: str, model_a: str, model_b: str, junior: str) -> str:
+    """The ``tandem_pairwise`` partition of model A against model B with ``junior``:
+    ``<benchmark>|<a>|vs|<b>|<junior>``."""
+    return partition_key(benchmark, model_a, "vs", model_b, junior)
+
+
+# outputs that name the run, not how it trains
+RUN_NAMES = ("tandem", "checkpoint_id", "output_dir", "logging_dir", "run_name")
+
+
+def arm_differences(grpo: Any, tandem: Any) -> list[str]:
+    """The fields of two resolved configs (the claim's GRPO and Tandem arms) whose values
+    differ, other than the method itself and the names of the runs' outputs
+    (:data:`RUN_NAMES`): the arms must train alike in everything else."""
+    values = [{k: v for k, v in vars(cfg).items() if not k.startswith("_")}
+              for cfg in (grpo, tandem)]
+    differ = sorted(k for k in set(values[0]) | set(values[1])
+                    if repr(values[0].get(k)) != repr(values[1].get(k)))
+    return [k for k in differ if k not in RUN_NAMES]
+
+
+def claim_parts(handoff_k: int) -> dict[str, Any]:
+    common = {"paper": PAPER, "reference": ARM_NAMES["grpo"], "treatment": ARM_NAMES["tandem"]}
+    return {
+        "solo": Claim(**common, section="§4.2 (Figure 2)", metric="solo pass@1",
+                      kind="no_worse", margin=TANDEM_SOLO_MARGIN,
+                      statement="the Tandem-trained senior keeps plain GRPO's solo accuracy",
+                      paper_value="GRPO and TRL pass@k curves within run-to-run variance"),
+        "handoff": Claim(**common, section="§4.3 (Figure 3)",
+                         metric=f"handoff pass@{handoff_k} (mean of both starts)",
+                         statement="with the frozen junior, alternating at every reasoning "
+                                   "step, the Tandem senior's team solves more",
+                         paper_value="TRL leads on AMC, AIME and Minerva (App. B.2.1 Table 5, "
+                                     "Qwen3-4B junior: 74.1→76.6, 34.2→40.0, 39.6→39.8)"),
+        "drift": Claim(**common, section="§4.4 (Figure 4)",
+                       metric="mean |log-ratio| to the junior on its frequent tokens "
+                              "(survival-curve area, jackknife per problem)",
+                       higher_is_better=False,
+                       statement="the Tandem senior's token marginals drift less from the "
+                                 "junior's",
+                       paper_value="TRL's survival curve below GRPO's at every threshold; "
+                                   "KL 14% lower"),
+        "legibility": Claim(**common, section="§4.5 (Table 1)",
+                            metric="junior cross-entropy (nats/token)", higher_is_better=False,
+                            statement="the junior finds the Tandem senior's outputs more "
+                                      "predictable",
+                            paper_value="TRL lower (App. B.2.2 Table 6, Qwen3-4B junior: "
+                                        "0.132 vs 0.122 nats)"),
+    }
+
+
+def _key(bench: str, problem_id: str) -> str:
+    return f"{bench}/{problem_id}"
+
+
+def solo_rows(wh: Any, model: str, bench: str) -> list[dict[str, Any]]:
+    """The solo (mode ``single``) samples of the newest evaluation of ``model`` on ``bench``
+    that generated an answer (the drift and legibility corpora)."""
+    return [r for r in newest_samples(wh, model, bench)
+            if r.get("mode") in (None, "single") and r.get("gen_error") is None]
+
+
+def handoff_scores(wh: Any, senior: str, junior: str, bench: str, *, k: int,
+                   schedule: str = "alternate", p: float = 0.5) -> dict[str, dict[str, float]]:
+    """Per-problem handoff pass@k of ``senior`` with ``junior`` on ``bench``, for each start
+    (``{"senior": {...}, "junior": {...}}``; newest evaluation of each team)."""
+    from eval.tandem_metrics import per_problem
+
+    out = {}
+    for starts in ("senior", "junior"):
+        rows = newest_samples(wh, handoff_label(senior, junior, starts, schedule, p), bench)
+        out[starts] = per_problem(rows, "pass@k", k)
+        if not out[starts]:
+            raise ClaimError(f"handoff pass@{k}: no problem of {bench} has {k} answered team "
+                             f"samples of {senior} with {junior} ({starts} first); evaluate "
+                             f"with k >= {k}")
+    return out
+
+
+def problem_counts(rows: Sequence[Mapping[str, Any]], tokenize: Callable[[str], list[int]],
+                   vocab_size: int, bench: str) -> dict[str, Any]:
+    """Token counts of each problem's outputs (``eval.tandem_metrics.token_counts``), keyed
+    ``<bench>/<problem_id>``."""
+    from eval.tandem_metrics import token_counts
+
+    by_problem: dict[str, list[list[int]]] = {}
+    for r in rows:
+        by_problem.setdefault(_key(bench, r["problem_id"]), []).append(
+            tokenize(r.get("output") or ""))
+    return {p: token_counts(ids, vocab_size) for p, ids in by_problem.items()}
+
+
+def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: Sequence[str], *,
+                  tokenize: Callable[[str], list[int]], vocab_size: int, handoff_k: int = 1,
+                  schedule: str = "alternate", handoff_p: float = 0.5, min_count: int = 20,
+                  smoothing: float = 0.5, n_boot: int = 10_000
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The claim's four rows from the newest evaluations of the two seniors (``models``:
+    ``{"grpo": model id, "tandem": model id}``) and ``junior`` on ``benchmarks`` (problems
+    pooled over benchmarks, keyed ``<bench>/<problem_id>``), and the figures beside them
+    (each start's handoff means, each arm's θ and the frequent tokens). Legibility rows are
+    read from ``tandem_legibility`` (partition ``<bench>|<senior>|<junior>``)."""
+    from eval.tandem_metrics import drift_by_problem, per_problem
+
+    claims = claim_parts(handoff_k)
+    solo: dict[str, dict[str, float]] = {a: {} for a in ARMS}
+    team: dict[str, dict[str, float]] = {a: {} for a in ARMS}
+    legible: dict[str, dict[str, float]] = {a: {} for a in ARMS}
+    counts: dict[str, dict[str, Any]] = {a: {} for a in (*ARMS, "junior")}
+    details: dict[str, Any] = {"handoff_by_start": {}}
+    for bench in benchmarks:
+        for arm in ARMS:
+            model = models[arm]
+            solo[arm].update({_key(bench, p): v for p, v in
+                              problem_scores(wh, model, bench, mode="single").items()})
+            starts = handoff_scores(wh, model, junior, bench, k=handoff_k, schedule=schedule,
+                                    p=handoff_p)
+            both = set(starts["senior"]) & set(starts["junior"])
+            team[arm].update({_key(bench, p): (starts["senior"][p] + starts["junior"][p]) / 2
+                              for p in both})
+            details["handoff_by_start"][f"{bench}/{arm}"] = {
+                s: sum(v.values()) / len(v) for s, v in starts.items()}
+            leg = wh.read("tandem_legibility",
+                          partition=legibility_partition(bench, model, junior)).to_pylist()
+            if not leg:
+                raise ClaimError(f"no tandem_legibility rows of {model} with junior {junior} on "
+                                 f"{bench}: compute legibility for this arm first")
+            legible[arm].update({_key(bench, p): v for p, v in
+                                 per_problem(leg, "junior_ce_nats").items()})
+            counts[arm].update(problem_counts(solo_rows(wh, model, bench), tokenize,
+                                              vocab_size, bench))
+        counts["junior"].update(problem_counts(solo_rows(wh, junior, bench), tokenize,
+                                               vocab_size, bench))
+    shared = sorted(set(counts["junior"]) & set(counts["grpo"]) & set(counts["tandem"]))
+    drift, theta = {}, {}
+    for arm in ARMS:
+        drift[arm], theta[arm], frequent = drift_by_problem(
+            counts[arm], counts["junior"], problems=shared, min_count=min_count,
+            smoothing=smoothing)
+    details.update({"drift_theta": theta, "drift_frequent_tokens": frequent,
+                    "drift_problems": len(shared)})
+    rows = [judge(claims["solo"], solo["grpo"], solo["tandem"], n_boot=n_boot),
+            judge(claims["handoff"], team["grpo"], team["tandem"], n_boot=n_boot),
+            judge(claims["drift"], drift["grpo"], drift["tandem"], n_boot=n_boot),
+            judge(claims["legibility"], legible["grpo"], legible["tandem"], n_boot=n_boot)]
+    return rows, details
