@@ -36,12 +36,21 @@ row with status ``failed`` and the reason, and ``check_eval_samples_runs_agree``
 partitions whose rows come from a run without a successful `runs` row or without `llm_calls`.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
 import dagster as dg
 
-from assets.common import lineage, lineage_metadata, md_table, now, runs_disagreements
+from assets.common import (
+    lineage,
+    lineage_metadata,
+    md_table,
+    now,
+    run_record,
+    runs_disagreements,
+)
 from assets.execution import IN_PROCESS
 from assets.ingest import problems
 from assets.partitions import eval_partitions, partition_dims, table_partition
@@ -153,21 +162,61 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     bench_name, model_id = partition_dims(context)
     bench = get_benchmark(bench_name)
     wh = warehouse.get()
-    rows = wh.read("problems", partition=bench.source).to_pylist()
-    if not rows:
-        raise dg.Failure(
-            f"no problems for {bench.name}: materialize `{bench.source}_problems` and `problems` first"
-        )
+    rows = _problems(wh, bench)
     if not 0.0 <= config.max_failure_share <= 1.0:
         raise dg.Failure(f"max_failure_share must be a share in [0, 1] (0.01 = 1%), "
                          f"got {config.max_failure_share}")
     spec = get_model(model_id, wh)
     cfg = eval_config(config, bench.default_k, tokenizer_path=spec.path)
     plan = plan_evaluation(rows, cfg)
+    with _one_writer(context, wh, table_partition(bench.name, model_id), config, started):
+        done = _evaluate(context, config, bench, spec, cfg, plan, wh, llm, grader, sandbox,
+                         started)
+    if done.result.extra.get("budget_limit_warning"):
+        context.log.warning(done.result.extra["budget_limit_warning"])
+    problem_text = None if bench.private_text else {p["problem_id"]: p["problem"] for p in rows}
+    return dg.MaterializeResult(check_results=[
+        failure_share_result(done.result.samples, config.max_failure_share)], metadata={
+        "model": model_id, **done.summary(),
+        "extraction_rule": cfg.extraction if bench.grader == "math" else "n/a",
+        "samples_preview": dg.MetadataValue.md(eval_samples_preview(done.result.samples,
+                                                                    problems=problem_text)),
+        **_trained_from(wh, model_id)})
+
+
+def _problems(wh: Any, bench: Any) -> list[dict[str, Any]]:
+    rows = wh.read("problems", partition=bench.source).to_pylist()
+    if not rows:
+        raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
+                         "and `problems` first")
+    return rows
+
+
+@contextmanager
+def _one_writer(context: dg.AssetExecutionContext, wh: Any, partition: str,
+                config: EvalSamplesConfig, started: Any) -> Iterator[None]:
+    """Hold the evaluation partition's lock (``warehouse.locks``) for the block: a second run
+    of the same partition is refused at once, with a failed `runs` row naming the holder."""
+    from warehouse.locks import PartitionBusy, partition_lock
+
+    try:
+        with partition_lock("eval_samples", partition, context.run_id):
+            yield
+    except PartitionBusy as busy:
+        record_run(wh, lineage(context, config.model_dump(), partition=partition),
+                   started_at=started, rows_written=0, config=config.model_dump(),
+                   status="failed", error=str(busy))
+        raise dg.Failure(description=str(busy)) from busy
+
+
+def _evaluate(context: dg.AssetExecutionContext, config: EvalSamplesConfig, bench: Any,
+              spec: Any, cfg: EvalConfig, plan: Plan, wh: Any, llm: LLMResource,
+              grader: GraderResource, sandbox: SandboxResource, started: Any) -> Any:
+    """The planned evaluation through the recorded path (``eval.recorded``)."""
     max_tokens, n_jobs = request_bounds(cfg, plan)
     settings = llm.client_settings(max_tokens, requests=n_jobs,
                                    max_concurrency=config.max_concurrency)
-    context.log.info(f"evaluating {model_id} on {bench.name}: "
+    context.log.info(f"evaluating {spec.model_id} on {bench.name}: "
                      f"{len(plan.problems)} problems x k={cfg.k} "
                      f"({n_jobs} generations; request timeout {settings['timeout_s']:.0f}s, "
                      f"batch watchdog {settings['batch_timeout_s']:.0f}s)")
@@ -176,9 +225,10 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         grader.warm()  # the grading workers start while the answers are generated
     try:
         (done,) = evaluate_recorded(
-            {model_id: spec}, [Evaluation(model_id, cfg, model_id,
-                                          checkpoint_id=spec.checkpoint_id or None, plan=plan)],
-            bench=bench, problems=rows, wh=wh, run_id=context.run_id,
+            {spec.model_id: spec}, [Evaluation(spec.model_id, cfg, spec.model_id,
+                                               checkpoint_id=spec.checkpoint_id or None,
+                                               plan=plan)],
+            bench=bench, problems=plan.problems, wh=wh, run_id=context.run_id,
             config=config.model_dump(), started_at=started, write_scores=False,
             make_client=partial(llm.client_for, max_tokens=max_tokens, requests=n_jobs,
                                 progress=context.log.info,
@@ -190,38 +240,7 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
         context.log.error(f"eval_samples failed (its LLM calls and a failed `runs` row are "
                           f"recorded): {type(exc).__name__}: {exc}")
         raise
-    result, calls = done.result, done.calls
-    if result.extra.get("budget_limit_warning"):
-        context.log.warning(result.extra["budget_limit_warning"])
-    answered = [r for r in result.samples if r.get("gen_error") is None]
-    usage = result.usage
-    # generation speed counts only what the server generated, over the time spent generating
-    tok_s = usage.tokens_per_s if usage is not None and usage.tokens_per_s is not None else 0.0
-    total_s = result.generation_s + result.grading_s
-    return dg.MaterializeResult(check_results=[
-        failure_share_result(result.samples, config.max_failure_share)], metadata={
-        "model": model_id,
-        "samples": len(result.samples),
-        "graded": sum(1 for r in result.samples if r["correct"] is not None),
-        "accuracy": sum(bool(r["correct"]) for r in answered) / max(1, len(answered)),
-        "generation_errors": result.errors,
-        "failure_share": round(result.errors / max(1, len(result.samples)), 4),
-        "llm_calls_partition": done.lineage.partition,  # with run_id, this run's calls
-        "generation_s": round(result.generation_s, 2),
-        "grading_s": round(result.grading_s, 2),
-        "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,
-        "samples_per_s": round(len(result.samples) / total_s, 3) if total_s else 0.0,
-        "completion_tokens": result.completion_tokens,
-        "generated_tokens": usage.generated_tokens if usage is not None else 0,
-        "generating_s": round(usage.generating_s, 2) if usage is not None else 0.0,
-        "tokens_per_s": round(tok_s, 1),
-        "cached_calls": sum(1 for c in calls if c.get("cached")),
-        "extraction_rule": cfg.extraction if bench.grader == "math" else "n/a",
-        "samples_preview": dg.MetadataValue.md(eval_samples_preview(
-            result.samples,
-            problems=None if bench.private_text else {p["problem_id"]: p["problem"] for p in rows})),
-        **_trained_from(wh, model_id),
-    })
+    return done
 
 
 @dg.asset(
@@ -233,30 +252,51 @@ def eval_samples(context: dg.AssetExecutionContext, config: EvalSamplesConfig,
     op_tags=IN_PROCESS,
 )
 def eval_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    started = now()
     bench, model = partition_dims(context)
     wh = warehouse.get()
-    samples = wh.read("eval_samples", partition=table_partition(bench, model)).to_pylist()
-    if not samples:
-        raise dg.Failure(f"no eval_samples for {bench} and model {model}: materialize eval_samples first")
-    scores = score(samples, model_label=model, benchmark=bench)
-    if not scores:
-        raise dg.Failure(f"every one of the {len(samples)} eval_samples of {bench} / {model} "
-                         "failed to generate, so nothing can be scored: check the endpoint (the "
-                         "`gen_error` column says why) and re-materialize eval_samples")
-    checkpoint = samples[0].get("checkpoint_id")
-    for s in scores:
-        s["checkpoint_id"] = checkpoint
-    lin = lineage(context, {}, partition=table_partition(bench, model))
-    wh.write("eval_scores", scores, lineage=lin)
-    record_run(wh, lin, started_at=started, rows_written=len(scores))
-    meta = {"model": model, "n_problems": scores[0]["n_problems"] if scores else 0,
-            "failed_samples": int(scores[0]["failed"]) if scores else 0,
+    part = table_partition(bench, model)
+    with run_record(context, wh, {}, partition=part) as rec:
+        samples, scored_run = scored_samples(wh, part, context.run_id)
+        scores = score(samples, model_label=model, benchmark=bench)
+        if not scores:
+            raise dg.Failure(f"every one of the {len(samples)} eval_samples of {bench} / {model} "
+                             "failed to generate, so nothing can be scored: check the endpoint "
+                             "(the `gen_error` column says why) and re-materialize eval_samples")
+        checkpoint = samples[0].get("checkpoint_id")
+        rec.write("eval_scores", [dict(s, checkpoint_id=checkpoint) for s in scores])
+    meta = {"model": model, "scored_run": scored_run,
+            "n_problems": scores[0]["n_problems"], "failed_samples": int(scores[0]["failed"]),
             "scores": md_table(scores, ["metric", "k", "value", "ci_low", "ci_high", "failed"])}
     for s in scores:
         meta[f"{s['metric'].replace('@k', '')}@{s['k']}"] = float(s["value"])
     meta.update(_trained_from(wh, model))
     return dg.MaterializeResult(metadata=meta)
+
+
+def scored_samples(wh: Any, partition: str, run_id: str) -> tuple[list[dict[str, Any]], str]:
+    """(the samples ``eval_scores`` scores, the run that wrote them). A run that evaluated the
+    partition itself (its `runs` row for ``eval_samples``) scores its own samples only, and
+    fails when another run has replaced them; a run that only scores takes the samples of the
+    one run the partition holds."""
+    rows = wh.read("eval_samples", partition=partition).to_pylist()
+    writers = sorted({r["run_id"] for r in rows})
+    evaluated_here = bool(wh.sql(
+        "SELECT 1 FROM runs WHERE asset = 'eval_samples' AND partition = $p AND run_id = $r "
+        "AND status = 'success' LIMIT 1", {"p": partition, "r": run_id}).to_pylist())
+    if evaluated_here:
+        own = [r for r in rows if r["run_id"] == run_id]
+        if not own:
+            raise dg.Failure(f"the eval_samples this run wrote for {partition} were replaced by "
+                             f"run(s) {writers} before they were scored; scores come only from "
+                             "their own run's samples: materialize eval_scores for that run, or "
+                             "this partition again")
+        return own, run_id
+    if not writers:
+        raise dg.Failure(f"no eval_samples for {partition}: materialize eval_samples first")
+    if len(writers) > 1:
+        raise dg.Failure(f"the eval_samples of {partition} come from several runs {writers}; "
+                         "re-materialize eval_samples for this partition")
+    return rows, writers[0]
 
 
 def _trained_from(wh: Any, model_id: str) -> dict[str, Any]:

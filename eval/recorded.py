@@ -70,6 +70,35 @@ class Recorded:
     calls: list[dict[str, Any]] = field(default_factory=list)
     lineage: Lineage = field(default_factory=Lineage)
 
+    def summary(self) -> dict[str, Any]:
+        """The evaluation in figures: samples, graded, accuracy over answered samples, failed
+        generations and their share, time spent generating and grading, tokens and generation
+        speed (tokens the server generated over the time spent generating them; replayed cache
+        hits count apart), and the `llm_calls` partition of this run's calls."""
+        result = self.result
+        samples = result.samples
+        answered = [r for r in samples if r.get("gen_error") is None]
+        usage = result.usage
+        tok_s = usage.tokens_per_s if usage is not None and usage.tokens_per_s is not None else 0.0
+        total_s = result.generation_s + result.grading_s
+        return {
+            "samples": len(samples),
+            "graded": sum(1 for r in samples if r.get("correct") is not None),
+            "accuracy": sum(bool(r.get("correct")) for r in answered) / max(1, len(answered)),
+            "generation_errors": result.errors,
+            "failure_share": round(result.errors / max(1, len(samples)), 4),
+            "llm_calls_partition": self.lineage.partition,  # with run_id, this run's calls
+            "generation_s": round(result.generation_s, 2),
+            "grading_s": round(result.grading_s, 2),
+            "generation_share": round(result.generation_s / total_s, 3) if total_s else 0.0,
+            "samples_per_s": round(len(samples) / total_s, 3) if total_s else 0.0,
+            "completion_tokens": result.completion_tokens,
+            "generated_tokens": usage.generated_tokens if usage is not None else 0,
+            "generating_s": round(usage.generating_s, 2) if usage is not None else 0.0,
+            "tokens_per_s": round(tok_s, 1),
+            "cached_calls": sum(1 for c in self.calls if c.get("cached")),
+        }
+
 
 
 
