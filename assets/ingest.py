@@ -9,6 +9,12 @@ the Hugging Face hub, or the built-in generator), writes them to the warehouse t
 replaces them). ``problems`` merges every ingested source into the canonical
 ``problems`` table, flags problems that appear in more than one source (train/test overlap),
 and stamps a dataset version per source.
+
+Each run is recorded (``assets.common.run_record``): a heartbeat while it works, then its
+`runs` row: ``success``, or ``failed`` with the error. ``problems`` reads its sources strictly
+(``Warehouse.read``): when a `source_problems` partition cannot be read it fails naming the
+file, and leaves every `problems` partition as it was, instead of merging (and deleting)
+from what it could read.
 """
 
 
@@ -18,11 +24,10 @@ from collections import Counter
 
 import dagster as dg
 
-from assets.common import lineage, now
+from assets.common import lineage, run_record
 from assets.resources import WarehouseResource
 from pipelines.ingest import SOURCES
 from pipelines.text import normalize_problem_text
-from warehouse.runs import record_run
 
 # Sources ingested by default (registry order); each becomes a `<name>_problems` asset.
 DEFAULT_SOURCES: tuple[str, ...] = tuple(n for n, spec in SOURCES.items() if spec.default_ingest)
@@ -44,18 +49,16 @@ def _source_asset(source: str) -> dg.AssetsDefinition:
                warehouse: WarehouseResource) -> dg.MaterializeResult:
         from pipelines.ingest import load_source
 
-        started = now()
         wh = warehouse.get()
-        result = load_source(source, prefer=config.prefer, limit=config.limit)
-        rows = [p.to_row() for p in result.problems]
-        version = _dataset_version(rows)
-        for row in rows:
-            row["dataset_version"] = version
-        lin = lineage(context, config.model_dump(), partition=source)
-        wh.write("source_problems", rows, lineage=lin)
-        rejects = [r.to_row() for r in result.rejects]
-        wh.write("rejects", rejects, lineage=lin)
-        record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
+        with run_record(context, wh, config.model_dump(), partition=source) as rec:
+            result = load_source(source, prefer=config.prefer, limit=config.limit)
+            rows = [p.to_row() for p in result.problems]
+            version = _dataset_version(rows)
+            for row in rows:
+                row["dataset_version"] = version
+            rec.write("source_problems", rows)
+            rejects = [r.to_row() for r in result.rejects]
+            rec.write("rejects", rejects, counted=False)
         if rejects:
             reasons = Counter(r["reason"].split(":")[0] for r in rejects)
             context.log.warning(f"{source}: {len(rejects)} rows rejected: {dict(reasons)}")
@@ -102,17 +105,10 @@ def build_source_assets(sources: tuple[str, ...] = DEFAULT_SOURCES) -> list[dg.A
 SOURCE_ASSETS = build_source_assets()
 
 
-@dg.asset(
-    group_name="ingest",
-    kinds={"duckdb", "parquet"},
-    deps=[a.key for a in SOURCE_ASSETS],
-    description="All ingested problems, one partition per source, with cross-source overlap flags.",
-)
-def problems(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    started = now()
-    wh = warehouse.get()
-    table = wh.read("source_problems")
-    rows = table.to_pylist()
+def _merge_sources(wh) -> tuple[dict[str, list[dict]], int]:
+    """Every ingested source's rows (read strictly: an unreadable partition raises, naming its
+    file) by source, with cross-source overlaps flagged; and the number of flagged rows."""
+    rows = wh.read("source_problems").to_pylist()
     if not rows:
         raise dg.Failure(
             "no ingested sources: materialize at least one `<source>_problems` asset first"
@@ -137,14 +133,25 @@ def problems(context: dg.AssetExecutionContext, warehouse: WarehouseResource) ->
         for col in ("run_id", "asset", "partition", "config_hash", "created_at"):
             row.pop(col, None)
         by_source.setdefault(name, []).append(row)
-    total = 0
-    for source, source_rows in sorted(by_source.items()):
-        lin = lineage(context, {}, partition=source)
-        total += wh.write("problems", source_rows, lineage=lin).rows
-    # Sources that were ingested before but are gone now are removed from `problems` too.
-    for stale in set(wh.partitions("problems")) - set(by_source):
-        wh.delete_partition("problems", stale)
-    record_run(wh, lineage(context, {}), started_at=started, rows_written=total)
+    return by_source, overlap
+
+
+@dg.asset(
+    group_name="ingest",
+    kinds={"duckdb", "parquet"},
+    deps=[a.key for a in SOURCE_ASSETS],
+    description="All ingested problems, one partition per source, with cross-source overlap flags.",
+)
+def problems(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    wh = warehouse.get()
+    with run_record(context, wh, {}) as rec:
+        by_source, overlap = _merge_sources(wh)
+        for source, source_rows in sorted(by_source.items()):
+            rec.write("problems", source_rows, lineage=lineage(context, {}, partition=source))
+        # Sources that were ingested before but are gone now are removed from `problems` too.
+        for stale in set(wh.partitions("problems")) - set(by_source):
+            wh.delete_partition("problems", stale)
+    total = sum(len(rows) for rows in by_source.values())
     counts = {name: len(v) for name, v in by_source.items()}
     merged = [dict(r, source_partition=name) for name, rs in by_source.items() for r in rs]
     return dg.MaterializeResult(data_version=dg.DataVersion(content_version(merged)), metadata={

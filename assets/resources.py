@@ -163,7 +163,10 @@ class WarehouseResource(dg.ConfigurableResource):
     root: str = ""
 
     def get(self) -> Warehouse:
-        return Warehouse(self.root or None)
+        """The warehouse of an asset: every read strict, SQL included (``strict_sql``), so
+        that an asset whose inputs could not all be read fails naming the file instead of
+        computing from the readable rest."""
+        return Warehouse(self.root or None, strict_sql=True)
 
 
 class GraderResource(dg.ConfigurableResource):

@@ -150,6 +150,7 @@ def evaluate_recorded(specs: Mapping[str, Any], evaluations: Sequence[Evaluation
                 try:
                     for ev, record in zip(evaluations, records):
                         current = record
+                        record.start()  # heartbeat, and its calls flushed as they complete
                         result = await evaluate(
                             _answerer(ev, clients), bench, problems, ev.cfg,
                             model_label=ev.label, pool=pool, sandbox=sandbox,

@@ -3,6 +3,7 @@
     python -m warehouse sql "SELECT * FROM latest_scores"
     python -m warehouse sql --format csv "SELECT * FROM eval_samples LIMIT 5"
     python -m warehouse tables
+    python -m warehouse doctor
     python -m warehouse samples --benchmark gsm8k --model smollm2-135m-instruct --wrong --limit 3
 
 Queries are read-only and confined to the warehouse folder (see ``warehouse.store``): one
@@ -23,6 +24,10 @@ error, 2 refused query (empty, several statements, a write or other non-SELECT s
 file outside the warehouse), 3 stopped by a limit (the message names the limit and how to
 raise it; output printed before it stopped is incomplete, and the command says so).
 ``samples`` prints whole evaluation samples (``warehouse.samples``); it exits 1 when none match.
+``doctor`` reports the warehouse's health: the catalog's state, every quarantined partition
+(left out of reads because its file cannot be read) with the reason and the fix, empty
+partition folders, and runs that crashed (the view ``run_status``); it exits 1 when a
+partition is quarantined, else 0.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from warehouse.confine import UnsafeQueryError
 from warehouse.limits import (
     DEFAULT_SPILL,
     DEFAULT_TIMEOUT_S,
@@ -65,7 +71,7 @@ from warehouse.output import (
     format_table,
     parse_count,
 )
-from warehouse.store import UnsafeQueryError, Warehouse
+from warehouse.store import Warehouse
 
 
 def _print_query(wh: Warehouse, query: str, fmt: str, caps: OutputCaps) -> int:
@@ -167,6 +173,50 @@ def _print_tables(wh: Warehouse) -> None:
         print(f"quarantined partition, left out of its table: {bad}")
 
 
+_CATALOG_STATES = {
+    "current": "current",
+    "stale": "out of date: rebuilt at the next query",
+    "missing": "not built yet: built at the next query",
+    "corrupt": "damaged: moved aside and rebuilt from the Parquet files at the next query",
+    "busy": "held by another connection: queries build their views in memory meanwhile",
+}
+
+
+def _doctor(wh: Warehouse) -> int:
+    """Print the warehouse's health; 1 when a partition is quarantined."""
+    from warehouse.quarantine import scan_table, table_names
+
+    status, detail = wh.catalog_status()
+    print(f"catalog {wh.catalog_path}: {_CATALOG_STATES.get(status, status)}"
+          + (f" ({detail})" if detail else ""))
+    bad = wh.quarantined()
+    print(f"quarantined partitions (left out of their tables' views and non-strict reads; "
+          f"strict reads raise): {len(bad)}")
+    for q in bad:
+        print(f"  {q.describe()}")
+    empty = [f for t in table_names(wh.root) for f in scan_table(wh.root, t, validate=False)
+             .empty_folders]
+    if empty:
+        print(f"empty partition folders (left by writers that stopped; removed by the next "
+              f"write to their table or catalog rebuild): {len(empty)}")
+        for folder in empty[:20]:
+            print(f"  {folder}")
+    try:
+        crashed = wh.sql("SELECT asset, partition, run_id, started_at, last_seen_at, error "
+                         "FROM run_status WHERE status = 'crashed' ORDER BY started_at").to_pylist()
+    except duckdb.Error as err:
+        print(f"crashed runs: unknown ({err})")
+    else:
+        print(f"crashed runs (no final runs row; the view run_status): {len(crashed)}")
+        for run in crashed[:20]:
+            print(f"  {run['asset']} {run['partition']} run {run['run_id']}: started "
+                  f"{run['started_at']}, last seen {run['last_seen_at']}")
+        if len(crashed) > 20:
+            print(f"  … {len(crashed) - 20} more: python -m warehouse sql \"SELECT * FROM "
+                  "run_status WHERE status = 'crashed'\"")
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m warehouse")
     parser.add_argument("--root", default=None, help="warehouse folder (default WEFT_HOME/warehouse)")
@@ -183,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                       help=f"print at most SIZE of output, whole rows only, 0 = no cap (env "
                            f"{ENV_MAX_BYTES}; default {format_size(DEFAULT_MAX_BYTES)})")
     sub.add_parser("tables", help="list tables with row counts", parents=[lim])
+    sub.add_parser("doctor", help="report quarantined partitions (exit 1 if any), the catalog's "
+                                  "state, empty partition folders and crashed runs", parents=[lim])
     smp = sub.add_parser("samples", help="print whole evaluation samples (prompt, output, "
                                          "extracted answer, gold, correct)", parents=[lim])
     smp.add_argument("--benchmark", required=True)
@@ -202,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "samples":
             return _print_samples(wh, args)
+        if args.cmd == "doctor":
+            return _doctor(wh)
         if args.cmd == "tables":
             _print_tables(wh)
         else:

@@ -26,11 +26,17 @@ never on the in-memory copy built while the file is busy (the next refresh appli
 
 The catalog file is written in DuckDB's storage format of ``STORAGE_VERSION`` (v1.1.0), so
 every DuckDB client from 1.1 on opens it, although weft itself runs a newer DuckDB (whose own
-default format older clients refuse). DuckDB never changes the format of an existing file, so a
-catalog written in a newer format (by weft before this was set) is rebuilt at the next refresh:
-its record of applied migrations is carried into a new file in the older format, which then
-replaces it (``needs_rebuild``, ``migration_record``). Processes that have the old file open
-keep reading it until they close it.
+default format older clients refuse). DuckDB never changes the format of an existing file, so
+every rebuild writes a new file in that format and moves it over the old one; a catalog written
+in a newer format (by weft before this was set) has no fingerprint and is rebuilt at the next
+query, its record of applied migrations (``migration_record``) carried into the new file.
+Processes that have the old file open keep reading it until they close it.
+
+Besides views and the migration record, a catalog file records the fingerprint of the
+warehouse folder it was built from and the partitions its views leave out (``store_state``,
+``stored_state``): ``Warehouse`` reads it read-only and rebuilds the file only when the folder's
+fingerprint differs. ``is_corrupt`` tells a damaged file (rebuilt from the Parquet files) from
+one that is merely locked.
 """
 
 from __future__ import annotations
@@ -55,7 +61,6 @@ RETIRED_MIGRATIONS = {
 # The oldest DuckDB release that must open the catalog file; DuckDB names storage formats after
 # the release that introduced them (this one is readable from DuckDB 1.0 on).
 STORAGE_VERSION = "v1.1.0"
-_VERSION_RE = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _CREATE_RE = re.compile(r"^CREATE\s+OR\s+REPLACE\s+VIEW\s+(\"?)([A-Za-z0-9_]+)\1\s+AS\s+(.*)$",
@@ -288,26 +293,6 @@ def open_catalog_file(path: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION})
 
 
-def storage_version(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The storage format of ``con``'s own database as DuckDB tags it (``'v1.0.0+'``: readable
-    by DuckDB 1.0 and later), or None for a database without one (in memory)."""
-    row = con.execute("SELECT tags FROM duckdb_databases() "
-                      "WHERE database_name = current_database()").fetchone()
-    tags = dict(row[0]) if row and row[0] else {}
-    return tags.get("storage_version")
-
-
-def needs_rebuild(con: duckdb.DuckDBPyConnection) -> bool:
-    """True when ``con``'s catalog file is in a storage format that a DuckDB client of
-    ``STORAGE_VERSION`` cannot open (a newer or unrecognised one)."""
-    tag = storage_version(con)
-    match = _VERSION_RE.match(tag or "")
-    if match is None:
-        return tag is not None
-    wanted = tuple(int(x) for x in _VERSION_RE.match(STORAGE_VERSION).groups())
-    return tuple(int(x) for x in match.groups()) > wanted
-
-
 def migration_record(con: duckdb.DuckDBPyConnection) -> list[tuple]:
     """The rows of ``weft_migrations`` (version, name, applied_at); empty when it has none."""
     exists = con.execute(
@@ -333,3 +318,73 @@ def _create_migration_table(con: duckdb.DuckDBPyConnection) -> None:
         "CREATE TABLE IF NOT EXISTS weft_migrations (version INTEGER PRIMARY KEY, name VARCHAR, "
         "applied_at TIMESTAMPTZ DEFAULT now())"
     )
+
+
+# ---- what a catalog file was built from ---------------------------------------------------------
+# Tables a catalog file holds besides the migration record: the fingerprint of the warehouse
+# folder it was built from (``Warehouse`` rebuilds it when the folder's differs) and the
+# partitions its views leave out.
+STATE_TABLE = "weft_catalog"
+QUARANTINE_TABLE = "weft_quarantine"
+# Messages of DuckDB errors that mean the catalog file itself is damaged (not locked or busy).
+_CORRUPT_MARKERS = ("not a valid duckdb database file", "corrupt database file", "checksum",
+                    "could not read enough bytes", "is a directory", "serialization error",
+                    "trying to read a database file with version number")
+
+
+def store_state(con: duckdb.DuckDBPyConnection, fingerprint: str,
+                quarantined: Iterable[tuple[str, str, str, str, str]]) -> None:
+    """Record on ``con`` the ``fingerprint`` the catalog was built from and its quarantined
+    partitions (table, partition, path relative to the warehouse folder, reason, fix)."""
+    con.execute(f"CREATE OR REPLACE TABLE {STATE_TABLE} (fingerprint VARCHAR NOT NULL, "
+                "built_at TIMESTAMPTZ DEFAULT now())")
+    con.execute(f"INSERT INTO {STATE_TABLE} (fingerprint) VALUES (?)", [fingerprint])
+    con.execute(f'CREATE OR REPLACE TABLE {QUARANTINE_TABLE} ("table" VARCHAR, partition '
+                "VARCHAR, path VARCHAR, reason VARCHAR, fix VARCHAR)")
+    rows = [tuple(q) for q in quarantined]
+    if rows:
+        con.executemany(f"INSERT INTO {QUARANTINE_TABLE} VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def stored_state(con: duckdb.DuckDBPyConnection) -> tuple[str | None, list[tuple]]:
+    """The fingerprint ``con``'s catalog was built from (None for a catalog written before
+    fingerprints, or by someone else) and its quarantined partitions as ``store_state`` wrote
+    them. Raises ``duckdb.Error`` when the file cannot be read."""
+    try:
+        row = con.execute(
+            f"SELECT fingerprint, (SELECT list((\"table\", partition, path, reason, fix) "
+            f"ORDER BY \"table\", path) FROM {QUARANTINE_TABLE}) FROM {STATE_TABLE} LIMIT 1"
+        ).fetchall()
+    except duckdb.CatalogException:  # no such table: built before fingerprints
+        return None, []
+    if not row:
+        return None, []
+    row = row[0]
+    return row[0], [tuple(q.values()) if isinstance(q, dict) else tuple(q) for q in row[1] or []]
+
+
+def is_corrupt(err: BaseException) -> bool:
+    """True when ``err`` (from opening or reading a catalog file) says the file is damaged or
+    not a DuckDB file; False for a lock held elsewhere, a conflicting connection of this
+    process, permissions and the like."""
+    text = str(err).lower()
+    return isinstance(err, duckdb.SerializationException) or any(
+        marker in text for marker in _CORRUPT_MARKERS)
+
+
+def relations_read(query: str, con: duckdb.DuckDBPyConnection | None = None) -> set[str] | None:
+    """Names of the tables, views and CTEs a SELECT-family ``query`` reads (lower case), parsed
+    on ``con`` (a fresh in-memory database when None); None when DuckDB cannot serialise it
+    (e.g. DESCRIBE, SHOW, or a query that does not parse)."""
+    own = con is None
+    con = duckdb.connect() if own else con
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql($1)", [query]).fetchall()[0][0])
+    except duckdb.Error:
+        return None
+    finally:
+        if own:
+            con.close()
+    if tree.get("error"):
+        return None
+    return set(_relations(tree))

@@ -42,6 +42,7 @@ next check, and the time to open the catalog counts towards it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -213,13 +214,21 @@ def limit_settings(limits: QueryLimits) -> list[str]:
     if folder is None:
         raise ValueError("resolve the limits (QueryLimits.resolved()) before applying them")
     statements = [f"SET memory_limit = '{limits.memory}B'", f"SET threads = {limits.threads}"]
-    if limits.spill == 0:
+    spill = limits.spill
+    if spill:
+        try:
+            # DuckDB creates the last level of the folder itself, not its parents
+            folder.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a full disk or read-only home: the query runs without spilling
+            logging.getLogger(__name__).warning(
+                "spill folder %s cannot be created (%s): this query runs without spilling to "
+                "disk", folder, err)
+            spill = 0
+    if spill == 0:
         statements += ["SET max_temp_directory_size = '0B'", "SET temp_directory = ''"]
     else:
-        # DuckDB creates the last level of the folder itself, not its parents
-        folder.parent.mkdir(parents=True, exist_ok=True)
         statements += [f"SET temp_directory = {_sql_string(str(folder))}",
-                       f"SET max_temp_directory_size = '{limits.spill}B'"]
+                       f"SET max_temp_directory_size = '{spill}B'"]
     return statements
 
 

@@ -92,6 +92,12 @@ _CLAIM = (
     ("p_value", pa.float64()),
     ("n", pa.int64()),
     ("verdict", pa.string()),
+    # why an inconclusive part could not inform its claim (eval.claims.REASONS); null otherwise
+    ("inconclusive_reason", pa.string()),
+    ("n_discordant", pa.int64()),  # units whose scores differ between the arms; null: not counted
+    ("role", pa.string()),  # claim | check (a setup check, never counted); null reads as claim
+    ("bound_low", pa.float64()),  # the metric's lowest / highest possible value; null: unbounded
+    ("bound_high", pa.float64()),
     ("paper_value", pa.string()),
     ("config_json", pa.string()),
     ("seed", pa.int64()),  # the seed that drew the run (training and sampling); null: none
@@ -278,6 +284,17 @@ TABLES: dict[str, pa.Schema] = {
         ("git_sha", pa.string()),
         ("error", pa.string()),  # why the run stopped (status 'failed' or 'canceled'); NULL on success
     ),
+    # a run in progress (warehouse.runs.RunRecord, once started): rewritten at each heartbeat,
+    # removed when its `runs` row is written; alive_until passed without a `runs` row: the run
+    # crashed (the view run_status). One folder per run, like `runs`.
+    "run_heartbeats": _schema(
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("heartbeat_at", pa.timestamp("us", tz="UTC")),
+        ("alive_until", pa.timestamp("us", tz="UTC")),
+        ("rows_written", pa.int64()),
+        ("config_json", pa.string()),
+        ("git_sha", pa.string()),
+    ),
     # one row per logged training step; partition = checkpoint id (training/callbacks.py)
     "train_metrics": _schema(
         ("checkpoint_id", pa.string()),
@@ -327,7 +344,7 @@ TABLES: dict[str, pa.Schema] = {
         ("answer", pa.string()),
         ("meta", pa.string()),
     ),
-    # SxS Algorithm 1 alignments, one row per trace (assets/sxs.py, pipelines.sxs.Alignment):
+    # SxS Algorithm 1 alignments, one row per trace (assets/sxs.py, pipelines.sxs_align.Alignment):
     # raw judge levels (NULL: no valid answer), each call's status, the repaired monotone levels
     "sxs_alignments": _schema(
         ("trace_id", pa.string()),

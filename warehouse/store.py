@@ -7,15 +7,29 @@ temporary file in the same folder and moved into place with ``os.replace``, so a
 reader sees either the previous file or the new one, never a partial file, and writing a
 partition again replaces its rows instead of adding to them.
 
-The DuckDB catalog (``<root>/catalog.duckdb``) holds only views plus the record of applied
-data migrations (``warehouse.catalog``), in a storage format DuckDB clients from 1.1 on open
-(``warehouse.catalog.STORAGE_VERSION``). A refresh drops every view and, in one transaction,
-creates one view per stored or declared table over its Parquet files (typed and empty from
+The DuckDB catalog (``<root>/catalog.duckdb``) holds only views, the record of applied data
+migrations (``warehouse.catalog``), the fingerprint of the folder it was built from and the
+partitions its views leave out, in a storage format DuckDB clients from 1.1 on open
+(``warehouse.catalog.STORAGE_VERSION``). A rebuild creates, in one transaction in a new file,
+one view per stored or declared table over its Parquet files (typed and empty from
 ``warehouse/schema.py`` while it has none), applies pending data migrations, then creates the
-derived views of ``warehouse/views/*.sql`` in dependency order. Writers never open it: DuckDB
-allows one writing process per file. Whoever queries refreshes the catalog when it can take the
-write lock; otherwise it reads the catalog as it is (read-only), or, if that is locked too,
-builds the same views in memory (without applying migrations).
+derived views of ``warehouse/views/*.sql`` in dependency order; the new file is moved over the
+old one (``os.replace``). So the catalog file is never open for writing: a query attaches it
+read-only, and DuckDB clients of other processes open it read-only at any time, also while weft
+queries or rebuilds it (a client that had the old file open keeps reading it). Writers of
+Parquet never touch it.
+
+Each query computes the folder's fingerprint (``warehouse.quarantine.fingerprint_entries``:
+stats of every data file, no file opened) and uses the catalog file as it is when it was built
+from the same fingerprint; otherwise (a partition written, a view file edited, the folder
+moved) it rebuilds it first, under ``catalog.lock``, waiting up to ``REFRESH_WAIT_S`` for
+another process that is rebuilding it. A query needs no write when nothing changed. When the
+file cannot be rebuilt (a full disk, a read-only folder, a DuckDB client of another process
+holding it open for writing) the query builds the same views in memory (without applying
+migrations) and says why in a warning. A catalog file DuckDB cannot read (not a DuckDB file,
+truncated, a checksum mismatch: ``warehouse.catalog.is_corrupt``, as opposed to a lock held
+elsewhere) is moved aside as ``catalog.duckdb.corrupt-<time>`` and rebuilt from the Parquet
+files; its record of applied data migrations starts afresh (they are idempotent).
 
 The catalog goes with its folder: copied or moved (``cp -a``), a warehouse reads its own Parquet
 files, never those of the folder it came from. Each table's view reads a glob relative to the
@@ -46,8 +60,9 @@ PID). A live writer's temp file is never removed while it is younger than that a
 User SQL (``Warehouse.sql``, ``Warehouse.stream``, ``Warehouse.connect``, hence ``python -m
 warehouse``) is read-only and confined: exactly one statement, of the SELECT family
 (SELECT/WITH/FROM/VALUES/DESCRIBE/SHOW/SUMMARIZE, or EXPLAIN of one of those), checked with
-DuckDB's own parser; on a connection that opens the catalog read-only (or the in-memory
-fallback) with DuckDB's external access disabled except for the warehouse folder
+DuckDB's own parser (``warehouse.confine``); on a connection of its own that attaches the
+catalog read-only (or the in-memory fallback) with DuckDB's external access disabled except
+for the warehouse folder
 (``allowed_directories``; DuckDB canonicalises paths, so ``..`` and symlinks out of it are
 refused) and the views' relative globs, allowed one by one as exact strings (``allowed_paths``;
 a relative path that is not one of them is refused, since DuckDB would look for it in the
@@ -60,38 +75,51 @@ wall-clock time, each with a default and configurable; a query stopped by a limi
 one Arrow table; ``stream`` hands it over in record batches read as they are consumed, its time
 limit covering the consumer's work too.
 
-Quarantined partitions: a partition whose folder or data file resolves (symlinks followed) to a
-place outside the warehouse folder cannot be read by the confined connection, and a view over a
-glob that matches it would fail for every query on the table. Such a partition is left out of
-the table's view, ``files`` and ``read`` (``partitions`` still lists it: it exists), with a
-warning naming it and the reason each time the views are built; ``Warehouse.quarantined()``
-lists them (``python -m warehouse tables`` prints them). Symlinks that stay inside the
+Quarantined partitions (``warehouse.quarantine``): a partition whose data file cannot be read
+(truncated, not Parquet, empty, unreadable, its folder cannot be listed; checked cheaply by
+``warehouse.files.check_data_file``, once per file version) or resolves (symlinks followed) to a
+place outside the warehouse folder would fail every query on its table, or every catalog
+rebuild. Such a partition is left out of the table's view and ``files`` (``partitions`` still
+lists it: it exists); each query that reads the table logs a warning naming the file, the
+reason and the fix; ``Warehouse.quarantined()`` and ``python -m warehouse doctor`` list them.
+Other tables and partitions are not affected. ``read`` is strict by default (pipeline code):
+it raises ``UnreadablePartitionError`` naming the files rather than return part of a table;
+``read(..., strict=False)`` and ``sql``/``stream`` (interactive SQL; ``strict=True`` for
+pipeline code) return the readable rest with the warning. Symlinks that stay inside the
 warehouse folder are read like any partition; dangling or looping ones match no data file and
 are ignored. While a table has a quarantined partition its view lists the readable files
 instead of a glob.
 
+Empty partition folders (left by a writer killed, or stopped by a full disk, before its file
+was in place) are removed: by the write that created the folder when it fails, by the next
+write to the table once empty for ``EMPTY_FOLDER_AGE_S`` (at once when a stale temp file was
+the last thing in it), and at catalog rebuilds; ``delete_partition`` removes its folder.
+
 Not guaranteed: cross-partition transactions (each partition is replaced on its own); a temp
 file of a live writer that takes longer than ``STALE_TEMP_AGE_S`` for one partition may be
 removed (that write then fails and can be re-run); files placed inside the warehouse folder by
-someone else are readable by queries; a partition symlinked out after the catalog was built is
-noticed at the next query's start, not during a query already running.
+someone else are readable by queries; a partition symlinked out or damaged after the catalog
+was built is noticed at the next query's start, not during a query already running; a file
+whose footer is whole but whose data pages are corrupt is not quarantined (the queries that
+read its rows fail, naming it); a reader outside weft that opens a data file while a writer
+replaces it may fail and must retry (weft's own queries retry).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,41 +135,65 @@ from warehouse.catalog import (
     apply_migrations,
     create_views,
     drop_views,
+    is_corrupt,
     load_migrations,
     load_views,
     migration_record,
-    needs_rebuild,
     open_catalog_file,
+    relations_read,
     restore_migration_record,
+    store_state,
+    stored_state,
+)
+from warehouse.confine import (
+    UnsafeQueryError,
+    check_read_only,
+    confine,
+    search_warehouse,
+    sql_string,
 )
 from warehouse.files import (
     DATA_FILE,
+    EMPTY_FOLDER_AGE_S,
     STALE_TEMP_AGE_S,
     TEMP_PREFIX,
     TEMP_SUFFIX,
+    host_tag,
+    remember_unreadable,
+    remove_empty_folder,
     temp_file_is_stale,
     write_data_file,
 )
-from warehouse.limits import QueryLimits, enforce, limit_settings
+from warehouse.limits import QueryLimits, enforce
 from warehouse.migrations import DATA_MIGRATIONS
 from warehouse.partitions import partition_dir_name, partition_from_dir
+from warehouse.quarantine import (
+    TABLE_RE,
+    QuarantinedPartition,
+    TableScan,
+    UnreadablePartitionError,
+    fingerprint_entries,
+    scan_table,
+    table_names,
+)
 from warehouse.results import STREAM_BATCH_ROWS, ResultStream, next_batch
 from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
 
 log = logging.getLogger(__name__)
 
-_TABLE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_EXPLAIN_RE = re.compile(
-    r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?(?P<inner>.*)$", re.IGNORECASE | re.DOTALL
-)
-# Opening the catalog (and confining it) is one step at a time per process: DuckDB hands every
-# connection to the same path the same database instance, whose settings are global, and
-# opening it read-only and read-write at once from two threads fails.
+_TABLE_RE = TABLE_RE
+# Creating DuckDB databases (a catalog file being built, attachments) is one step at a time per
+# process: DuckDB refuses to attach a file that another database of the process has open for
+# writing, and two threads racing for one path would see that.
 _OPEN_LOCK = threading.Lock()
-# The limits each catalog's shared instance was confined with (written under _OPEN_LOCK when a
-# fresh instance is confined): a query asking for other limits cannot change a locked instance,
-# so it builds its views in memory instead.
-_CONFINED_LIMITS: dict[str, tuple] = {}
+# How the views are built; a catalog built another way (older weft) is rebuilt.
+CATALOG_FORMAT = 2
+# The name a query's connection gives the catalog file it attaches (its tables' schema).
+CATALOG_ALIAS = "catalog"
+# Temp files of a catalog being built: .catalog.duckdb.<pid>.<host tag>.<random>.tmp
+CATALOG_TEMP_PREFIX = ".catalog.duckdb."
+# How long a query waits for another process that is rebuilding the catalog.
+REFRESH_WAIT_S = 5.0
 # Warehouse folders whose pending data migrations this process has applied (Warehouse.upgrade).
 _UPGRADED: set[str] = set()
 _UPGRADE_LOCK = threading.Lock()
@@ -149,13 +201,16 @@ _UPGRADE_LOCK = threading.Lock()
 RETRY_ATTEMPTS = 8
 
 
-class _OtherLimits(Exception):
-    """The catalog's shared instance is confined with other limits than the query asks for."""
+@dataclass
+class _Look:
+    """What opening the catalog file found: ``current`` (built from the folder as it is now),
+    ``stale``, ``missing``, ``corrupt`` or ``busy`` (locked or held by another connection), the
+    detail, its migration record and the partitions its views leave out."""
 
-
-class UnsafeQueryError(ValueError):
-    """A query the read-only SQL path refuses: empty, several statements, not a SELECT, or
-    reaching outside the warehouse folder. The message says what was wrong."""
+    status: str
+    detail: str = ""
+    record: list[tuple] = field(default_factory=list)
+    quarantined: list[QuarantinedPartition] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -174,19 +229,6 @@ class Lineage:
             "partition": self.partition,
             "config_hash": self.config_hash,
         }
-
-
-@dataclass(frozen=True)
-class QuarantinedPartition:
-    """A partition left out of its table's reads and view, and why."""
-
-    table: str
-    partition: str
-    path: Path
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.table}/{self.path.parent.name} ({self.path}): {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -265,11 +307,14 @@ class Warehouse:
     """Parquet files under ``root`` plus the DuckDB catalog that makes them queryable."""
 
     def __init__(self, root: str | Path | None = None, *, limits: QueryLimits | None = None,
-                 views_dir: str | Path | None = None, migrations_dir: str | Path | None = None):
+                 views_dir: str | Path | None = None, migrations_dir: str | Path | None = None,
+                 strict_sql: bool = False):
         """``views_dir`` and ``migrations_dir`` (default ``warehouse/views`` and
         ``warehouse/migrations``) hold the derived views and data migrations the catalog is
         built from (``warehouse.catalog``); the Python data migrations of
-        ``warehouse.migrations`` apply with the default migrations folder only."""
+        ``warehouse.migrations`` apply with the default migrations folder only.
+        ``strict_sql`` is the default of ``sql``'s and ``stream``'s ``strict`` (True for
+        pipeline code, whose results must not miss the rows of an unreadable partition)."""
         # absolute, so the views' file paths and the allowed directory agree whatever the cwd
         self.root = Path(os.path.abspath(root)) if root else weft_home() / "warehouse"
         self.catalog_path = self.root / "catalog.duckdb"
@@ -277,6 +322,7 @@ class Warehouse:
         self.views_dir = Path(views_dir) if views_dir is not None else VIEWS_DIR
         self.migrations_dir = Path(migrations_dir) if migrations_dir is not None else MIGRATIONS_DIR
         self.data_migrations = DATA_MIGRATIONS if migrations_dir is None else ()
+        self.strict_sql = strict_sql
 
     def query_limits(self, limits: QueryLimits | None = None) -> QueryLimits:
         """``limits``, else the warehouse's, else ``QueryLimits.from_env()``; resolved."""
@@ -315,17 +361,27 @@ class Warehouse:
                 "created_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
             )
         folder_path = self.root / table / partition_dir_name(folder_key)
+        created = not folder_path.is_dir()
         folder_path.mkdir(parents=True, exist_ok=True)
-        self.remove_stale_temp_files(table)
+        self.remove_stale_temp_files(table, keep=folder_path)
         final = folder_path / DATA_FILE
-        write_data_file(arrow, final)
+        try:
+            write_data_file(arrow, final)
+        except BaseException:
+            # a write that failed (full disk, interrupt) leaves no empty folder behind
+            if created:
+                remove_empty_folder(folder_path, min_age_s=0)
+            raise
         return WriteResult(table=table, partition=partition, path=final, rows=n)
 
     def remove_stale_temp_files(
-        self, table: str, max_age_s: float = STALE_TEMP_AGE_S
+        self, table: str, max_age_s: float = STALE_TEMP_AGE_S, *, keep: Path | None = None
     ) -> list[Path]:
         """Delete temp files left in ``table``'s partitions by writers that died (see the module
-        docstring for when a temp file counts as stale); returns the removed paths."""
+        docstring for when a temp file counts as stale), then the partition folders they leave
+        empty, and folders empty for ``EMPTY_FOLDER_AGE_S`` (left by writers killed, or stopped
+        by a full disk, before their first file); ``keep`` is spared. Returns the removed temp
+        files."""
         _check_table(table)
         removed = []
         now = time.time()
@@ -336,36 +392,40 @@ class Warehouse:
                 except FileNotFoundError:  # another writer cleaned it first
                     continue
                 removed.append(path)
+        emptied = {p.parent for p in removed}
+        for folder in scan_table(self.root, table, validate=False).empty_folders:
+            if folder != keep and remove_empty_folder(
+                    folder, now=now, min_age_s=0 if folder in emptied else EMPTY_FOLDER_AGE_S):
+                log.info("removed the empty partition folder %s", folder)
         if removed:
             log.info("removed %d stale temp file(s) of %s: %s", len(removed), table,
                      [str(p) for p in removed])
         return removed
 
     def delete_partition(self, table: str, partition: str) -> bool:
-        """Remove ``partition``'s data file; False when it had none."""
+        """Remove ``partition``'s data file (and its folder, once empty); False when it had
+        none."""
         _check_table(table)
         self.upgrade()  # an old-spelled folder would otherwise come back under the key later
         final = self.root / table / partition_dir_name(partition) / DATA_FILE
         if final.exists():
             final.unlink()
+            remove_empty_folder(final.parent, min_age_s=0)
             return True
         return False
 
     # ---- reading without the catalog ----------------------------------------------------
     def tables(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p.name for p in self.root.iterdir()
-            if p.is_dir() and _TABLE_RE.match(p.name) and self.files(p.name)
-        )
+        """Tables with at least one readable partition."""
+        return [t for t in table_names(self.root) if self._scan(t).files]
 
     def upgrade(self) -> None:
         """Apply the pending data migrations (once per warehouse folder and process, through a
         catalog refresh), so that partitions are read under their current keys. ``read``,
         ``partitions`` and ``delete_partition`` call it first; queries refresh the catalog
         anyway. When another process holds the catalog, that process applies them; a view file
-        or migration that fails is logged once here (queries raise it)."""
+        or migration that fails is logged once here (queries raise it), and so is a catalog
+        that cannot be written (full disk, read-only folder): reading Parquet needs no catalog."""
         key = str(self.root)
         with _UPGRADE_LOCK:
             if key in _UPGRADED:
@@ -374,7 +434,7 @@ class Warehouse:
         if not self.root.is_dir():
             return
         try:
-            self.refresh_catalog()
+            self._refresh(force=False)
         except CatalogDefinitionError as err:
             # the files are readable anyway; the next query raises the same error
             log.warning("warehouse %s not upgraded: %s", self.root, err)
@@ -395,41 +455,41 @@ class Warehouse:
 
     def files(self, table: str) -> list[Path]:
         """Data files of ``table``'s readable partitions (quarantined ones are left out)."""
-        return self._scan(table)[0]
+        return self._scan(table).files
 
     def quarantined(self, table: str | None = None) -> list[QuarantinedPartition]:
-        """Partitions left out of reads and views, with the reason (module docstring)."""
-        tables = [table] if table is not None else (
-            sorted(p.name for p in self.root.iterdir() if p.is_dir() and _TABLE_RE.match(p.name))
-            if self.root.is_dir() else [])
-        return [q for t in tables for q in self._scan(t)[1]]
+        """Partitions left out of reads and views, with the reason and the fix (module
+        docstring); every table's when ``table`` is None."""
+        tables = [table] if table is not None else table_names(self.root)
+        return [q for t in tables for q in self._scan(t).quarantined]
 
-    def _scan(self, table: str) -> tuple[list[Path], list[QuarantinedPartition]]:
+    def _scan(self, table: str) -> TableScan:
         _check_table(table)
-        good, bad = [], []
-        inside = os.path.realpath(self.root)
-        for path in sorted((self.root / table).glob(f"*/{DATA_FILE}")):
-            real = os.path.realpath(path)
-            if os.path.commonpath([inside, real]) != inside:
-                bad.append(QuarantinedPartition(
-                    table, partition_from_dir(path.parent.name), path,
-                    f"resolves to {real}, outside the warehouse folder {inside} (a symlink out "
-                    "of it), which queries may not read"))
-            else:
-                good.append(path)
-        return good, bad
+        return scan_table(self.root, table)
 
-    def read(self, table: str, partition: str | None = None) -> pa.Table:
+    def read(self, table: str, partition: str | None = None, *, strict: bool = True) -> pa.Table:
         """All rows of a table (or one partition) as Arrow; empty declared schema if none.
         ``partition`` is a key as ``warehouse.partitions`` builds it (for `runs` and
-        ``llm_calls``, the run's folder key ``warehouse.runs.run_partition``)."""
+        ``llm_calls``, the run's folder key ``warehouse.runs.run_partition``).
+
+        Strict by default, for pipeline code: when a partition it would read is quarantined
+        (its file cannot be read, ``warehouse.quarantine``), it raises
+        ``UnreadablePartitionError`` naming each file, the reason and the fix, instead of
+        returning less than the table holds (an asset that went on would replace good data with
+        less). ``strict=False`` returns the readable partitions' rows and logs a warning naming
+        the ones left out."""
         _check_table(table)
         self.upgrade()
-        if partition is not None:
-            path = self.root / table / partition_dir_name(partition) / DATA_FILE
-            files = [path] if path.exists() else []
-        else:
-            files = self.files(table)
+        scan = scan_table(self.root, table, only=None if partition is None
+                          else partition_dir_name(partition))
+        if scan.quarantined:
+            what = f"table {table}" + (f", partition {partition!r}" if partition else "")
+            if strict:
+                raise UnreadablePartitionError(scan.quarantined, what)
+            for bad in scan.quarantined:
+                log.warning("read of %s leaves out a quarantined partition: %s", table,
+                            bad.describe())
+        files = scan.files
         if not files:
             schema = TABLES.get(table)
             return schema.empty_table() if schema is not None else pa.table({})
@@ -476,22 +536,38 @@ class Warehouse:
         return patterns
 
     # ---- the catalog ----------------------------------------------------------------------
-    def _view_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str | None:
+    def _view_sql(self, table: str, con: duckdb.DuckDBPyConnection, scan: TableScan) -> str | None:
+        """The statement creating ``table``'s view over the readable files of ``scan``. A file
+        DuckDB cannot describe is moved to ``scan.quarantined``; files that fail only together
+        (columns of clashing types) quarantine the table's rows as a whole."""
         schema = TABLES.get(table)
         view = BASE_VIEW_NAMES.get(table, table)
-        files, quarantined = self._scan(table)
-        for bad in quarantined:
-            log.warning("partition left out of the %s view: %s", table, bad)
-        if files:
-            # the glob keeps a read-only catalog current as partitions are added; with a
-            # partition quarantined, the view lists the readable files instead
-            paths = ([self.relative_glob(table)] if not quarantined
-                     else [self._relative_file(f) for f in files])
-            listed = ", ".join(_sql_string(p) for p in paths)
+        present = None
+        retried = False
+        while scan.files:
+            # the glob keeps a catalog current as partitions are added; with a partition
+            # quarantined, the view lists the readable files instead
+            paths = ([self.relative_glob(table)] if not scan.quarantined
+                     else [self._relative_file(f) for f in scan.files])
+            listed = ", ".join(sql_string(p) for p in paths)
             source = f"read_parquet([{listed}], union_by_name=true, hive_partitioning=false)"
+            try:
+                present = {row[0] for row in con.execute(
+                    f"DESCRIBE SELECT * FROM {source}").fetchall()}
+                break
+            except duckdb.Error as err:
+                if self._quarantine_failing(table, con, scan) or not retried:
+                    retried = True  # (a file replaced meanwhile reads fine the second time)
+                    continue
+                scan.quarantined.append(QuarantinedPartition(
+                    table, "*", self.root / table / "*" / DATA_FILE,
+                    f"its {len(scan.files)} files cannot be read together: {err}",
+                    "re-materialize the partitions whose columns have other types than the "
+                    "rest, or remove them"))
+                scan.files = []
+        if present is not None:
             # Files written before a column was declared lack it: the view still has every
             # declared column (NULL there), so views built on top of it keep working.
-            present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             missing = [f for f in (schema or []) if f.name not in present]
             extra = "".join(f", CAST(NULL AS {_duck_type(f.type)}) AS {f.name}" for f in missing)
             return f"CREATE OR REPLACE VIEW {view} AS SELECT *{extra} FROM {source}"
@@ -502,158 +578,349 @@ class Warehouse:
         )
         return f"CREATE OR REPLACE VIEW {view} AS SELECT {cols} WHERE false"
 
-    def _install_tables(self, con: duckdb.DuckDBPyConnection, skip: set[str]) -> None:
-        for table in sorted(set(TABLES) | set(self.tables())):
+    def _quarantine_failing(self, table: str, con: duckdb.DuckDBPyConnection,
+                            scan: TableScan) -> bool:
+        """Move the files of ``scan`` that DuckDB cannot describe on their own to its
+        quarantined ones (remembered until the file changes); True when there were any."""
+        failing = []
+        for path in scan.files:
+            try:
+                con.execute("DESCRIBE SELECT * FROM read_parquet("
+                            f"{sql_string(self._relative_file(path))})").fetchall()
+            except duckdb.Error as err:
+                failing.append((path, f"the file cannot be read by DuckDB: {err}"))
+        for path, reason in failing:
+            remember_unreadable(path, reason)
+            scan.files.remove(path)
+            scan.quarantined.append(QuarantinedPartition(
+                table, partition_from_dir(path.parent.name), path, reason,
+                f"re-materialize the partition (its asset writes the file anew) or remove the "
+                f"file (rm '{path}')"))
+        return bool(failing)
+
+    def _install_tables(self, con: duckdb.DuckDBPyConnection, skip: set[str]
+                        ) -> list[QuarantinedPartition]:
+        quarantined = []
+        for table in sorted(set(TABLES) | set(table_names(self.root))):
+            scan = self._scan(table)
             view = BASE_VIEW_NAMES.get(table, table)
             if view in skip:
                 log.warning("table %s has no view in the catalog: the view file %s.sql defines "
                             "a view of that name; read the table with Warehouse.read", table, view)
                 continue
-            sql = self._view_sql(table, con)
+            sql = self._view_sql(table, con, scan)
+            quarantined += scan.quarantined
             if sql:
                 con.execute(sql)
+        return quarantined
 
-    def _install_views(self, con: duckdb.DuckDBPyConnection, *, migrate: bool) -> None:
+    def _install_views(self, con: duckdb.DuckDBPyConnection, *, migrate: bool,
+                       record: bool = False) -> list[QuarantinedPartition]:
         """Drop every view, then create the tables' views, apply pending data migrations
-        (``migrate``: on the catalog file only) and create the derived views, all in one
-        transaction: a failure leaves the catalog as it was. Sets ``con``'s
-        ``file_search_path`` to the warehouse folder (the views' globs are relative to it)."""
-        _search_warehouse(con, self.root)
+        (``migrate``: on a catalog file only) and create the derived views, all in one
+        transaction: a failure leaves the database as it was. ``record`` stores the folder's
+        fingerprint (taken before the views are built, so a write meanwhile makes the catalog
+        stale, never wrongly current) and the quarantined partitions in it. Sets ``con``'s
+        ``file_search_path`` to the warehouse folder (the views' globs are relative to it).
+        Returns the partitions the views leave out."""
+        search_warehouse(con, self.root)
         views = load_views(self.views_dir)
         migrations = (load_migrations(self.migrations_dir, self.data_migrations)
                       if migrate else [])
         names = {v.name for v in views}
+        fingerprint = self._fingerprint() if record else ""
         con.execute("BEGIN TRANSACTION")
         try:
             drop_views(con)
-            self._install_tables(con, names)
+            quarantined = self._install_tables(con, names)
             applied = apply_migrations(con, self.root, migrations) if migrate else []
             if applied:  # stored data changed: the tables' views may have new columns
                 log.info("warehouse migrations applied: %s", applied)
-                self._install_tables(con, names)
+                fingerprint = self._fingerprint() if record else ""
+                quarantined = self._install_tables(con, names)
             create_views(con, views, self.root)
+            if record:
+                store_state(con, fingerprint, [
+                    (q.table, q.partition, q.path.relative_to(self.root).as_posix(), q.reason,
+                     q.fix) for q in quarantined])
         except BaseException:
             con.execute("ROLLBACK")
             raise
         con.execute("COMMIT")
+        return quarantined
+
+    def _fingerprint(self) -> str:
+        """Changes whenever the catalog's views would come out differently: a data file
+        written, replaced, removed or made unreadable, a table folder added, a view file,
+        migration or declared schema changed, the warehouse folder moved (stats only, no file
+        is opened)."""
+        views = []
+        for path in sorted(self.views_dir.glob("*.sql")):
+            st = path.stat()
+            views.append((path.name, st.st_size, st.st_mtime_ns))
+        migrations = ([p.name for p in sorted(self.migrations_dir.glob("*.sql"))]
+                      + [(m.version, m.name) for m in self.data_migrations])
+        parts = (CATALOG_FORMAT, STORAGE_VERSION, str(self.root), str(self.views_dir), views,
+                 migrations, _schema_signature(), fingerprint_entries(self.root))
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     @contextmanager
-    def _catalog_lock(self) -> Iterator[bool]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "catalog.lock", "w") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
+    def _catalog_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
+        """Held by whoever rebuilds the catalog file; False when another process holds it for
+        ``wait_s`` or the lock file cannot be opened (a read-only folder)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fh = open(self.root / "catalog.lock", "a")  # noqa: SIM115 - closed below
+        except OSError as err:
+            log.warning("cannot lock the catalog of %s to rebuild it: %s", self.root, err)
+            yield False
+            return
+        with fh:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        yield False
+                        return
+                    time.sleep(0.05)
             try:
                 yield True
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def catalog_status(self) -> tuple[str, str]:
+        """Whether the catalog file is ``current`` (built from the folder as it is),
+        ``stale`` or ``missing`` (rebuilt at the next query), ``corrupt`` (damaged: set aside
+        and rebuilt at the next query) or ``busy`` (another connection holds it), and the
+        detail. Reads only."""
+        look = self._look(self._fingerprint())
+        return look.status, look.detail
+
     def refresh_catalog(self) -> bool:
-        """Re-create every view and apply pending data migrations (``warehouse.catalog``);
-        False if another process holds the catalog. A catalog file in a storage format newer
-        than ``warehouse.catalog.STORAGE_VERSION`` is first rebuilt in that format, keeping its
-        record of applied migrations. Raises ``CatalogDefinitionError`` for a view file or
-        migration that cannot be used (the catalog is then left as it was)."""
-        with self._catalog_lock() as locked:
+        """Rebuild the catalog file now (every view; pending data migrations applied), whether
+        or not the folder changed. False when another process is rebuilding it, another
+        connection holds it locked, or it cannot be written (a full disk, a read-only folder:
+        queries then build their views in memory). A damaged catalog file is moved aside
+        (``catalog.duckdb.corrupt-<time>``) and rebuilt. Raises ``CatalogDefinitionError`` for
+        a view file or migration that cannot be used (the catalog is then left as it was)."""
+        return self._refresh(force=True)
+
+    def _refresh(self, *, force: bool, wait_s: float = 0.0) -> bool:
+        """Rebuild the catalog file if it is stale, missing or damaged (or ``force``); True when
+        the file on disk is now current."""
+        with self._catalog_lock(wait_s) as locked:
             if not locked:
                 return False
-            try:
-                with _OPEN_LOCK:
-                    con = open_catalog_file(self.catalog_path)
-            except duckdb.Error:
-                # another process writes it, or this process has it open read-only for a query
+            look = self._look(self._fingerprint())
+            if look.status == "current" and not force:
+                return True
+            if look.status == "busy":
+                log.warning("the catalog %s is held by another connection (%s); it is rebuilt "
+                            "at a later query", self.catalog_path, look.detail)
                 return False
+            record = look.record
+            if look.status == "corrupt":
+                self._set_aside(look.detail)
+                record = []
             try:
-                record = migration_record(con) if needs_rebuild(con) else None
-                if record is None:
-                    self._install_views(con, migrate=True)
-                    con.execute("CHECKPOINT")
-            finally:
-                con.close()
-            if record is not None:
-                self._rebuild_catalog(record)
+                self._build_catalog(record)
+            except CatalogDefinitionError:
+                raise
+            except (duckdb.Error, OSError) as err:
+                log.warning("could not write the catalog %s: %s. Queries build their views in "
+                            "memory until it can be written (free disk space, or make the "
+                            "folder writable)", self.catalog_path, err)
+                return False
             return True
 
-    def _rebuild_catalog(self, record: list[tuple]) -> None:
+    def _look(self, fingerprint: str) -> _Look:
+        """Open the catalog file read-only and say whether it was built from ``fingerprint``
+        (with its record of applied migrations)."""
+        con, look = self._attach(fingerprint, record=True)
+        if con is not None:
+            con.close()
+        return look
+
+    def _attach(self, fingerprint: str, *, record: bool = False
+                ) -> tuple[duckdb.DuckDBPyConnection | None, _Look]:
+        """A fresh in-memory connection with the catalog file attached read-only (as
+        ``CATALOG_ALIAS``, the default database) when the file was built from
+        ``fingerprint``; else None and what was found (with the record of applied migrations
+        when it is stale, or when ``record``). Read-only: other processes' read-only clients
+        open the file at the same time."""
+        if not self.catalog_path.exists():
+            return None, _Look("missing")
+        con = duckdb.connect()
+        try:
+            with _OPEN_LOCK:
+                con.execute(f"ATTACH {sql_string(str(self.catalog_path))} AS {CATALOG_ALIAS} "
+                            "(READ_ONLY)")
+            con.execute(f"USE {CATALOG_ALIAS}")
+            stored, rows = stored_state(con)
+            # the record of applied migrations goes into a rebuilt file
+            applied = migration_record(con) if record or stored != fingerprint else []
+        except duckdb.Error as err:
+            con.close()
+            return None, _Look("corrupt" if is_corrupt(err) else "busy", str(err))
+        except BaseException:
+            con.close()
+            raise
+        look = _Look("current" if stored == fingerprint else "stale", record=applied,
+                     quarantined=[QuarantinedPartition(t, p, self.root / rel, reason, fix or "")
+                                  for t, p, rel, reason, fix in rows])
+        if look.status != "current":
+            con.close()
+            return None, look
+        return con, look
+
+    def _set_aside(self, why: str) -> None:
+        """Move a damaged catalog file (and its WAL) out of the way, kept for inspection."""
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+        aside = self.catalog_path.with_name(f"{self.catalog_path.name}.corrupt-{stamp}")
+        try:
+            os.replace(self.catalog_path, aside)
+        except OSError as err:  # the rebuilt file replaces it anyway
+            aside = f"nowhere ({err})"
+        wal = self.catalog_path.with_name(self.catalog_path.name + ".wal")
+        if wal.exists():
+            with contextlib.suppress(OSError):
+                os.replace(wal, f"{aside}.wal")
+        log.warning("the catalog %s is damaged (%s): moved to %s and rebuilt from the Parquet "
+                    "files; its record of applied data migrations starts afresh (they are "
+                    "idempotent and run again)", self.catalog_path, why, aside)
+
+    def _build_catalog(self, record: list[tuple]) -> None:
         """Write a new catalog file (in ``STORAGE_VERSION``'s format) holding ``record`` as its
-        applied migrations and every view, then move it over the old one. The caller holds the
-        catalog lock and has closed the old file."""
-        tmp = self.root / f".catalog.{os.getpid()}.{uuid.uuid4().hex}.duckdb"
+        applied migrations, every view and the fingerprint it was built from, then move it over
+        the old one, so the catalog file is never open for writing: readers of the old file
+        keep reading it, later ones open the new one. The caller holds the catalog lock."""
+        self._remove_stale_catalog_temps()
+        tmp = self.root / (f"{CATALOG_TEMP_PREFIX}{os.getpid()}.{host_tag()}."
+                           f"{uuid.uuid4().hex}{TEMP_SUFFIX}")
         try:
             with _OPEN_LOCK:
                 con = open_catalog_file(tmp)
             try:
                 restore_migration_record(con, record)
-                self._install_views(con, migrate=True)
+                self._install_views(con, migrate=True, record=True)
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
+            # a WAL left by a writer of the old file would be replayed into the new one
+            self.catalog_path.with_name(self.catalog_path.name + ".wal").unlink(missing_ok=True)
             os.replace(tmp, self.catalog_path)
         finally:
             for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
                 leftover.unlink(missing_ok=True)
-        log.info("catalog %s rebuilt in DuckDB's %s storage format (%d applied migration(s) "
-                 "kept)", self.catalog_path, STORAGE_VERSION, len(record))
+        for table in table_names(self.root):
+            for folder in scan_table(self.root, table, validate=False).empty_folders:
+                if remove_empty_folder(folder):
+                    log.info("removed the empty partition folder %s", folder)
+
+    def _remove_stale_catalog_temps(self) -> None:
+        for path in self.root.glob(f"{CATALOG_TEMP_PREFIX}*"):
+            judged = path.with_name(path.name.removesuffix(".wal"))
+            if temp_file_is_stale(judged, prefix=CATALOG_TEMP_PREFIX) or (
+                    judged != path and not judged.exists()
+                    and temp_file_is_stale(path, max_age_s=600)):
+                path.unlink(missing_ok=True)
 
     @contextmanager
     def connect(self, limits: QueryLimits | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection confined to the warehouse folder (see the module docstring)
-        with every table as a view: the refreshed catalog, or an in-memory copy of its views.
-        Memory, threads and spill are bounded by ``limits`` (default: the warehouse's, else
-        ``QueryLimits.from_env()``); the wall-clock limit applies in ``sql`` only.
+        with every table as a view: the catalog file attached read-only (rebuilt first when the
+        folder changed since it was built), or, when it cannot be (another process holds it,
+        a full disk), the same views built in memory. Memory, threads and spill are bounded by
+        ``limits`` (default: the warehouse's, else ``QueryLimits.from_env()``); the wall-clock
+        limit applies in ``sql`` only. Logs a warning for each quarantined partition.
 
         Unlike ``sql`` it does not check statements (a COPY into the warehouse folder would
         run): use it for fixed queries in code, and pass SQL text from users to ``sql``."""
-        limits = self.query_limits(limits)
-        refreshed = self.refresh_catalog()
-        con = None
-        # a catalog that could not be refreshed may still have a table's view over a glob that
-        # now matches a quarantined partition: then the views are built in memory
-        tries = 3 if refreshed or not self.quarantined() else 0
-        why = "catalog busy"
-        for _ in range(tries):
-            with _OPEN_LOCK:
-                try:
-                    con = duckdb.connect(str(self.catalog_path), read_only=True)
-                except duckdb.Error:
-                    con = None
-                else:
-                    try:
-                        _confine(con, self.root, limits, self.view_patterns(),
-                                 shared=str(self.catalog_path))
-                    except _OtherLimits:
-                        con.close()
-                        con, why = None, "catalog open in this process with other limits"
-                        break
-                    except BaseException:
-                        con.close()
-                        raise
-            if con is not None:
-                break
-            time.sleep(0.2)
-        if con is None:
-            log.warning("%s; building the views in memory for this query",
-                        why if tries else "catalog not refreshed and a partition quarantined")
-            con = duckdb.connect()
-            try:
-                self._install_views(con, migrate=False)
-                _confine(con, self.root, limits, self.view_patterns())
-            except BaseException:
-                con.close()
-                raise
+        con, quarantined = self._open(self.query_limits(limits))
+        _warn_quarantined(quarantined)
         try:
             yield con
         finally:
             con.close()
 
+    def _open(self, limits: QueryLimits
+              ) -> tuple[duckdb.DuckDBPyConnection, list[QuarantinedPartition]]:
+        """The confined connection of ``connect`` and the partitions its views leave out."""
+        con, look = self._attach(self._fingerprint())
+        if (con is None and look.status in ("stale", "missing", "corrupt")
+                and self._refresh(force=False, wait_s=REFRESH_WAIT_S)):
+            con, look = self._attach(self._fingerprint())
+        if con is not None:
+            try:
+                confine(con, self.root, limits, self.view_patterns())
+            except BaseException:
+                con.close()
+                raise
+            return con, look.quarantined
+        # "stale" here: the folder changed again while the catalog was rebuilt, or another
+        # process is rebuilding it; the other outcomes were logged where they were found
+        (log.info if look.status == "stale" else log.warning)(
+            "catalog %s%s; building the views in memory for this query", look.status,
+            f" ({look.detail})" if look.detail else "")
+        con = duckdb.connect()
+        try:
+            quarantined = self._install_views(con, migrate=False)
+            confine(con, self.root, limits, self.view_patterns())
+        except BaseException:
+            con.close()
+            raise
+        return con, quarantined
+
+    @contextmanager
+    def _query_connection(self, limits: QueryLimits, query: str, strict: bool | None
+                          ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """``connect``'s connection for ``query``: the quarantined partitions of the tables it
+        reads raise ``UnreadablePartitionError`` when ``strict`` (None: ``strict_sql``), else
+        are logged."""
+        strict = self.strict_sql if strict is None else strict
+        con, quarantined = self._open(limits)
+        try:
+            if quarantined:
+                read = self._tables_read(query, con)
+                hit = [q for q in quarantined if read is None or q.table in read]
+                if strict and hit:
+                    raise UnreadablePartitionError(hit, "query")
+                _warn_quarantined(hit)
+            yield con
+        finally:
+            con.close()
+
+    def _tables_read(self, query: str, con: duckdb.DuckDBPyConnection) -> set[str] | None:
+        """The tables ``query`` reads, through the view files too; None when unknown."""
+        names = relations_read(query, con)
+        if names is None:
+            return None
+        views = {v.name: v.reads for v in load_views(self.views_dir)}
+        base = {view: table for table, view in BASE_VIEW_NAMES.items()}
+        tables: set[str] = set()
+        todo, seen = list(names), set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in views:
+                todo += views[name]
+            tables.add(base.get(name, name))
+        return tables
+
     def sql(self, query: str, params: Mapping[str, Any] | list[Any] | None = None, *,
-            limits: QueryLimits | None = None) -> pa.Table:
+            limits: QueryLimits | None = None, strict: bool | None = None) -> pa.Table:
         """Run one read-only query; ``params`` bind ``$name`` (dict) or ``?`` (list) placeholders.
         ``limits`` (default: the warehouse's, else ``QueryLimits.from_env()``) bound its memory,
         threads, disk spill and wall-clock time, the time counted from this call.
+
+        Quarantined partitions of the tables it reads are left out with a warning;
+        ``strict=True`` (for pipeline code whose output must not miss rows; default: the
+        warehouse's ``strict_sql``) raises ``UnreadablePartitionError`` instead.
 
         Raises ``UnsafeQueryError`` for an empty query, several statements, a statement other
         than the SELECT family, or a file outside the warehouse folder; ``QueryLimitError`` when
@@ -664,7 +931,7 @@ class Warehouse:
         started = time.monotonic()
 
         def run() -> pa.Table:
-            with self.connect(limits) as con:
+            with self._query_connection(limits, query, strict) as con:
                 check_read_only(con, query)
                 try:
                     with enforce(con, limits, started):
@@ -677,8 +944,8 @@ class Warehouse:
 
     @contextmanager
     def stream(self, query: str, params: Mapping[str, Any] | list[Any] | None = None, *,
-               limits: QueryLimits | None = None, batch_rows: int = STREAM_BATCH_ROWS
-               ) -> Iterator[ResultStream]:
+               limits: QueryLimits | None = None, batch_rows: int = STREAM_BATCH_ROWS,
+               strict: bool | None = None) -> Iterator[ResultStream]:
         """Run one read-only query like ``sql`` and hand its rows over as DuckDB produces them:
         a ``ResultStream`` of Arrow record batches of at most ``batch_rows`` rows, so memory
         holds one batch whatever the size of the result (write a big result to Parquet with
@@ -687,8 +954,9 @@ class Warehouse:
 
         The wall-clock limit of ``limits`` covers the whole ``with`` block, counted from this
         call: the consumer's work between batches counts too, and the next batch raises
-        ``QueryLimitError`` once it has passed. Raises what ``sql`` raises; a query whose files a
-        writer replaced before its first batch runs again, after that the error propagates."""
+        ``QueryLimitError`` once it has passed. Raises what ``sql`` raises (``strict`` as
+        there); a query whose files a writer replaced before its first batch runs again, after
+        that the error propagates."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a SQL string, got {type(query).__name__}")
         if not isinstance(batch_rows, int) or batch_rows < 1:
@@ -697,7 +965,7 @@ class Warehouse:
         started = time.monotonic()
         for attempt in range(RETRY_ATTEMPTS):
             before = _file_versions(self.root)
-            with self.connect(limits) as con:
+            with self._query_connection(limits, query, strict) as con:
                 check_read_only(con, query)
                 with enforce(con, limits, started) as deadline:
                     rel = reader = None
@@ -729,90 +997,21 @@ class Warehouse:
             "its tables and views by name instead (python -m warehouse tables lists them)")
 
 
-def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
-    """Raise ``UnsafeQueryError`` unless ``query`` is exactly one SELECT-family statement, as
-    DuckDB's parser on ``con`` reads it (parse errors raise ``duckdb.ParserException``)."""
-    statements = con.extract_statements(query)
-    if not statements:
-        raise UnsafeQueryError(
-            "empty query: nothing but whitespace or comments was given; write one SELECT "
-            "statement, e.g. SELECT * FROM leaderboard"
-        )
-    if len(statements) > 1:
-        raise UnsafeQueryError(
-            f"{len(statements)} statements given; run one SELECT statement at a time"
-        )
-    statement = statements[0]
-    if statement.type == duckdb.StatementType.SELECT:
-        return
-    if statement.type == duckdb.StatementType.EXPLAIN:
-        match = _EXPLAIN_RE.match(statement.query)
-        inner = con.extract_statements(match["inner"]) if match else []
-        if len(inner) == 1 and inner[0].type == duckdb.StatementType.SELECT:
-            return
-        raise UnsafeQueryError("EXPLAIN is allowed only in front of a single SELECT statement")
-    raise UnsafeQueryError(
-        f"{statement.type.name} statements are not allowed: warehouse SQL is read-only "
-        "(SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of one of those). "
-        "Tables change only by materializing the assets that write them."
-    )
+def _warn_quarantined(quarantined: Iterable[QuarantinedPartition]) -> None:
+    for bad in quarantined:
+        log.warning("partition left out of the %s view: %s", bad.table, bad.describe())
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+_SCHEMA_SIGNATURE: list[str] = []
 
 
-def _search_warehouse(con: duckdb.DuckDBPyConnection, root: Path) -> None:
-    """Resolve ``con``'s relative globs (the views') against ``root`` only."""
-    if "," in str(root):
-        raise ValueError(
-            f"the warehouse folder {root} has a comma in its path, which DuckDB's "
-            "file_search_path cannot hold (it separates folders); move the warehouse to a "
-            "folder without one (WEFT_HOME)")
-    con.execute(f"SET GLOBAL file_search_path = {_sql_string(str(root))}")
-
-
-def _confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
-             patterns: Iterable[str] = (), shared: str | None = None) -> None:
-    """Lock ``con``'s database down: ``limits`` (resolved) on memory, threads and spill, files
-    only under ``root`` or through the relative globs ``patterns`` (resolved against ``root``
-    alone), no extension downloads or autoloading, configuration locked. A database
-    instance shared with an earlier connection to the path ``shared`` may already be locked
-    down; then it is only verified, and ``_OtherLimits`` raised if its limits differ."""
-    settings = dict(con.execute(
-        "SELECT name, value FROM duckdb_settings() WHERE name IN "
-        "('lock_configuration', 'enable_external_access')"
-    ).fetchall())
-    if settings["lock_configuration"] == "true":
-        if settings["enable_external_access"] != "false":
-            raise RuntimeError(
-                "the warehouse catalog is open in this process with an unconfined, locked "
-                "configuration; close that connection before querying through Warehouse.sql"
-            )
-        if shared is None or _CONFINED_LIMITS.get(shared) != limits.instance_settings():
-            raise _OtherLimits(shared)
-        return
-    dirs = sorted({os.path.abspath(root), os.path.realpath(root)})
-    _search_warehouse(con, root)
-    allowed = ", ".join(_sql_string(p) for p in sorted(set(patterns)))
-    for statement in (
-        "SET autoinstall_known_extensions = false",
-        "SET autoload_known_extensions = false",
-        "SET allow_community_extensions = false",
-        # memory, threads and the spill folder and its size (DuckDB allows its temp directory)
-        *limit_settings(limits),
-        # DuckDB draws a progress bar on stdout during queries over 2 s, into the rows that
-        # python -m warehouse prints (a per-connection setting: later connections to a locked
-        # shared catalog keep DuckDB's default)
-        "SET enable_progress_bar = false",
-        f"SET allowed_directories = [{', '.join(_sql_string(d) for d in dirs)}]",
-        f"SET allowed_paths = [{allowed}]",
-        "SET enable_external_access = false",
-        "SET lock_configuration = true",
-    ):
-        con.execute(statement)
-    if shared is not None:
-        _CONFINED_LIMITS[shared] = limits.instance_settings()
+def _schema_signature() -> str:
+    """The declared tables and their view names, as the catalog's views are built from them."""
+    if not _SCHEMA_SIGNATURE:
+        text = repr(sorted((name, str(schema)) for name, schema in TABLES.items()))
+        _SCHEMA_SIGNATURE.append(hashlib.sha256(
+            (text + repr(sorted(BASE_VIEW_NAMES.items()))).encode()).hexdigest())
+    return _SCHEMA_SIGNATURE[0]
 
 
 def _retry_replaced_files(fn, root: Path, attempts: int = RETRY_ATTEMPTS):

@@ -21,6 +21,10 @@ successful ``put`` replaces it; the flagged payload and its reason stay readable
 ``failure`` until then, for inspection. Files written before the flag existed gain the column
 when opened.
 
+Errors: ``get``, ``put`` and ``mark_failed`` raise ``sqlite3.Error`` (e.g. "database or disk
+is full") or :class:`CacheUnavailable` (the file cannot be opened as a cache); the client turns
+both into a warning and goes on without caching (``pipelines.llm.client``).
+
 What this does not guarantee: with ``synchronous=NORMAL`` a power cut (not a process crash)
 may drop the last few commits, never corrupt the file; the file must be on a local disk
 (SQLite locking over NFS is unreliable); nothing is ever evicted.
@@ -58,6 +62,11 @@ _SCHEMA_SQL = (
 
 
 LOOPBACK_HOSTS = ("localhost", "::1")
+
+
+class CacheUnavailable(RuntimeError):
+    """The cache file cannot be opened (or set up) as a cache; the message says why and what
+    to do."""
 
 
 def endpoint_identity(endpoint: str, model_root: str | None) -> str:
@@ -166,7 +175,7 @@ class ResponseCache:
             except sqlite3.DatabaseError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     conn.close()
-                    raise RuntimeError(
+                    raise CacheUnavailable(
                         f"cannot open the LLM cache {self.path}: {exc}. Move the file away (it is only a "
                         "cache) or point the client at another cache_path."
                     ) from exc

@@ -14,7 +14,10 @@ return results with ``error`` set; the one exception is ``EndpointUnreachable``,
 seconds when nothing answers at a base URL that never answered this client, and after
 ``connect_retry_window_s`` of refused connections at one that did (a server restart takes
 seconds, so requests wait for it with backoff instead of aborting the run). A cancelled call
-frees its concurrency slot and writes no cache entry. Records never contain the API key.
+frees its concurrency slot and writes no cache entry. A cache that fails (a full disk:
+"database or disk is full", a file that cannot be opened) never fails a call: the first
+failure of a write logs one warning and the client answers without writing the cache from then
+on; a failed lookup is a miss (one warning per client). Records never contain the API key.
 Unusable replies are failures, never cached successes: a reply with no content (null or empty
 and no reasoning) is retried like a 5xx, a response body over ``max_response_bytes`` is an
 error of its row (not retried: the same request would produce it again), and a ``chat_json``
@@ -46,6 +49,7 @@ import asyncio
 import logging
 import os
 import re
+import sqlite3
 import threading
 import time
 import uuid
@@ -58,7 +62,7 @@ from typing import Any, Self, TypeVar
 import openai
 
 from pipelines.llm.batch import map_ordered, on_loop_exit
-from pipelines.llm.cache import ResponseCache, cache_key
+from pipelines.llm.cache import CacheUnavailable, ResponseCache, cache_key
 from pipelines.llm.endpoint import (
     CONNECT_RETRY_WINDOW_S,
     DEFAULT_BASE_URL,
@@ -107,6 +111,8 @@ T = TypeVar("T")
 DEFAULT_PARAMS = SamplingParams()  # frozen, so one shared default is safe
 CACHE_FILENAME = "llm_cache.sqlite"
 JSON_MODES = ("schema", "object", "prompt")
+# What a failing cache raises (a full disk, a file that cannot be opened): never a call's error.
+CACHE_ERRORS = (sqlite3.Error, OSError, CacheUnavailable)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -222,6 +228,8 @@ class LLMClient:
         self._in_flight = 0  # requests waiting on the server now
         self._busy_since = 0.0  # when the current stretch with requests in flight began
         self.cache: ResponseCache | None = None
+        self._cache_writes = True  # off after the first failed write (a full disk)
+        self._cache_warned: set[str] = set()
         if use_cache:
             self.cache = ResponseCache(
                 Path(cache_path) if cache_path is not None else cache_dir() / CACHE_FILENAME
@@ -352,6 +360,36 @@ class LLMClient:
             error=error,
             latency_s=time.monotonic() - started,
         )
+
+    # ----------------------------------------------------------------- the cache, degrading
+    async def _cache_get(self, key: str) -> dict | None:
+        """The cached payload of ``key``; None on a miss or when the cache cannot be read."""
+        try:
+            return await asyncio.to_thread(self.cache.get, key)
+        except CACHE_ERRORS as exc:
+            self._cache_trouble("read", exc, "this call and others like it go to the server")
+            return None
+
+    async def _cache_write(self, method: Callable[..., Any], *args: Any) -> None:
+        """Call the cache's ``method`` (put, mark_failed) unless writes are off; the first
+        failure turns them off for this client, with one warning."""
+        if not self._cache_writes:
+            return
+        try:
+            await asyncio.to_thread(method, *args)
+        except CACHE_ERRORS as exc:
+            self._cache_writes = False
+            self._cache_trouble("write", exc, "answering without caching from now on (a re-run "
+                                "asks the server again); free disk space, or point the client "
+                                "at another cache_path")
+
+    def _cache_trouble(self, what: str, exc: BaseException, consequence: str) -> None:
+        with self._usage_lock:
+            if what in self._cache_warned:
+                return
+            self._cache_warned.add(what)
+        logger.warning("LLM cache %s: %s failed (%s: %s); %s", self.cache.path if self.cache
+                       else None, what, type(exc).__name__, exc, consequence)
 
     # ----------------------------------------------------------------- identity and usage
     def _resolve_identity(self) -> bool:
@@ -513,7 +551,7 @@ class LLMClient:
         )
         started = time.monotonic()
         if cacheable:
-            payload = await asyncio.to_thread(self.cache.get, key)
+            payload = await self._cache_get(key)
             # an empty reply stored by an older version is a miss: ask again
             if (
                 payload is not None
@@ -549,7 +587,7 @@ class LLMClient:
                     self._seen_up = True
                     generated = int(payload["completion_tokens"] or 0)
                     if cacheable:
-                        await asyncio.to_thread(self.cache.put, key, self.model, payload)
+                        await self._cache_write(self.cache.put, key, self.model, payload)
                     results = results_from_payload(payload, cached=False, key=key)
                     self._record(
                         tag=tag,
@@ -705,7 +743,7 @@ class LLMClient:
             ]
         if self.cache is not None:  # a re-run must ask again, not replay the invalid replies
             for key in keys:
-                await asyncio.to_thread(self.cache.mark_failed, key, f"invalid JSON: {error}")
+                await self._cache_write(self.cache.mark_failed, key, f"invalid JSON: {error}")
         return JsonResult(None, raw, 2, error)
 
     async def map(

@@ -20,7 +20,7 @@ OLD_VIEWS = {"latest_scores", "sample_stats", "leaderboard", "latency", "pairwis
              "budget_curve", "eff_curve", "duet_steps", "tandem_summary_latest",
              "tandem_pairwise_latest", "models", "ep_leaderboard", "ep_budget_table"}
 # views added as files after the migrations era
-NEW_VIEWS = {"model_lineage"}
+NEW_VIEWS = {"model_lineage", "run_status"}
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 

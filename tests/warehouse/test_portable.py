@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from warehouse import Lineage, Warehouse
-from warehouse.store import UnsafeQueryError
+from warehouse.confine import UnsafeQueryError
 
 # DuckDB's main file header: 8 checksum bytes, the magic "DUCK", then the storage version number
 # as a little-endian uint64. 64 is the number DuckDB 0.10 to 1.1 write and every later release

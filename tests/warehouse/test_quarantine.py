@@ -10,7 +10,8 @@ import pytest
 
 from warehouse import Lineage, Warehouse
 from warehouse.__main__ import main as warehouse_main
-from warehouse.store import UnsafeQueryError
+from warehouse.confine import UnsafeQueryError
+from warehouse.quarantine import UnreadablePartitionError
 
 
 def _rows(n, tag):
@@ -47,7 +48,9 @@ def test_symlinked_out_partition_is_left_out_and_reported(wh, caplog):
     assert str(wh.outside.resolve()) in bad.reason
     assert wh.files("problems") == [wh.root / "problems" / d / "data.parquet"
                                     for d in ("also%20good", "good")]
-    assert wh.read("problems").num_rows == 5
+    assert wh.read("problems", strict=False).num_rows == 5
+    with pytest.raises(UnreadablePartitionError, match="problems/linked"):
+        wh.read("problems")  # strict, as pipeline code reads
     # the confinement itself is unchanged: the file cannot be read by path
     with pytest.raises(UnsafeQueryError, match="warehouse folder"):
         wh.sql(f"SELECT count(*) FROM read_parquet('{wh.root}/problems/linked/data.parquet')")

@@ -52,7 +52,8 @@ def test_success_writes_calls_then_data_then_the_runs_row(weft_home):
                                "raw": "x"}], counted=False)
         client.call(1)  # a call after the first data write is kept too
         rec.write("traces", [], counted=True)
-    assert wh.order == ["llm_calls", "rejects", "llm_calls", "traces", "runs"]
+    # the run's first heartbeat at its start, the `runs` row last
+    assert wh.order == ["run_heartbeats", "llm_calls", "rejects", "llm_calls", "traces", "runs"]
     (run,) = _rows(wh, "runs")
     assert run["status"] == "success" and run["error"] is None and run["rows_written"] == 0
     # the row names the run's partition (it joins the data on it); its folder is the run's own
@@ -70,7 +71,7 @@ def test_a_stopped_run_writes_its_calls_and_why(weft_home, exc, status):
         rec.track(client)
         client.call(4)
         raise exc
-    assert wh.order == ["llm_calls", "runs"]
+    assert wh.order == ["run_heartbeats", "llm_calls", "runs"]
     assert len(_rows(wh, "llm_calls")) == 4
     (run,) = _rows(wh, "runs")
     assert run["status"] == status
@@ -100,8 +101,11 @@ def test_a_second_interrupt_while_recording_a_canceled_run_does_not_cut_the_reco
     import signal
 
     class InterruptedWrites(OrderedWarehouse):
+        armed = False
+
         def write(self, table, data, **kwargs):
-            os.kill(os.getpid(), signal.SIGINT)  # delivered at once to this (main) thread
+            if self.armed:
+                os.kill(os.getpid(), signal.SIGINT)  # delivered at once to this (main) thread
             return super().write(table, data, **kwargs)
 
     before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN under nohup
@@ -109,8 +113,9 @@ def test_a_second_interrupt_while_recording_a_canceled_run_does_not_cut_the_reco
     with pytest.raises(KeyboardInterrupt, match="first"), RunRecord(wh, LIN) as rec:
         rec.track(client)
         client.call(2)
+        wh.armed = True  # every write of the record interrupted from here on
         raise KeyboardInterrupt("first")
-    assert wh.order == ["llm_calls", "runs"]
+    assert wh.order == ["run_heartbeats", "llm_calls", "runs"]
     assert len(_rows(wh, "llm_calls")) == 2
     (run,) = _rows(wh, "runs")
     assert run["status"] == "canceled" and run["error"] == "KeyboardInterrupt: first"

@@ -296,7 +296,7 @@ def test_stream_time_limit_covers_the_consumer(wh):
 
 
 def test_stream_refuses_what_sql_refuses(wh):
-    from warehouse.store import UnsafeQueryError
+    from warehouse.confine import UnsafeQueryError
 
     with pytest.raises(UnsafeQueryError), wh.stream("SELECT 1; SELECT 2"):
         pass

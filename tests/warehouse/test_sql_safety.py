@@ -17,7 +17,7 @@ import pytest
 
 from warehouse import Lineage, Warehouse
 from warehouse.__main__ import main as warehouse_main
-from warehouse.store import UnsafeQueryError
+from warehouse.confine import UnsafeQueryError
 
 
 def _rows(n, tag="a"):

@@ -14,7 +14,9 @@ removed. At every moment each partition is whole in its old folder, its new fold
 the old one); none is lost. When a partition already has a folder under its new key (written
 by newer code before the migration ran) that folder wins, since writing a partition replaces
 its rows. Folders that are symlinks are left as they are (they may point outside the
-warehouse, ``warehouse.store`` quarantines those).
+warehouse, ``warehouse.store`` quarantines those), and so are folders whose data file cannot
+be read (``warehouse.files.check_data_file``; quarantined too): a partition written again
+by current code gets its new folder.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from warehouse.files import DATA_FILE, write_data_file
+from warehouse.files import DATA_FILE, check_data_file, write_data_file
 from warehouse.partitions import partition_dir_name, partition_from_dir, respell
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,9 @@ def respell_folder(folder: Path, *, per_run: bool = False) -> bool:
         return False
     target = folder.with_name(partition_dir_name(respell(partition_from_dir(folder.name))))
     data = folder / DATA_FILE
+    if data.is_file() and (reason := check_data_file(data)) is not None:
+        log.warning("%s: %s left as it is: the file %s", NAME, folder, reason)
+        return False
     if target == folder:
         if not data.is_file():
             return False
