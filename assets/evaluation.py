@@ -53,7 +53,7 @@ from assets.common import (
 )
 from assets.execution import IN_PROCESS
 from assets.ingest import problems
-from assets.partitions import eval_partitions, partition_dims, table_partition
+from assets.partition_defs import eval_partitions, partition_dims, table_partition
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sampling import SamplingConfig
 from assets.sandbox_resource import SandboxResource

@@ -26,7 +26,7 @@ import os
 import dagster as dg
 
 from assets.evaluation import eval_samples, eval_scores
-from assets.partitions import eval_partitions, eval_suite, model_partitions, table_partition
+from assets.partition_defs import eval_partitions, eval_suite, model_partitions, table_partition
 
 eval_job = dg.define_asset_job(
     "eval_job",

@@ -8,16 +8,32 @@ calls cancelled once full coverage is seen), repairs the levels and interleaves;
 sample. ``sxs_sft_dataset`` turns each alignment into TRL prompt/completion rows, in two
 variants: ``sxs`` (interleaved think/speak) and ``standard`` (all reasoning, then the answer),
 with dataset-level content-latency metrics (ARI/ABO/AIRW) of both in the asset metadata.
+
+The rows are computed by ``pipelines.sxs_dataset`` (and ``pipelines.sxs_align``); this module wires
+them to the ``llm`` resource and the warehouse.
 """
 
-import asyncio
-import json
 from collections import Counter
 
 import dagster as dg
 
 from assets.common import lineage, md_table, now, run_record
 from assets.resources import LLMResource, WarehouseResource
+from pipelines.sxs_dataset import (
+    LATENCY_COLUMNS,
+    align_traces,
+    alignment_problems,
+    alignment_rows,
+    check_judge,
+    check_max_example_tokens,
+    judge_bounds,
+    latency_table,
+    make_judge,
+    round_trip_problems,
+    rounded,
+    select_traces,
+    sft_dataset_rows,
+)
 from warehouse.runs import record_run
 
 TRACE_SOURCE_NAMES = ("s1k", "limo", "openmathreasoning")
@@ -54,24 +70,6 @@ def traces(context: dg.AssetExecutionContext, config: TracesConfig,
                                           "rows_per_source": dg.MetadataValue.json(counts)})
 
 
-def judge_bounds(rows: list[dict]) -> tuple[int, int]:
-    """(judge calls the batch may make, longest judge prompt in characters) for the ``llm``
-    resource's deadlines and watchdog: one call per reasoning prefix (SxS Algorithm 1), each
-    with room for the client's one JSON repair turn; the prompt holds the judge template,
-    the problem, a prefix of the reasoning and the answer blocks."""
-    from pipelines.sxs import segment
-    from pipelines.sxs_judge import JUDGE_PROMPT_PATH
-
-    template = len(JUDGE_PROMPT_PATH.read_text(encoding="utf-8"))
-    calls = sum(2 * max(len(segment(r["reasoning"])) - 1, 1) for r in rows)
-    longest = max((len(r["problem"]) + len(r["reasoning"]) + len(r["response"]) for r in rows),
-                  default=0)
-    return calls, template + longest
-
-
-JUDGES = ("llm", "evidence")
-
-
 class AlignConfigModel(dg.Config):
     limit: int | None = None  # traces in total (deterministic: ordered by trace_id)
     # "llm": the `llm` resource judges (SxS App. B.1); "evidence": the scripted
@@ -79,7 +77,7 @@ class AlignConfigModel(dg.Config):
     judge: str = "llm"
     mode: str = "parallel"  # or "sequential" (one prefix at a time; for comparison)
     prefilter: bool = False
-    judge_max_tokens: int = 32
+    judge_max_tokens: int = 32  # the judge decodes greedily (SxS App. B): only its cap is set
     max_concurrency: int = 8
 
 
@@ -88,84 +86,37 @@ class AlignConfigModel(dg.Config):
                       "judge calls made/saved/failed, the interleaved tagged stream.")
 def sxs_alignments(context: dg.AssetExecutionContext, config: AlignConfigModel, llm: LLMResource,
                    warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from pipelines.llm import SamplingParams
-    from pipelines.sxs import AlignConfig, align_sample, summarize_alignments
-    from pipelines.sxs_judge import EvidenceJudge, LLMJudge
+    from pipelines.sxs_align import AlignConfig, summarize_alignments
+    from warehouse.samples import sxs_preview
 
     started = now()
-    if config.judge not in JUDGES:
-        raise dg.Failure(f"sxs_alignments: judge must be one of {JUDGES}, got {config.judge!r} "
-                         "(llm: the llm resource; evidence: the scripted evidence judge)")
     wh = warehouse.get()
-    rows = sorted(wh.read("traces").to_pylist(), key=lambda r: r["trace_id"])
-    if config.limit:
-        rows = rows[: config.limit]
-    if not rows:
-        raise dg.Failure("no traces: materialize `traces` first")
+    try:
+        check_judge(config.judge)
+        rows = select_traces(wh.read("traces").to_pylist(), config.limit)
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from exc
     requests, prompt_chars = judge_bounds(rows)
     align_cfg = AlignConfig(mode=config.mode, prefilter=config.prefilter)
     with run_record(context, wh, config.model_dump(), started_at=started) as rec:
         client = None
-        if config.judge == "evidence":
-            judge, model = EvidenceJudge(), EvidenceJudge.name
-        else:
+        if config.judge == "llm":
             client = rec.track(llm.client(config.judge_max_tokens, requests=requests,
                                           progress=context.log.info,
                                           max_concurrency=config.max_concurrency,
                                           prompt_chars=prompt_chars, per_request_timeout=True))
-            model = client.model
             client.check_reachable()
-            judge = LLMJudge(client, params=SamplingParams(temperature=0.0,
-                                                           max_tokens=config.judge_max_tokens))
-
-        async def one(row):
-            try:
-                return row, await align_sample(row["problem"], row["reasoning"], row["response"],
-                                               judge, align_cfg), None
-            except ValueError as err:  # nothing to interleave: quarantine the sample
-                return row, None, str(err)
-
-        async def run_all():
-            if client is None:
-                return [await one(row) for row in rows]
-            try:
-                return await client.map(one, rows, desc="sxs alignment")
-            finally:
-                await client.aclose()
-
-        results = asyncio.run(run_all())
-        out, rejects, alignments = [], [], []
-        for row, alignment, error in results:
-            if alignment is None:
-                rejects.append({"source": row["source"], "origin": f"traces/{row['trace_id']}",
-                                "line": -1, "reason": f"sxs alignment: {error}",
-                                "raw": row["problem"][:500]})
-                continue
-            alignments.append(alignment)
-            out.append({"trace_id": row["trace_id"], "problem_id": row["problem_id"],
-                        "source": row["source"], "judge_model": model, **alignment.to_row()})
+        judge, model = make_judge(config.judge, client, config.judge_max_tokens)
+        results = align_traces(rows, judge, align_cfg, client)
+        out, rejects, alignments = alignment_rows(results, model)
         rec.write("sxs_alignments", out)  # after the run's llm_calls; the runs row comes last
         rec.write("rejects", rejects, counted=False, lineage=lineage(
             context, config.model_dump(), partition="sxs_alignments"))
-    summary = summarize_alignments(alignments)
-    from warehouse.samples import sxs_preview
-
     return dg.MaterializeResult(metadata={
         "samples": len(out), "rejected": len(rejects), "judge_model": model,
         "alignments_preview": dg.MetadataValue.md(sxs_preview(out)),
-        **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in summary.items() if v is not None},
+        **rounded(summarize_alignments(alignments)),
     })
-
-
-def _alignment_from_row(row: dict):
-    from pipelines.formats import parse_tagged
-    from pipelines.sxs import Alignment, Segment, segment
-
-    segments = [Segment(kind, tuple(segment(text))) for kind, text in parse_tagged(row["tagged"])]
-    return Alignment(k_r=row["k_r"], k_a=row["k_a"], raw=list(row["raw"]), status=list(row["status"]),
-                     repaired=list(row["repaired"]), segments=segments, mode=row["mode"],
-                     prefilter=bool(row["prefilter"]), rounds=int(row["rounds"]),
-                     elapsed_s=float(row["elapsed_s"] or 0.0))
 
 
 class SxsDatasetConfig(dg.Config):
@@ -177,65 +128,33 @@ class SxsDatasetConfig(dg.Config):
     max_example_tokens: int | None = None
 
 
-def example_tokens(sft: dict, tokenizer) -> int:
-    """Tokens of one SFT row's text: every prompt and completion message's content (chat rows)
-    or the prompt and completion strings (text rows); the chat template's own tokens are not
-    counted."""
-    def texts(value):
-        return [value] if isinstance(value, str) else [m["content"] for m in value]
-
-    return sum(len(tokenizer.encode(t, add_special_tokens=False))
-               for part in ("prompt", "completion") for t in texts(sft[part]))
-
-
 @dg.asset(deps=[sxs_alignments], group_name="synthesize", kinds={"python", "parquet"},
           description="TRL prompt/completion rows: `sxs` (interleaved) and `standard` variants.")
 def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
                     warehouse: WarehouseResource) -> dg.MaterializeResult:
     from eval.latency import summarize_variants
     from pipelines.models import convert
-    from pipelines.sxs import hf_tokenizer, sft_rows, summarize_alignments, variant_segments
+    from pipelines.sxs_align import hf_tokenizer, summarize_alignments, variant_segments
 
     started = now()
     wh = warehouse.get()
     aligned = wh.read("sxs_alignments").to_pylist()
     if not aligned:
         raise dg.Failure("no alignments: materialize `sxs_alignments` first")
-    if config.max_example_tokens is not None and config.max_example_tokens <= 0:
-        raise dg.Failure(f"sxs_sft_dataset: max_example_tokens must be a positive token count "
-                         f"or None, got {config.max_example_tokens}")
-    tokenizer = hf_tokenizer(config.tokenizer_path or str(convert()))
-    problems = {r["trace_id"]: r["problem"] for r in wh.read("traces").to_pylist()}
-    rows, alignments, too_long = [], [], 0
-    for row in aligned:
-        alignment = _alignment_from_row(row)
-        variants = sft_rows(problems[row["trace_id"]], alignment, style=config.style)
-        if config.max_example_tokens is not None and max(
-                example_tokens(sft, tokenizer) for sft in variants.values()
-        ) > config.max_example_tokens:
-            too_long += 1
-            continue
-        alignments.append(alignment)
-        for variant, sft in variants.items():
-            rows.append({"trace_id": row["trace_id"], "problem_id": row["problem_id"],
-                         "source": row["source"], "variant": variant,
-                         "prompt": json.dumps(sft["prompt"]) if config.style == "chat" else sft["prompt"],
-                         "completion": json.dumps(sft["completion"]) if config.style == "chat" else sft["completion"],
-                         "n_visible_segments": alignment.n_visible_segments if variant == "sxs" else 1})
-    if not rows:
-        raise dg.Failure(f"sxs_sft_dataset: all {too_long} traces have more than "
-                         f"max_example_tokens={config.max_example_tokens} tokens; raise it or "
-                         "set it to None")
+    try:
+        check_max_example_tokens(config.max_example_tokens)
+        tokenizer = hf_tokenizer(config.tokenizer_path or str(convert()))
+        problems = {r["trace_id"]: r["problem"] for r in wh.read("traces").to_pylist()}
+        rows, alignments, too_long = sft_dataset_rows(
+            aligned, problems, style=config.style,
+            max_example_tokens=config.max_example_tokens, tokenizer=tokenizer)
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from exc
     lin = lineage(context, config.model_dump())
     wh.write("sxs_sft_dataset", rows, lineage=lin)
     record_run(wh, lin, started_at=started, rows_written=len(rows), config=config.model_dump())
     summary = {**summarize_alignments(alignments),
                **summarize_variants(map(variant_segments, alignments), tokenizer)}
-    table = []
-    for variant in ("sxs", "standard"):
-        lat = summary[f"latency_{variant}"]
-        table.append({"variant": variant, **{k: lat.get(f"mean_{k}") for k in ("ari", "abo", "airw", "airw_between", "first_disclosure",
-                                                                       "total_tokens", "filler_rate")}})
     return dg.MaterializeResult(metadata={
         "rows": len(rows),
         "samples": summary["samples"],
@@ -245,21 +164,15 @@ def sxs_sft_dataset(context: dg.AssetExecutionContext, config: SxsDatasetConfig,
         "mean_visible_segments": summary["mean_visible_segments"],
         "share_collapsed": summary["share_collapsed"],
         "calls_saved_by_cancellation": summary["calls_saved"],
-        "latency": md_table(table, ["variant", "ari", "abo", "airw", "airw_between", "first_disclosure", "total_tokens", "filler_rate"]),
+        "latency": md_table(latency_table(summary), LATENCY_COLUMNS),
         "variants": dg.MetadataValue.json(dict(Counter(r["variant"] for r in rows))),
     })
 
 
 @dg.asset_check(asset=sxs_alignments, description="Levels monotone, terminal safeguard, block counts.")
 def check_sxs_alignments_consistent(warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    from pipelines.sxs import validate_alignment
-
-    bad = {}
     rows = warehouse.get().read("sxs_alignments").to_pylist()
-    for row in rows:
-        problems = validate_alignment(_alignment_from_row(row))
-        if problems:
-            bad[row["trace_id"]] = problems[:3]
+    bad = alignment_problems(rows)
     return dg.AssetCheckResult(passed=bool(rows) and not bad,
                                metadata={"samples": len(rows), "inconsistent": len(bad),
                                          "examples": dg.MetadataValue.json(dict(list(bad.items())[:5]))})
@@ -268,23 +181,10 @@ def check_sxs_alignments_consistent(warehouse: WarehouseResource) -> dg.AssetChe
 @dg.asset_check(asset=sxs_sft_dataset, description="Round trip: think and speak projections "
                 "reproduce the original reasoning and answer blocks exactly, in order.")
 def check_sxs_sft_dataset_round_trip(warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    from pipelines.sxs import segment, validate_tagged
-
     wh = warehouse.get()
     originals = {r["trace_id"]: r for r in wh.read("traces").to_pylist()}
     rows = wh.read("sxs_sft_dataset").to_pylist()
-    bad = {}
-    for row in rows:
-        completion = row["completion"]
-        if completion.lstrip().startswith("[{"):
-            completion = json.loads(completion)[-1]["content"]
-        trace = originals.get(row["trace_id"])
-        if trace is None:
-            bad[f"{row['trace_id']}/{row['variant']}"] = ["trace no longer exists"]
-            continue
-        problems = validate_tagged(completion, segment(trace["reasoning"]), segment(trace["response"]))
-        if problems:
-            bad[f"{row['trace_id']}/{row['variant']}"] = problems[:3]
+    bad = round_trip_problems(rows, originals)
     return dg.AssetCheckResult(passed=bool(rows) and not bad,
                                metadata={"rows": len(rows), "failing": len(bad),
                                          "examples": dg.MetadataValue.json(dict(list(bad.items())[:5]))})

@@ -51,8 +51,10 @@ from assets.training import (
 )
 from training.tandem.study import (
     STARTS,
+    evaluation_summary,
     legibility_partition,
     pairwise_partition,
+    pairwise_tests,
     recipe_method,
     tandem_evaluations,
 )
@@ -184,26 +186,13 @@ def tandem_eval(context: dg.AssetExecutionContext, config: TandemEvalConfig,
         make_client=partial(llm.client_for, max_tokens=cfg.max_tokens,
                             progress=context.log.info, max_concurrency=config.max_concurrency),
         pool_factory=grader.pool)
-    summary: list[dict[str, Any]] = []
-    for recorded in done:
-        result, label = recorded.result, recorded.evaluation.label
-        cfg = recorded.evaluation.cfg
-        metrics = {(s["metric"], s["k"]): s["value"] for s in result.scores}
-        summary.append({"model": label, "mode": cfg.mode.mode, "samples": len(result.samples),
-                        "failed": result.errors, "pass@1": metrics.get(("pass@k", 1)),
-                        f"pass@{cfg.k}": metrics.get(("pass@k", cfg.k)),
-                        "senior_share": _mean(r.get("senior_share") for r in result.samples)})
+    summary = evaluation_summary(done, cfg.k)
     return dg.MaterializeResult(metadata={
         "model": senior_spec.model_id, "junior": junior_spec.model_id, "benchmark": bench.name,
         "results": md_table(summary, ["model", "mode", "samples", "failed", "pass@1",
                                       f"pass@{cfg.k}", "senior_share"]),
         **{f"{r['model']} pass@1": float(r["pass@1"]) for r in summary
            if r["pass@1"] is not None}})
-
-
-def _mean(values) -> float | None:
-    xs = [float(v) for v in values if v is not None]
-    return sum(xs) / len(xs) if xs else None
 
 
 # ------------------------------------------------------------------ legibility and drift
@@ -256,7 +245,7 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
     from eval.benchmarks import get as get_benchmark
     from eval.models import get_model
-    from eval.tandem_metrics import legibility_and_drift, load_pair
+    from eval.tandem_metrics import legibility_and_drift, load_pair, summary_figures
 
     started = now()
     wh = warehouse.get()
@@ -273,14 +262,7 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
     if any(s.kind != "local" for s in specs):
         raise dg.Failure("legibility and drift read the models' weights: both senior and junior "
                          "must be local model folders (registered with --path)")
-    samples = {m: [r for r in wh.read("eval_samples",
-                                       partition=eval_partition(bench.name, m)).to_pylist()
-                   if r.get("gen_error") is None and r.get("mode") in (None, "single")]
-               for m in (model, junior)}
-    for m, got in samples.items():
-        if not got:
-            raise dg.Failure(f"no solo eval_samples of {m} on {bench.name}: materialize "
-                             "tandem_eval (solo: true) for this senior and junior first")
+    samples = _solo_samples(wh, bench.name, (model, junior))
     problems = {p["problem_id"]: p for p in wh.read("problems", partition=bench.source).to_pylist()}
     leg_rows, d_rows, summary = legibility_and_drift(
         load_pair(specs[0].path, specs[1].path), bench, problems, samples[model],
@@ -295,19 +277,25 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
         "survival": md_table([{"threshold": t, "share": s} for t, s in
                               zip(summary["survival_thresholds"], summary["survival"])],
                              ["threshold", "share"]),
-        "frequent_tokens": summary["frequent_tokens"],
-        "samples": summary["samples"], "tokens": summary["tokens"],
-        "junior_ce_nats": float(summary["junior_ce_nats"]),
-        "overlap": float(summary["overlap"]),
-        "kl_shared_support": float(summary["kl"]), "kl_tokens": summary["kl_tokens"],
-        "kl_senior_mass": float(summary["kl_senior_mass"]),
-        "kl_junior_mass": float(summary["kl_junior_mass"]),
-    }
+        **summary_figures(summary)}
     for name, path in plots.items():
         if path is not None:
             data = base64.b64encode(path.read_bytes()).decode()
             meta[f"plot_{name}"] = dg.MetadataValue.md(f"![{name}](data:image/png;base64,{data})")
     return dg.MaterializeResult(metadata=meta)
+
+
+def _solo_samples(wh: Any, benchmark: str, models: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Each model's answered solo samples on ``benchmark``; dg.Failure naming a model with none."""
+    samples = {m: [r for r in wh.read("eval_samples",
+                                       partition=eval_partition(benchmark, m)).to_pylist()
+                   if r.get("gen_error") is None and r.get("mode") in (None, "single")]
+               for m in models}
+    for m, got in samples.items():
+        if not got:
+            raise dg.Failure(f"no solo eval_samples of {m} on {benchmark}: materialize "
+                             "tandem_eval (solo: true) for this senior and junior first")
+    return samples
 
 
 def _tandem_plots(wh: Any, benchmark: str, junior: str, run_id: str) -> dict[str, Path | None]:
@@ -374,36 +362,12 @@ class TandemComparisonConfig(dg.Config):
 )
 def tandem_comparison(context: dg.AssetExecutionContext, config: TandemComparisonConfig,
                       warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from eval.handoff_team import handoff_label
-    from eval.tandem_metrics import paired_tandem_tests, per_problem
-
     started = now()
     wh = warehouse.get()
     a, b, bench = config.model_a, config.model_b, config.benchmark
-    out: list[dict[str, Any]] = []
-    skipped: list[str] = []
-
-    def add(statistic: str, rows_a, rows_b, stat: str, k: int | None, starts: str | None):
-        sa, sb = per_problem(rows_a, stat, k), per_problem(rows_b, stat, k)
-        try:
-            res = paired_tandem_tests(sa, sb, statistic=statistic, n_boot=config.n_boot)
-        except ValueError as exc:
-            skipped.append(f"{statistic} k={k} starts={starts}: {exc}")
-            return
-        out.append({"benchmark": bench, "model_a": a, "model_b": b, "junior": config.junior,
-                    "k": k, "starts": starts, **res})
-
-    for starts in STARTS:
-        team = {m: wh.read("eval_samples", partition=eval_partition(bench, handoff_label(
-            m, config.junior, starts, config.schedule, config.handoff_p))).to_pylist()
-            for m in (a, b)}
-        for k in config.ks:
-            add("handoff_pass@k", team[a], team[b], "pass@k", k, starts)
-    leg = {m: wh.read("tandem_legibility",
-                      partition=legibility_partition(bench, m, config.junior)).to_pylist()
-           for m in (a, b)}
-    for stat in ("junior_ce_nats", "overlap"):
-        add(stat, leg[a], leg[b], stat, None, None)
+    out, skipped = pairwise_tests(wh, a, b, config.junior, bench, ks=config.ks,
+                                  schedule=config.schedule, handoff_p=config.handoff_p,
+                                  n_boot=config.n_boot)
     if not out:
         raise dg.Failure("nothing to compare: " + "; ".join(skipped) + ". Materialize tandem_eval "
                          "and tandem_legibility for both models with the same junior first.")

@@ -33,7 +33,7 @@ from typing import Any
 import dagster as dg
 
 from assets.common import lineage, lineage_metadata, now
-from assets.partitions import eval_suite, model_partitions
+from assets.partition_defs import eval_suite, model_partitions
 from assets.resources import WarehouseResource
 from pipelines.settings import PROJECT_ROOT
 from warehouse.lineage import model_lineage

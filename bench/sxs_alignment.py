@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from eval.latency import WhitespaceTokenizer, summarize_variants
 from pipelines.settings import models_dir, require_data_dir
-from pipelines.sxs import (
+from pipelines.sxs_align import (
     OK,
     AlignConfig,
     Alignment,

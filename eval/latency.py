@@ -216,7 +216,7 @@ def summarize_variants(samples: Iterable[Mapping[str, Sequence[tuple[str, str]]]
     """Dataset-level latency of several renderings of the same samples, one summary per name.
 
     Each item maps a variant name to that sample's ``(kind, content)`` segments (e.g.
-    ``pipelines.sxs.variant_segments``: ``{"sxs": …, "standard": …}``); the result maps
+    ``pipelines.sxs_align.variant_segments``: ``{"sxs": …, "standard": …}``); the result maps
     ``"latency_<name>"`` to :func:`summarize_latency` of that variant over all samples.
     Every sample must have the same variant names.
     """

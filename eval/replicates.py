@@ -5,7 +5,7 @@ training the arms again. Runs of the same experiment, scale and design (the run 
 seed left out) drawn with different seeds are replicates, and their per-run differences say how
 far the seed moves a result. :func:`pool` combines per-run estimates with a random-effects
 model; :func:`pooled_rows` applies it to every claim part in ``claim_history`` and returns rows of
-the ``claims`` shape, judged by the same verdict rule (:func:`eval.claims.row_verdict`).
+the ``claims`` shape, judged by the same verdict rule (:func:`eval.claims.row_judgement`).
 
 The estimator (for ``k >= 2`` runs with estimates ``y_i`` and standard errors ``s_i``):
 
@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eval.claims import row_margin, row_verdict
+from eval.claims import row_judgement, row_margin, shown_verdict
 
 Z_975 = 1.959963984540054  # the standard normal's 0.975 quantile
 
@@ -143,9 +143,11 @@ def _p_value(claim_kind: str, higher_is_better: bool, margin: float | None, mu: 
 def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One pooled row per claim part that ``claim_history`` holds for at least two seeds of the
     same experiment, scale and design: the newest run of each seed, each arm's value and the
-    difference pooled by :func:`pool`, the verdict by :func:`eval.claims.row_verdict`. A row
-    carries the ``claims`` columns plus ``k`` (seeds pooled), ``seeds`` and ``run_ids``; ``n``
-    is the units summed over the pooled runs."""
+    difference pooled by :func:`pool`, the verdict and its reason by
+    :func:`eval.claims.row_judgement`. A row carries the ``claims`` columns plus ``k`` (seeds
+    pooled), ``seeds`` and ``run_ids``; ``n`` and ``n_discordant`` are summed over the pooled
+    runs (``n_discordant`` null when a run did not count it); role and bounds are the newest
+    run's."""
     parts: dict[tuple[Any, ...], dict[int, Mapping[str, Any]]] = {}
     for row in history:
         seed = run_seed(row)
@@ -165,7 +167,8 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         first = runs[-1]
         pooled: dict[str, Any] = {c: first.get(c) for c in (
             "experiment", "scale", "design", "paper", "section", "claim", "metric", "kind",
-            "higher_is_better", "margin", "reference", "treatment", "paper_value")}
+            "higher_is_better", "margin", "reference", "treatment", "paper_value", "role",
+            "bound_low", "bound_high")}
         for prefix in ("reference", "treatment"):
             arm = pool([float(r[f"{prefix}_value"]) for r in runs],
                        [se_from_ci(float(r[f"{prefix}_ci_low"]), float(r[f"{prefix}_ci_high"]))
@@ -179,11 +182,15 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "diff": diff.value, "diff_ci_low": diff.ci_low, "diff_ci_high": diff.ci_high,
             "p_value": _p_value(str(pooled["kind"]), bool(pooled["higher_is_better"]), margin,
                                 diff.value, diff.se, diff.k),
-            "n": sum(int(r["n"]) for r in runs), "k": diff.k, "tau2": diff.tau2,
+            "n": sum(int(r["n"]) for r in runs),
+            # units that differ, over the pooled runs; unknown when a run did not count them
+            "n_discordant": (None if any(r.get("n_discordant") is None for r in runs)
+                             else sum(int(r["n_discordant"]) for r in runs)),
+            "k": diff.k, "tau2": diff.tau2,
             "seeds": ", ".join(str(s) for s in seeds),
             "run_ids": ", ".join(str(r.get("run_id")) for r in runs),
             "per_seed": [(s, float(r["diff"]), str(r["verdict"])) for s, r in zip(seeds, runs)]})
-        pooled["verdict"] = row_verdict(pooled)
+        pooled["verdict"], pooled["inconclusive_reason"] = row_judgement(pooled)
         out.append(pooled)
     out.sort(key=lambda r: (str(r["paper"]), str(r["experiment"]), str(r["scale"]),
                             str(r["design"]), str(r["section"]), str(r["claim"]),
@@ -199,7 +206,8 @@ def seeds_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
     """Markdown: one line per pooled claim part: its design (``not recorded`` for rows written
     before designs were), the seeds, each seed's difference and verdict,
     the pooled difference with its 95% CI (t with k - 1 df), the units summed and the pooled
-    verdict."""
+    verdict (:func:`eval.claims.shown_verdict`: a setup check reads ``check passed`` / ``check
+    failed``, an inconclusive part says why)."""
     header = ("| paper | where | metric | design | seeds (Δ, verdict each) | pooled Δ [95% CI] "
               "| n | verdict across seeds |")
     lines = [header, "|" + "---|" * 8]
@@ -210,6 +218,6 @@ def seeds_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
                   f"{fmt.format(row['diff_ci_high'])}]")
         design = row.get("design") or "not recorded"
         cells = [row["paper"], row["section"], row["metric"], design, each, pooled, row["n"],
-                 f"**{row['verdict']}** (k = {row['k']})"]
+                 f"**{shown_verdict(row)}** (k = {row['k']})"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -316,6 +316,18 @@ def drift_by_problem(senior: Mapping[str, Any], junior: Mapping[str, Any], *,
     return out, theta, len(full.token_ids)
 
 
+def summary_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of a ``tandem_summary`` row shown on ``tandem_legibility``'s page: frequent
+    tokens, samples and tokens scored, junior cross-entropy, overlap, and the shared-support
+    KL with its coverage."""
+    return {"frequent_tokens": summary["frequent_tokens"], "samples": summary["samples"],
+            "tokens": summary["tokens"], "junior_ce_nats": float(summary["junior_ce_nats"]),
+            "overlap": float(summary["overlap"]), "kl_shared_support": float(summary["kl"]),
+            "kl_tokens": summary["kl_tokens"],
+            "kl_senior_mass": float(summary["kl_senior_mass"]),
+            "kl_junior_mass": float(summary["kl_junior_mass"])}
+
+
 def legibility_and_drift(pair: tuple[Any, Any, Any], bench: Any, problems: dict[str, Any],
                          senior_samples: list[dict[str, Any]],
                          junior_samples: list[dict[str, Any]], *, model: str, junior: str,

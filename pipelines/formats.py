@@ -53,7 +53,7 @@ Departures, and why:
 
 Not guaranteed: that a model follows any format; malformed text still gets an answer region
 by the rules above (possibly none). Content that itself contains a tag string cannot be
-written in the tagged format (``pipelines.sxs.validate_tagged`` reports it).
+written in the tagged format (``pipelines.sxs_align.validate_tagged`` reports it).
 """
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ def test_checker_sees_imports_by_name():
 
 
 @pytest.mark.parametrize("importer, imported, broken", [
-    ("pipelines.sxs", "eval.latency", True),
+    ("pipelines.sxs_align", "eval.latency", True),
     ("eval.modes", "training.rewards", True),
     ("warehouse.store", "pipelines.ingest", True),
     ("warehouse.store", "pipelines.settings", False),  # a base module

@@ -128,9 +128,9 @@ def builtin_arith_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def builtin_sxs_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
-    """Think/speak SFT rows built with ``pipelines.sxs.sft_row`` (the real dataset's format)."""
+    """Think/speak SFT rows built with ``pipelines.sxs_align.sft_row`` (the real dataset's format)."""
     from pipelines.formats import SPEAK, THINK
-    from pipelines.sxs import Segment, sft_row
+    from pipelines.sxs_align import Segment, sft_row
 
     rows = []
     for value, op, a, b in _arith_items(n, seed):

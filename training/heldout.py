@@ -130,7 +130,7 @@ def learning_claims(base: Mapping[str, float], sft: Mapping[str, float],
     """The learning check as ``claims`` rows: the trained model (SFT then GRPO) beats the base
     model, and GRPO improves on its SFT start, on per-problem avg@k of the same held-out
     problems (``eval.claims.judge``: paired bootstrap over problems)."""
-    common = {"paper": LEARNING_PAPER, "metric": f"avg@{k}",
+    common = {"paper": LEARNING_PAPER, "metric": f"avg@{k}", "bounds": (0.0, 1.0),
               "section": f"held-out one-digit arithmetic, avg@{k} at T={temperature:g}"}
     return [
         judge(Claim(**common, statement="SFT then GRPO beats the base model",

@@ -1,42 +1,74 @@
 """Paper claims as rows with a verdict: the rule that decides whether a run reproduces a claim.
 
-A claim compares two arms on the same problems (same prompts, seeds and step counts): a
-*reference* arm (plain GRPO, SFT on think-then-answer traces, ...) and a *treatment* arm (the
-paper's method). Each arm gives one score per problem; the difference is ``treatment −
-reference`` per problem, and its 95% CI and one-sided p-value come from the paired bootstrap
-(:func:`eval.compare.paired_bootstrap`, problems resampled together). A rate that is a ratio of
-aggregates (recovering / erroring samples) is compared the same way by :func:`judge_ratio`:
-both arms' rates are recomputed from the same resampled problems
-(:func:`eval.compare.paired_ratio_bootstrap`).
+A claim compares two arms on the same units (problems, training steps, episodes; same prompts,
+seeds and step counts): a *reference* arm and a *treatment* arm, named so that the paper says the
+treatment comes out ahead on that part, or keeps the reference's level (usually the paper's
+method against its baseline; SxS's accuracy after SFT is the other way round). Each
+arm gives one score per unit; the difference is ``treatment − reference`` per unit, and its 95%
+CI and one-sided p-value come from the paired bootstrap (:func:`eval.compare.paired_bootstrap`,
+units resampled together). A rate that is a ratio of aggregates (recovering / erroring samples)
+is compared the same way by :func:`judge_ratio`: both arms' rates are recomputed from the same
+resampled units (:func:`eval.compare.paired_ratio_bootstrap`).
 
-The verdict is computed from that CI only, in the units of the metric, after turning the
-difference so that positive means "the direction the paper claims" (for a lower-is-better
-metric such as tokens or latency, ``d' = −d``). With ``[lo, hi]`` the turned CI:
+The verdict is computed from that CI, in the units of the metric, after turning the difference
+so that positive means "the direction the paper claims" (for a lower-is-better metric such as
+tokens or latency, ``d' = −d``). With ``[lo, hi]`` the turned CI:
 
-``better`` — the paper says the method beats the reference:
+``better`` — the paper says the treatment beats the reference:
     - ``reproduced``      when ``lo > 0``: the CI excludes no effect, on the claimed side;
     - ``not reproduced``  when ``hi <= 0``: the CI holds no effect in the claimed direction
       (zero or the opposite direction);
     - ``inconclusive``    otherwise (the CI straddles 0).
 
-``no_worse`` — the paper says the method keeps the reference's level ("no significant drop",
-"within the CI of", "at accuracy not significantly lower"). Such a claim needs a margin
-``δ > 0``, fixed before the run (the largest drop that still counts as "keeps"), because "not
-significantly worse" alone is met by any run too small to see anything:
-    - ``not reproduced``  when ``hi < 0``: the method is significantly worse;
+``no_worse`` — the paper says the treatment keeps the reference's level ("matches", "no
+significant drop", "within run-to-run variance"). Such a claim needs a margin ``δ > 0``, fixed
+before the run (the largest drop that still counts as "keeps"), because "not significantly
+worse" alone is met by any run too small to see anything:
+    - ``not reproduced``  when ``hi < 0``: the treatment is significantly worse;
     - ``reproduced``      when ``lo > −δ`` (and not significantly worse): the CI rules out a
       drop of ``δ`` or more;
     - ``inconclusive``    otherwise (the CI still admits a drop of ``δ`` or more).
 
-Before either rule: when every problem scores the same value in both arms (both arms' CIs are
-that single point, e.g. accuracy 0 against 0 with a model too small to solve any problem), the
-run has no variation to compare and the verdict is ``inconclusive``, whatever the kind: a floor
-or a ceiling says nothing about the claim. :func:`row_verdict` applies the whole rule to a
-``claims`` row, and ``python -m eval.claims --rejudge`` re-applies it to the rows stored.
+Before the CI rule, a comparison that cannot inform the claim is ``inconclusive`` whatever its
+kind, and the row says why in ``inconclusive_reason`` (:func:`uninformative`; checked in this
+order):
 
-A claim with several parts (DUET: accuracy no worse *and* fewer tokens *and* less wall clock)
-is ``reproduced`` when every part is, ``not reproduced`` when any part is not, and
-``inconclusive`` otherwise (:func:`combine`).
+1. ``no_variation``: every unit scores one and the same value in both arms (both arms' CIs are
+   that single point, e.g. accuracy 0 against 0 with a model too small to solve anything).
+2. ``no_discordant_units``: the arms score the same on every unit (``n_discordant == 0``). The
+   difference's CI is then ``[0, 0]``, which alone would read "not reproduced" for ``better``
+   and "reproduced" for ``no_worse``; the same model evaluated twice gives exactly this.
+3. ``floor`` / ``ceiling`` (``no_worse`` only, when the claim states the metric's ``bounds``):
+   both arms' values lie within ``δ`` (at most ``δ`` away) of the metric's lower bound, or
+   both within ``δ`` of its upper bound. At the floor a drop of ``δ`` is impossible (1/40 against 0/40 under ``δ =
+   0.10`` "rules out" a drop of 0.10 that no run could show); at the ceiling the metric has no
+   room left to tell the arms apart.
+4. ``few_discordant_units``: fewer than :data:`MIN_DISCORDANT` (6) units where the arms
+   differ. Only discordant units carry information about which arm is better; with ``m`` of
+   them the most extreme outcome (all ``m`` one way) has exact two-sided sign-test p-value
+   ``2 · 0.5^m``, which first reaches 5% at ``m = 6`` (``2 · 0.5^5 = 0.0625``,
+   ``2 · 0.5^6 = 0.03125``). With 5 or fewer, no outcome could be significant at the level the
+   95% CI stands for, while the percentile bootstrap can still exclude 0 (4 of 40 units moving
+   one way gives a CI above 0): that verdict would rest on too few units.
+
+Rules 2 and 4 need ``n_discordant`` (the units where the arms differ, :func:`judge` and
+:func:`judge_ratio` count it); rule 3 needs ``bound_low`` / ``bound_high``. A row stored before
+those columns existed has them null, and those rules are then not applied to it (rule 1 needs
+only the arms' CIs). :func:`row_verdict` applies the whole rule to a ``claims`` row, and
+``python -m eval.claims --rejudge`` re-applies it to the rows stored.
+
+Claims and checks. A row's ``role`` is ``claim`` (a statement of the paper that the run can
+support or contradict) or ``check`` (a setup check: a comparison that holds by construction of
+the experiment, such as half the rollouts giving fewer generated tokens, or a scripted policy
+that never misses a deadline because the script handles every email at once). A check is judged
+by the same rule and stores its verdict the same way, but it is shown apart (under "Setup
+checks", its verdict read as ``check passed`` / ``check failed`` / ``check inconclusive``,
+:func:`shown_verdict`) and never counted in a claim's overall verdict (:func:`combine`). Rows
+without a role (written before it existed) read as claims.
+
+A claim with several parts (DUET: accuracy no worse *and* less wall clock) is ``reproduced`` when
+every claim part is, ``not reproduced`` when any claim part is not, and ``inconclusive``
+otherwise (:func:`combine`; checks left out).
 
 One run's CIs cover the units it evaluated, not the randomness of training its arms again: a
 re-run of the same experiment and config can move a verdict. ``claims`` keeps the newest run of
@@ -45,9 +77,10 @@ and ``python -m eval.claims --history`` lists them part by part and names the ve
 moved. Runs of one design drawn with different seeds are pooled by :mod:`eval.replicates`
 (``python -m eval.claims --seeds``), whose CI covers the seed as well.
 
-This module is the rule; beside it: :mod:`eval.claims.draw` (a claim row as an SVG for the
-Dagster UI), :mod:`eval.claims.readers` (the warehouse reads and writes of claims, and their
-text tables) and ``python -m eval.claims`` (:mod:`eval.claims.__main__`, the command).
+This module is the rule; beside it: :mod:`eval.claims.paper_reports` (what each paper reports
+for each part, quoted with its table or section), :mod:`eval.claims.draw` (a claim row as an SVG
+for the Dagster UI), :mod:`eval.claims.readers` (the warehouse reads and writes of claims, and
+their text tables) and ``python -m eval.claims`` (:mod:`eval.claims.__main__`, the command).
 """
 
 from __future__ import annotations
@@ -62,6 +95,23 @@ NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 KINDS = ("better", "no_worse")
+CLAIM = "claim"
+CHECK = "check"
+ROLES = (CLAIM, CHECK)
+
+# why a comparison is uninformative (the ``inconclusive_reason`` column), in the order checked
+NO_VARIATION = "no_variation"
+NO_DISCORDANT = "no_discordant_units"
+FLOOR = "floor"
+CEILING = "ceiling"
+FEW_DISCORDANT = "few_discordant_units"
+REASONS = (NO_VARIATION, NO_DISCORDANT, FLOOR, CEILING, FEW_DISCORDANT)
+
+# The fewest discordant units (units where the arms differ) a comparison needs. With m of them,
+# the exact two-sided paired sign test's smallest p-value is 2 * 0.5**m (all m in one direction):
+# 0.0625 for m = 5, 0.03125 for m = 6. Below 6 no outcome can be significant at 5%, the level
+# of the 95% CIs the verdict reads, so the CI alone would speak for too few units.
+MIN_DISCORDANT = 6
 
 
 class ClaimError(ValueError):
@@ -73,11 +123,18 @@ class Claim:
     """One measurable statement of a paper.
 
     ``section`` is the table, figure or section (``"Table 2"``, ``"§4.4"``); ``statement`` the
-    direction the paper states, in words; ``metric`` the per-problem score compared;
+    direction the paper states, in words; ``metric`` the per-unit score compared;
     ``higher_is_better`` the metric's direction; ``kind`` ``better`` or ``no_worse``; ``margin``
     the non-inferiority margin δ in the metric's units (``no_worse`` only); ``reference`` and
-    ``treatment`` the arm names; ``paper_value`` what the paper reports, as text, for the
-    table of the latest verdicts (docs/results.md).
+    ``treatment`` the arm names (the paper says the treatment comes out ahead or keeps the
+    reference's level); ``paper_value``
+    what the paper reports, quoted with its table or section
+    (:mod:`eval.claims.paper_reports`); ``role`` ``claim`` or ``check`` (a setup check that
+    holds by construction: shown apart, never counted in a verdict; its ``statement`` says why
+    it holds); ``bounds`` the metric's ``(lowest, highest)`` possible values (``(0.0, 1.0)``
+    for accuracies, pass@k, shares), None when unbounded: a ``no_worse`` part whose arms both
+    sit within δ of one bound is inconclusive (module docstring, rule 3), and :func:`judge`
+    refuses scores outside them.
     """
 
     paper: str
@@ -90,6 +147,8 @@ class Claim:
     higher_is_better: bool = True
     margin: float | None = None
     paper_value: str = ""
+    role: str = CLAIM
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -107,11 +166,26 @@ class Claim:
         if self.reference == self.treatment:
             raise ClaimError(f"claim {self.statement!r}: reference and treatment are both "
                              f"{self.reference!r}; a claim compares two different arms")
+        if self.role not in ROLES:
+            raise ClaimError(f"claim {self.statement!r}: role must be one of {ROLES} (a setup "
+                             f"check holds by construction), got {self.role!r}")
+        if self.bounds is not None:
+            if (not isinstance(self.bounds, tuple) or len(self.bounds) != 2
+                    or not all(isinstance(b, int | float) and not isinstance(b, bool)
+                               and math.isfinite(b) for b in self.bounds)
+                    or self.bounds[0] >= self.bounds[1]):
+                raise ClaimError(f"claim {self.statement!r}: bounds must be (lowest, highest), "
+                                 f"two finite numbers with lowest < highest, or None for an "
+                                 f"unbounded metric; got {self.bounds!r}")
+            if self.margin is not None and self.margin >= self.bounds[1] - self.bounds[0]:
+                raise ClaimError(f"claim {self.statement!r}: margin {self.margin!r} is not "
+                                 f"smaller than the metric's whole range {self.bounds!r}")
 
 
 def verdict(claim: Claim, ci_low: float, ci_high: float) -> str:
     """The verdict of ``claim`` from the 95% CI ``[ci_low, ci_high]`` of ``treatment −
-    reference`` in the metric's own units (the rule in the module docstring)."""
+    reference`` in the metric's own units (the CI rule in the module docstring; the checks for
+    uninformative comparisons are :func:`uninformative`'s)."""
     if not (math.isfinite(ci_low) and math.isfinite(ci_high)) or ci_low > ci_high:
         raise ClaimError(f"claim {claim.statement!r}: CI [{ci_low}, {ci_high}] is not an interval "
                          "of finite numbers with low <= high")
@@ -125,63 +199,189 @@ def verdict(claim: Claim, ci_low: float, ci_high: float) -> str:
     return REPRODUCED if lo > -float(claim.margin) else INCONCLUSIVE
 
 
+def _number(row: Mapping[str, Any], key: str) -> float | None:
+    """``row[key]`` as a float; None when missing, null or NaN (a column a row predates)."""
+    value = row.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
 def no_variation(row: Mapping[str, Any]) -> bool:
     """True when both arms of a ``claims`` row are one and the same point: each arm's 95% CI
-    has zero width and both sit at the same value (every problem scored the same in both)."""
-    points = [row.get(k) for k in ("reference_ci_low", "reference_ci_high",
-                                   "treatment_ci_low", "treatment_ci_high")]
-    if any(p is None or not math.isfinite(float(p)) for p in points):
+    has zero width and both sit at the same value (every unit scored the same in both)."""
+    points = [_number(row, k) for k in ("reference_ci_low", "reference_ci_high",
+                                        "treatment_ci_low", "treatment_ci_high")]
+    if any(p is None or not math.isfinite(p) for p in points):
         return False
-    return max(points) - min(points) <= 1e-12 * max(1.0, abs(float(points[0])))
+    return max(points) - min(points) <= 1e-12 * max(1.0, abs(points[0]))
 
 
 def row_margin(row: Mapping[str, Any]) -> float | None:
     """A ``claims`` row's non-inferiority margin, None when it has none (null or NaN)."""
-    margin = row.get("margin")
-    if margin is None or (isinstance(margin, float) and math.isnan(margin)):
+    return _number(row, "margin")
+
+
+def row_role(row: Mapping[str, Any]) -> str:
+    """A ``claims`` row's role: ``check`` or ``claim`` (also for rows stored before roles
+    existed). ClaimError for any other value."""
+    role = row.get("role")
+    if role is None or role == "":
+        return CLAIM
+    if role not in ROLES:
+        raise ClaimError(f"claims row {row.get('claim')!r}: role must be one of {ROLES}, got "
+                         f"{role!r}")
+    return str(role)
+
+
+def is_check(row: Mapping[str, Any]) -> bool:
+    """True for a setup check's row (never counted in a claim's verdict)."""
+    return row_role(row) == CHECK
+
+
+def _n_discordant(row: Mapping[str, Any]) -> int | None:
+    value = _number(row, "n_discordant")
+    if value is None:
         return None
-    return float(margin)
+    if value < 0 or value != int(value):
+        raise ClaimError(f"claims row {row.get('claim')!r}: n_discordant must be a count >= 0, "
+                         f"got {row.get('n_discordant')!r}")
+    return int(value)
 
 
-def row_verdict(row: Mapping[str, Any]) -> str:
-    """The verdict of one ``claims`` row (as :func:`judge` returns and the warehouse stores it)
-    under the rule in the module docstring: ``inconclusive`` when the arms show no variation,
-    else :func:`verdict` on the row's difference CI."""
+def _at_bound(row: Mapping[str, Any]) -> str | None:
+    """``floor`` / ``ceiling`` when a ``no_worse`` row's arms both lie within its margin of the
+    metric's lower / upper bound (rule 3), else None (also when the row has no bounds)."""
+    margin = row_margin(row)
+    values = [_number(row, "reference_value"), _number(row, "treatment_value")]
+    if row.get("kind") != "no_worse" or margin is None or None in values:
+        return None
+    low, high = _number(row, "bound_low"), _number(row, "bound_high")
+    if low is not None and all(v - low <= margin for v in values):
+        return FLOOR
+    if high is not None and all(high - v <= margin for v in values):
+        return CEILING
+    return None
+
+
+def uninformative(row: Mapping[str, Any]) -> str | None:
+    """Why a ``claims`` row's comparison cannot inform its claim (one of :data:`REASONS`, rules
+    1-4 of the module docstring in order), or None when the CI rule decides. Rules whose
+    columns the row lacks (null) are not applied."""
     if no_variation(row):
-        return INCONCLUSIVE
+        return NO_VARIATION
+    discordant = _n_discordant(row)
+    if discordant == 0:
+        return NO_DISCORDANT
+    bound = _at_bound(row)
+    if bound is not None:
+        return bound
+    if discordant is not None and discordant < MIN_DISCORDANT:
+        return FEW_DISCORDANT
+    return None
+
+
+def row_judgement(row: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``(verdict, inconclusive_reason)`` of one ``claims`` row (as :func:`judge` returns and
+    the warehouse stores it) under the rule in the module docstring: ``inconclusive`` with the
+    reason when :func:`uninformative` finds one, else :func:`verdict` on the row's difference
+    CI with no reason."""
+    reason = uninformative(row)
+    if reason is not None:
+        return INCONCLUSIVE, reason
     margin = row_margin(row)
     claim = Claim(paper=str(row["paper"]), section=str(row["section"]),
                   statement=str(row["claim"]), metric=str(row["metric"]),
                   reference=str(row["reference"]), treatment=str(row["treatment"]),
                   kind=str(row["kind"]), higher_is_better=bool(row["higher_is_better"]),
                   margin=margin if row["kind"] == "no_worse" else None)
-    return verdict(claim, float(row["diff_ci_low"]), float(row["diff_ci_high"]))
+    return verdict(claim, float(row["diff_ci_low"]), float(row["diff_ci_high"])), None
 
 
-def combine(verdicts: Iterable[str]) -> str:
-    """One verdict for a claim of several parts: all reproduced, any not, else inconclusive."""
-    parts = list(verdicts)
-    if not parts:
-        raise ClaimError("combine needs at least one part's verdict")
-    unknown = [v for v in parts if v not in VERDICTS]
+def row_verdict(row: Mapping[str, Any]) -> str:
+    """The verdict of one ``claims`` row (:func:`row_judgement` without the reason)."""
+    return row_judgement(row)[0]
+
+
+def reason_text(row: Mapping[str, Any]) -> str:
+    """The row's ``inconclusive_reason`` in words, with its figures ("" when it has none)."""
+    reason = row.get("inconclusive_reason")
+    if not reason:
+        return ""
+    if reason == NO_VARIATION:
+        return "both arms score one value on every unit"
+    if reason == NO_DISCORDANT:
+        return "the arms score the same on every unit"
+    if reason in (FLOOR, CEILING):
+        bound = row.get("bound_low" if reason == FLOOR else "bound_high")
+        return (f"both arms within δ = {row_margin(row):g} of the metric's "
+                f"{'floor' if reason == FLOOR else 'ceiling'} {float(bound):g}")
+    if reason == FEW_DISCORDANT:
+        return (f"{row.get('n_discordant')} units differ between the arms, fewer than "
+                f"{MIN_DISCORDANT}")
+    return str(reason)
+
+
+def shown_verdict(row: Mapping[str, Any], with_reason: bool = True) -> str:
+    """The verdict as tables print it: ``reproduced``, ``not reproduced`` or ``inconclusive
+    (why)`` for a claim; ``check passed``, ``check failed`` or ``check inconclusive (why)`` for
+    a setup check."""
+    word = str(row.get("verdict"))
+    if is_check(row):
+        word = {REPRODUCED: "check passed", NOT_REPRODUCED: "check failed",
+                INCONCLUSIVE: "check inconclusive"}.get(word, f"check {word}")
+    why = reason_text(row) if with_reason else ""
+    return f"{word} ({why})" if why else word
+
+
+def combine(parts: Iterable[str | Mapping[str, Any]]) -> str:
+    """One verdict for a claim of several parts: all reproduced, any not, else inconclusive.
+
+    ``parts`` are verdicts or ``claims`` rows; a row that is a setup check (:func:`is_check`)
+    is left out. ClaimError when no claim part is left (none given, or only checks)."""
+    given = list(parts)
+    verdicts = [str(p["verdict"]) if isinstance(p, Mapping) else p for p in given
+                if not (isinstance(p, Mapping) and is_check(p))]
+    if not verdicts:
+        raise ClaimError("combine needs at least one claim part's verdict"
+                         + (" (every part given is a setup check, which never counts)"
+                            if given else ""))
+    unknown = [v for v in verdicts if v not in VERDICTS]
     if unknown:
         raise ClaimError(f"unknown verdicts {unknown}; expected one of {VERDICTS}")
-    if NOT_REPRODUCED in parts:
+    if NOT_REPRODUCED in verdicts:
         return NOT_REPRODUCED
-    return REPRODUCED if all(v == REPRODUCED for v in parts) else INCONCLUSIVE
+    return REPRODUCED if all(v == REPRODUCED for v in verdicts) else INCONCLUSIVE
+
+
+def _check_bounds(claim: Claim, arm: str, values: Any) -> None:
+    """ClaimError when a score of ``arm`` lies outside the claim's bounds."""
+    if claim.bounds is None:
+        return
+    low, high = claim.bounds
+    tol = 1e-9 * max(1.0, abs(low), abs(high))
+    bad = [float(v) for v in values if not (low - tol <= float(v) <= high + tol)]
+    if bad:
+        raise ClaimError(f"claim {claim.statement!r}: {len(bad)} {arm} score(s) of "
+                         f"{claim.metric} lie outside its bounds {claim.bounds} (e.g. {bad[0]!r}); "
+                         "fix the scores or the claim's bounds")
 
 
 def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
           treatment: Mapping[Hashable, float] | Sequence[float], *, n_boot: int = 10_000,
           seed: int = 0) -> dict[str, Any]:
-    """Compare the arms' per-problem scores (paired by problem id when mappings) and return a
+    """Compare the arms' per-unit scores (paired by unit id when mappings) and return a
     ``claims`` row: each arm's mean with its 95% bootstrap CI, the paired difference
     ``treatment − reference`` with its CI and the one-sided p-value in the claimed direction
-    (for ``no_worse``: against a drop of the margin), ``n`` and the verdict."""
+    (for ``no_worse``: against a drop of the margin), ``n``, ``n_discordant`` (units whose
+    scores differ), the claim's role and bounds, the verdict and ``inconclusive_reason``."""
     from eval.compare import align_paired_scores, paired_bootstrap
     from eval.metrics import bootstrap_ci
 
     ref, treat = align_paired_scores(reference, treatment)
+    _check_bounds(claim, "reference", ref)
+    _check_bounds(claim, "treatment", treat)
     if claim.kind == "better":
         alternative = "greater" if claim.higher_is_better else "less"
         shifted = treat
@@ -192,15 +392,19 @@ def judge(claim: Claim, reference: Mapping[Hashable, float] | Sequence[float],
     paired = paired_bootstrap(treat, ref, n_boot=n_boot, seed=seed)
     p_value = paired_bootstrap(shifted, ref, n_boot=n_boot, seed=seed,
                                alternative=alternative).p_value
+    # the same test compare.paired_bootstrap uses for "every difference is zero"
+    discordant = int((treat - ref != 0.0).sum())
     return _claim_row(claim, bootstrap_ci(ref, n_boot=n_boot, seed=seed),
-                      bootstrap_ci(treat, n_boot=n_boot, seed=seed), paired, p_value)
+                      bootstrap_ci(treat, n_boot=n_boot, seed=seed), paired, p_value, discordant)
 
 
 def _claim_row(claim: Claim, reference: tuple[float, float, float],
                treatment: tuple[float, float, float], paired: Any,
-               p_value: float) -> dict[str, Any]:
+               p_value: float, n_discordant: int) -> dict[str, Any]:
     """A ``claims`` row from each arm's ``(value, ci_low, ci_high)``, the paired difference
-    (an :class:`eval.compare.PairedResult`) and the one-sided p-value, with its verdict."""
+    (an :class:`eval.compare.PairedResult`), the one-sided p-value and the count of discordant
+    units, with its verdict and reason."""
+    bounds = claim.bounds or (None, None)
     row = {
         "paper": claim.paper, "section": claim.section, "claim": claim.statement,
         "metric": claim.metric, "kind": claim.kind, "higher_is_better": claim.higher_is_better,
@@ -210,8 +414,11 @@ def _claim_row(claim: Claim, reference: tuple[float, float, float],
         "treatment_ci_low": treatment[1], "treatment_ci_high": treatment[2],
         "diff": paired.diff, "diff_ci_low": paired.ci_low, "diff_ci_high": paired.ci_high,
         "p_value": p_value, "n": paired.n, "paper_value": claim.paper_value,
+        "role": claim.role, "n_discordant": int(n_discordant),
+        "bound_low": None if bounds[0] is None else float(bounds[0]),
+        "bound_high": None if bounds[1] is None else float(bounds[1]),
     }
-    row["verdict"] = row_verdict(row)
+    row["verdict"], row["inconclusive_reason"] = row_judgement(row)
     return row
 
 
@@ -225,8 +432,9 @@ def judge_ratio(claim: Claim, reference: Mapping[Hashable, tuple[float, float]],
     in that arm's rate but is still resampled with the others). The difference's CI and
     one-sided p-value come from :func:`eval.compare.paired_ratio_bootstrap` (units resampled
     together), each arm's CI from :func:`eval.metrics.bootstrap_ratio_ci` with the same
-    resamples; the verdict from :func:`row_verdict`. Only ``better`` claims: a margin on a rate
-    of aggregates has no additive shift to test against, so ``no_worse`` raises ClaimError."""
+    resamples; a unit is discordant when its ``(numerator, denominator)`` differs between the
+    arms; the verdict from :func:`row_judgement`. Only ``better`` claims: a margin on a rate of
+    aggregates has no additive shift to test against, so ``no_worse`` raises ClaimError."""
     from eval.compare import paired_ratio_bootstrap
     from eval.metrics import bootstrap_ratio_ci
 
@@ -248,9 +456,10 @@ def judge_ratio(claim: Claim, reference: Mapping[Hashable, tuple[float, float]],
                                         seed=seed, alternative=alternative)
     except ValueError as exc:
         raise ClaimError(f"claim {claim.statement!r}: {exc}") from None
-    return _claim_row(claim, bootstrap_ratio_ci(ref_num, ref_den, n_boot=n_boot, seed=seed),
-                      bootstrap_ratio_ci(treat_num, treat_den, n_boot=n_boot, seed=seed),
-                      paired, paired.p_value)
-
-
-# ---- the claim as a picture small enough for the UI's inline Markdown -------------------------
+    ref_ci = bootstrap_ratio_ci(ref_num, ref_den, n_boot=n_boot, seed=seed)
+    treat_ci = bootstrap_ratio_ci(treat_num, treat_den, n_boot=n_boot, seed=seed)
+    _check_bounds(claim, "reference", [ref_ci[0]])
+    _check_bounds(claim, "treatment", [treat_ci[0]])
+    discordant = sum((rn, rd) != (tn, td)
+                     for rn, rd, tn, td in zip(ref_num, ref_den, treat_num, treat_den))
+    return _claim_row(claim, ref_ci, treat_ci, paired, paired.p_value, discordant)

@@ -1,5 +1,7 @@
-"""``python -m eval.claims``: the Results table, the claim history or the seed-pooled table
-from the warehouse; ``--rejudge`` re-applies the verdict rule to the stored rows."""
+"""``python -m eval.claims``: the Results table (claims, then setup checks under a heading of
+their own), the claim history or the seed-pooled table from the warehouse; ``--rejudge``
+re-applies the verdict rule to the stored rows. Every verdict is printed as
+``eval.claims.shown_verdict`` words it: an inconclusive part says why."""
 
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wh = Warehouse(args.warehouse)
     if args.rejudge:
-        for experiment, section, metric, old, new in rejudge(wh):
-            print(f"rejudged {experiment} {section} {metric}: {old} -> {new}", file=sys.stderr)
+        for experiment, section, metric, old, new, why in rejudge(wh):
+            print(f"rejudged {experiment} {section} {metric}: {old} -> {new}"
+                  + (f" ({why})" if why else ""), file=sys.stderr)
     if args.seeds is not None:
         pooled = pooled_rows(claim_history(wh, args.seeds))
         if not pooled:

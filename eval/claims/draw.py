@@ -1,13 +1,14 @@
 """A ``claims`` row drawn for the Dagster UI: the two arms' values and the difference with their
-95% CIs on one axis, coloured by verdict (:func:`claim_svg`), inlined as a data URL where the
-UI renders it (:func:`inline_svg`)."""
+95% CIs on one axis, coloured by verdict and titled with it (a setup check's reads ``check
+passed`` / ``check failed``; :func:`claim_svg`), inlined as a data URL where the UI renders it
+(:func:`inline_svg`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from eval.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimError
+from eval.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimError, shown_verdict
 
 INLINE_MARKDOWN_LIMIT = 999  # the Dagster UI renders Markdown metadata inline below 1,000 chars
 _VERDICT_COLOURS = {REPRODUCED: "#1a7f37", NOT_REPRODUCED: "#cf222e", INCONCLUSIVE: "#9a6700"}
@@ -43,7 +44,8 @@ def claim_svg(row: Mapping[str, Any], width: int = 420) -> str:
             if row.get("diff") is not None else "")
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="96" '
              'font-family="sans-serif" font-size="12">'),
-             f'<text x="4" y="14" fill="{colour}" font-weight="bold">{row.get("verdict")}</text>',
+             (f'<text x="4" y="14" fill="{colour}" font-weight="bold">'
+              f'{_escape(shown_verdict(row, with_reason=False))}</text>'),
              f'<text x="{left}" y="14">{_escape(str(row.get("metric")))} {diff}</text>']
     for i, (name, mean, low, high) in enumerate(arms):
         y = 38 + 24 * i
@@ -70,5 +72,3 @@ def inline_svg(svg: str, alt: str = "claim") -> str | None:
     md = f"![{alt}](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
     return md if len(md) <= INLINE_MARKDOWN_LIMIT else None
 
-
-# ---- per-problem and per-step scores, read from the warehouse ----------------------------------

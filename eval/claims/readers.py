@@ -2,14 +2,16 @@
 :func:`step_values`, :func:`newest_samples`), the newest run of an experiment table
 (:func:`newest_rows`, :func:`run_settings`, :func:`upstream_draw`), the ``claims`` and ``claim_history`` tables
 (:func:`latest_claims`, :func:`keep_history`, :func:`claim_history`, :func:`rejudge`) and their
-Markdown tables (:func:`results_table`, :func:`history_table`)."""
+Markdown tables (:func:`results_table`, :func:`history_table`), which print each verdict as
+:func:`eval.claims.shown_verdict` words it (an inconclusive part says why; setup checks read
+``check passed`` / ``check failed`` and the Results table lists them apart)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eval.claims import ClaimError, row_verdict
+from eval.claims import ClaimError, is_check, row_judgement, shown_verdict
 from eval.replicates import as_seed, design_hash, run_seed
 
 
@@ -144,19 +146,42 @@ def _value(row: Mapping[str, Any], prefix: str, digits: int) -> str:
     return f"{show(value)} [{show(low)}, {show(high)}]"
 
 
-def results_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
-    """Markdown: one line per claim row — paper and where, the claim, what the paper reports,
-    weft's reference and treatment values and their difference with 95% CIs, n, the verdict."""
+def _n_cell(row: Mapping[str, Any]) -> str:
+    """``n``, with the units whose scores differ when the row counted them: ``40 (12 differ)``."""
+    differ = row.get("n_discordant")
+    return f"{row.get('n')}" if differ is None else f"{row.get('n')} ({differ} differ)"
+
+
+def _claims_lines(rows: Sequence[Mapping[str, Any]], digits: int, last: str) -> list[str]:
     header = ("| paper | where | claim | metric | paper reports | weft: reference | "
-              "weft: treatment | treatment − reference | n | verdict |")
+              f"weft: treatment | treatment − reference | n | {last} |")
     lines = [header, "|" + "---|" * 10]
     for row in rows:
         cells = [row.get("paper"), row.get("section"), row.get("claim"), row.get("metric"),
                  row.get("paper_value") or "—",
                  f"{row.get('reference')}: {_value(row, 'reference', digits)}",
                  f"{row.get('treatment')}: {_value(row, 'treatment', digits)}",
-                 _value(row, "", digits), row.get("n"), f"**{row.get('verdict')}**"]
+                 _value(row, "", digits), _n_cell(row), f"**{shown_verdict(row)}**"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
+CHECKS_HEADING = ("Setup checks (each holds by construction of its experiment; shown apart and "
+                  "never counted in a claim's verdict):")
+
+
+def results_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
+    """Markdown: one line per claim row — paper and where, the claim, what the paper reports,
+    weft's reference and treatment values and their difference with 95% CIs, n (and how many
+    units differ), the verdict (with the reason when inconclusive). Setup checks follow in a
+    table of their own under :data:`CHECKS_HEADING`, their verdicts read ``check passed`` /
+    ``check failed`` / ``check inconclusive``."""
+    claims = [r for r in rows if not is_check(r)]
+    checks = [r for r in rows if is_check(r)]
+    lines = _claims_lines(claims, digits, "verdict") if claims or not checks else []
+    if checks:
+        lines += ([""] if lines else []) + [CHECKS_HEADING, ""]
+        lines += _claims_lines(checks, digits, "check")
     return "\n".join(lines)
 
 
@@ -223,7 +248,8 @@ def _seed_of(row: Mapping[str, Any]) -> str:
 
 def history_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
     """Markdown: one line per claim part per run (the run's date, id and seed, the difference
-    with its 95% CI, n, the verdict), then the parts whose verdict differs between runs."""
+    with its 95% CI, n, the verdict as :func:`eval.claims.shown_verdict` prints it), then the
+    parts whose verdict differs between runs."""
     lines = ["| paper | where | metric | run | treatment − reference | n | verdict |",
              "|" + "---|" * 7]
     verdicts: dict[tuple[str, str, str, str], list[str]] = {}
@@ -232,8 +258,7 @@ def history_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
         when = stamp.strftime("%Y-%m-%d %H:%M") if hasattr(stamp, "strftime") else str(stamp)
         run = f"{when} ({str(row.get('run_id'))[:8]}{_seed_of(row)})"
         cells = [row.get("paper"), row.get("section"), row.get("metric"), run,
-                 _value(row, "", digits),
-                 row.get("n"), f"**{row.get('verdict')}**"]
+                 _value(row, "", digits), _n_cell(row), f"**{shown_verdict(row)}**"]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
         part = (str(row.get("experiment")), str(row.get("section")), str(row.get("claim")),
                 str(row.get("metric")))
@@ -246,28 +271,39 @@ def history_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
     return "\n".join(lines)
 
 
-def rejudge(wh: Any) -> list[tuple[str, str, str, str, str]]:
+def rejudge(wh: Any) -> list[tuple[str, str, str, str, str, str]]:
     """Re-apply the verdict rule to every row stored in ``wh``'s ``claims`` table (after the rule
-    changed) and rewrite the experiments whose verdicts moved; every other column, the run id
-    and the time stamp included, is kept. Returns ``(experiment, section, metric, old, new)``
-    for each row that changed."""
+    changed) and rewrite the experiments whose verdict or ``inconclusive_reason`` moved; every
+    other column, the run id and the time stamp included, is kept (a row stored before
+    ``inconclusive_reason`` existed gets that column). Rows stored before ``n_discordant``,
+    ``role`` or the bounds existed are judged on what they hold (:func:`eval.claims.uninformative`
+    skips the rules whose columns are null; no role reads as a claim). Returns ``(experiment,
+    section, metric, old verdict, new verdict, why inconclusive in words or "")`` for each row
+    that changed."""
+    import pyarrow as pa
+
+    from eval.claims import reason_text
+    from warehouse.schema import TABLES
+
     if CLAIMS_TABLE not in wh.tables():
         return []
-    changed: list[tuple[str, str, str, str, str]] = []
+    changed: list[tuple[str, str, str, str, str, str]] = []
     for partition in wh.partitions(CLAIMS_TABLE):
         table = wh.read(CLAIMS_TABLE, partition)
         rows = table.to_pylist()
         moved = False
         for row in rows:
-            new = row_verdict(row)
-            if new != row["verdict"]:
+            old = str(row["verdict"])
+            new, reason = row_judgement(row)
+            if (new, reason) != (old, row.get("inconclusive_reason")):
+                row["verdict"], row["inconclusive_reason"] = new, reason
                 changed.append((str(row.get("experiment")), str(row["section"]),
-                                str(row["metric"]), str(row["verdict"]), new))
-                row["verdict"] = new
+                                str(row["metric"]), old, new, reason_text(row)))
                 moved = True
         if moved:
-            import pyarrow as pa
-
-            wh.write(CLAIMS_TABLE, pa.Table.from_pylist(rows, schema=table.schema),
+            schema = table.schema
+            if "inconclusive_reason" not in schema.names:
+                schema = schema.append(TABLES[CLAIMS_TABLE].field("inconclusive_reason"))
+            wh.write(CLAIMS_TABLE, pa.Table.from_pylist(rows, schema=schema),
                      partition=partition)
     return changed

@@ -1,4 +1,6 @@
-"""The Engagement Process paper's toy claims (§5.1) as ``claims`` rows (``eval.claims.judge``).
+"""The Engagement Process paper's claims of §5.1 (toys) and §5.2 (LLM workflows) as ``claims``
+rows (``eval.claims.judge``); each part's Claim comes from a ``*_part(s)`` function, with the
+paper's figures from ``eval.claims.paper_reports``.
 
 Table 1 (urgency-aware deliberation): under real-time EP evaluation, the policy trained in EP
 timing earns a higher return and times out less than the policy trained with the step
@@ -7,6 +9,13 @@ abstraction (deliberation free of time), in the single-task and the sequential s
 Table 2 (hierarchical patrol): EP beats Loop when checkpoint handling can be interrupted at
 module level (Table 2a), and beats the strongest hand-written baseline, PatchPro, at state
 level with phase depths 2 and 3 (Table 2b: "EP performs best, followed by PatchPro").
+
+Table 3 (digital assistant, §5.2.1): EP earns more utility and misses fewer email deadlines than
+AgentLoop. Run with scripted policies (the CPU scale) both parts are setup checks, not claims:
+no model makes a choice, EP opens each email as it arrives and the scripted triage handles it,
+so the outcome follows from the script (:data:`SCRIPTED_CHECK`). Table 4 (kitchen, §5.2.2): EP
+earns more utility than ReflexPatch, with an LLM controller only (scripted, the two interfaces
+are the same rule and the claim refuses to run).
 
 Pairing: every policy is evaluated on the same evaluation episodes (the same seeds, so the same
 tasks or alarm streams as long as the policies act alike), and the learned policies are trained
@@ -21,11 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from eval.claims import Claim, judge
+from eval.claims import CHECK, CLAIM, Claim, judge
+from eval.claims.paper_reports import paper_value
 from eval.engagement import deliberation as D
 from eval.engagement import patrol as P
 
 PAPER = "Engagement Process"
+SHARE = (0.0, 1.0)  # the bounds of a timeout share
+# why a Table 3 part run with scripted policies is a setup check, not a claim: no model decides
+SCRIPTED_CHECK = ("setup check: scripted triage and main-task outputs stand in for the LLM, and "
+                  "EP opens each email as it arrives, so the script, not a model, sets the "
+                  "outcome")
 
 
 def _seeds(base: int, n: int) -> list[int]:
@@ -54,19 +69,26 @@ def deliberation_claims(setting: str, *, training_seeds: int = 3,
                                                        strict=True)):
                 returns[timing][(seed, i)] = float(ret)
                 timeouts[timing][(seed, i)] = float(tout / tasks) if tasks else 0.0
+    claims = deliberation_parts(setting)
+    return [judge(claims[0], returns[D.STEP], returns[D.EP], n_boot=n_boot),
+            judge(claims[1], timeouts[D.STEP], timeouts[D.EP], n_boot=n_boot)]
+
+
+def deliberation_parts(setting: str) -> tuple[Claim, Claim]:
+    """Table 1's two parts for ``setting`` (``single`` or ``sequential``): return (higher is
+    better) and timeout share (lower is better, bounded by 0 and 1)."""
     section = f"Table 1 ({setting} task)"
-    claims = [
+    return (
         Claim(paper=PAPER, section=section, metric="return",
               statement="EP-trained beats step-trained under real-time evaluation",
               reference="step-trained", treatment="EP-trained",
-              paper_value="EP higher return, step-trained negative"),
+              paper_value=paper_value("ep_deliberation_claim", f"{setting} return")),
         Claim(paper=PAPER, section=section, metric="timeout share", higher_is_better=False,
+              bounds=SHARE,
               statement="EP-trained times out less under real-time evaluation",
               reference="step-trained", treatment="EP-trained",
-              paper_value="EP no timeouts"),
-    ]
-    return [judge(claims[0], returns[D.STEP], returns[D.EP], n_boot=n_boot),
-            judge(claims[1], timeouts[D.STEP], timeouts[D.EP], n_boot=n_boot)]
+              paper_value=paper_value("ep_deliberation_claim", f"{setting} timeout")),
+    )
 
 
 PATROL_SETTINGS = {
@@ -84,7 +106,7 @@ def patrol_claims(setting: str, *, training_seeds: int = 3, train_episodes: int 
     if setting not in PATROL_SETTINGS:
         raise ValueError(f"patrol setting must be one of {sorted(PATROL_SETTINGS)}, got "
                          f"{setting!r}")
-    make, reference, section = PATROL_SETTINGS[setting]
+    make, reference, _ = PATROL_SETTINGS[setting]
     base = make()
     ep: dict[tuple[int, int], float] = {}
     ref: dict[tuple[int, int], float] = {}
@@ -95,11 +117,17 @@ def patrol_claims(setting: str, *, training_seeds: int = 3, train_episodes: int 
             result = P.evaluate(cfg, policies[name], eval_episodes)
             for i, value in enumerate(np.asarray(result.returns, dtype=float)):
                 store[(seed, i)] = float(value)
-    claim = Claim(paper=PAPER, section=section, metric="episode return",
-                  statement=f"EP beats {reference} on patrol with interruptions",
-                  reference=reference, treatment="EP",
-                  paper_value="EP best" if reference == "patchpro" else "EP above Loop")
-    return [judge(claim, ref, ep, n_boot=n_boot)]
+    return [judge(patrol_part(setting), ref, ep, n_boot=n_boot)]
+
+
+def patrol_part(setting: str) -> Claim:
+    """Table 2's part for ``setting``: EP's episode return against that table's strongest
+    baseline."""
+    _, reference, section = PATROL_SETTINGS[setting]
+    return Claim(paper=PAPER, section=section, metric="episode return",
+                 statement=f"EP beats {reference} on patrol with interruptions",
+                 reference=reference, treatment="EP",
+                 paper_value=paper_value("ep_patrol_claim", setting))
 
 
 # ---- the LLM environments of §5.2: assistant (Table 3) and kitchen (Table 4) -----------------
@@ -116,22 +144,42 @@ def _pairs(rows, value) -> dict[tuple, float]:
     return out
 
 
+def assistant_parts(setting: str, policy: str, reference: str = "agentloop"
+                    ) -> tuple[Claim, Claim]:
+    """Table 3's two parts for ``setting`` (``single`` or ``milestones``) and ``policy``:
+    utility (higher is better) and email timeout share (lower is better, bounded by 0 and 1),
+    EP against AgentLoop (the paper's figures are against AgentLoop; another ``reference`` is
+    a ValueError). With the ``scripted`` policy both parts are setup checks
+    (:data:`SCRIPTED_CHECK`): they show the pipeline runs, not that an LLM controller does
+    better with EP."""
+    if reference != "agentloop":
+        raise ValueError(f"Table 3's claim is EP against AgentLoop (the paper's figures are "
+                         f"relative to it); got reference {reference!r}")
+    role = CHECK if policy == "scripted" else CLAIM
+    why = f" ({SCRIPTED_CHECK})" if role == CHECK else ""
+    section = f"Table 3 ({setting}, {policy})"
+    utility = Claim(paper=PAPER, section=section, metric="utility", reference=reference,
+                    treatment="EP", role=role,
+                    statement=f"EP earns more utility than {reference}{why}",
+                    paper_value=paper_value("ep_assistant_claim", f"{setting} utility"))
+    timeout = Claim(paper=PAPER, section=section, metric="email timeout share",
+                    higher_is_better=False, reference=reference, treatment="EP", role=role,
+                    bounds=SHARE,
+                    statement=f"EP misses fewer email deadlines than {reference}{why}",
+                    paper_value=paper_value("ep_assistant_claim", f"{setting} timeout"))
+    return utility, timeout
+
+
 def assistant_claims(comp: Any, reference: str = "agentloop",
                      n_boot: int = 5000) -> list[dict[str, Any]]:
     """Table 3 from an ``llm_runs.run_comparison("assistant", ...)``: EP's utility and
-    timeout share per episode against ``reference`` (AgentLoop: the paper's main contrast)."""
+    timeout share per episode against ``reference`` (AgentLoop: the paper's main contrast);
+    setup checks when the comparison ran scripted policies (:func:`assistant_parts`)."""
     by = {m: [r for r in comp.episodes if r["method"] == m] for m in ("ep", reference)}
     if not by["ep"] or not by[reference]:
         raise ValueError(f"the comparison needs methods ep and {reference}; it has "
                          f"{sorted({r['method'] for r in comp.episodes})}")
-    section = f"Table 3 ({comp.setting}, {comp.policy})"
-    utility = Claim(paper=PAPER, section=section, metric="utility", reference=reference,
-                    treatment="EP", statement=f"EP earns more utility than {reference}",
-                    paper_value="EP highest utility")
-    timeout = Claim(paper=PAPER, section=section, metric="email timeout share",
-                    higher_is_better=False, reference=reference, treatment="EP",
-                    statement=f"EP misses fewer email deadlines than {reference}",
-                    paper_value="0.310 vs 0.533 (avg. of both settings)")
+    utility, timeout = assistant_parts(comp.setting, comp.policy, reference)
 
     def share(r):
         return r["timeouts"] / r["scored"] if r["scored"] else 0.0
@@ -155,9 +203,18 @@ def kitchen_claims(comp: Any, reference: str = "reflexpatch",
     by = {m: [r for r in comp.episodes if r["method"] == m] for m in ("ep", reference)}
     if not by["ep"] or not by[reference]:
         raise ValueError(f"the comparison needs methods ep and {reference}")
-    claim = Claim(paper=PAPER, section=f"Table 4 ({comp.setting}, {comp.policy})",
-                  metric="utility", reference=reference, treatment="EP",
-                  statement=f"EP earns more utility than {reference} in the kitchen",
-                  paper_value="EP highest utility")
+    claim = kitchen_part(comp.setting, comp.policy, reference)
     return [judge(claim, _pairs(by[reference], lambda r: r["utility"]),
                   _pairs(by["ep"], lambda r: r["utility"]), n_boot=n_boot)]
+
+
+def kitchen_part(setting: str, policy: str, reference: str = "reflexpatch") -> Claim:
+    """Table 4's part for ``setting`` (``one`` or ``multi``): EP's utility against ReflexPatch
+    (the paper's figures compare those two; another ``reference`` is a ValueError)."""
+    if reference != "reflexpatch":
+        raise ValueError(f"Table 4's claim is EP against ReflexPatch (the strongest baseline the "
+                         f"paper compares it with); got reference {reference!r}")
+    return Claim(paper=PAPER, section=f"Table 4 ({setting}, {policy})", metric="utility",
+                 reference=reference, treatment="EP",
+                 statement=f"EP earns more utility than {reference} in the kitchen",
+                 paper_value=paper_value("ep_kitchen_claim", setting))

@@ -18,13 +18,14 @@ Modules:
   :func:`load_source`, and :func:`load_rows` (read, decontaminate against registered problem
   sources, build: every kind's loader, so it lives beside the registry it loads from).
 - ``benchmark_file``: local JSONL benchmarks declared in ``$WEFT_BENCHMARKS`` or
-  ``$WEFT_HOME/benchmarks.yaml``, registered when this package is imported.
+  ``$WEFT_HOME/benchmarks.yaml``, registered when this package is imported (a file with
+  mistakes registers nothing; its problems are in :data:`CONFIG_PROBLEMS`).
 - ``io``: reading raw records from local files, the Hugging Face hub and reasoning-gym, and the
   per-record size and nesting limits (:class:`RecordLimits`).
 - ``adapters``: one pure adapter per dataset layout (one raw record -> one normalised row), and
   :class:`adapters.FieldMap` for files already shaped as problem/answer rows.
 - ``traces``: reasoning traces (s1K, LIMO, OpenMathReasoning) split into reasoning and response.
-- ``tir``: MathCoder and ToRA trajectories in the TIR schema (``pipelines.tir``).
+- ``trajectories``: MathCoder and ToRA trajectories in the TIR schema (``pipelines.tir``).
 
 Import public names from ``pipelines.ingest``; the submodules import each other directly.
 """
@@ -79,8 +80,8 @@ from pipelines.ingest.sources import (
     load_source,
     register_source,
 )
-from pipelines.ingest.tir import TIR_SOURCES, TIRResult, TIRSpec, load_tir
 from pipelines.ingest.traces import TRACE_SOURCES, Trace, TraceResult, TraceSpec, load_traces
+from pipelines.ingest.trajectories import TIR_SOURCES, TIRResult, TIRSpec, load_tir
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -135,5 +136,17 @@ __all__ = [
 ]
 
 # Local JSONL benchmarks of $WEFT_BENCHMARKS or $WEFT_HOME/benchmarks.yaml join the registry once,
-# here, so every process that ingests or evaluates sees the same sources.
-register_configured_benchmarks()
+# here, so every process that ingests or evaluates sees the same sources. A file with mistakes
+# registers nothing and does not stop the import (the UI and every command still load): its
+# problems are kept in CONFIG_PROBLEMS, which `weft` prints (one line each, exit 2) and which an
+# unknown benchmark's error repeats.
+CONFIG_PROBLEMS: list[str] = []
+try:
+    register_configured_benchmarks()
+except BenchmarkFileError as _err:
+    CONFIG_PROBLEMS = _err.problems
+    import logging as _logging
+
+    _logging.getLogger(__name__).warning(
+        "the benchmarks file has %d problem(s); none of its benchmarks is registered:\n%s",
+        len(CONFIG_PROBLEMS), "\n".join(CONFIG_PROBLEMS))

@@ -1,7 +1,7 @@
 """The one ingestion front end: read -> adapt -> check limits -> deduplicate -> decontaminate.
 
 Problems (``pipelines.ingest.sources``), reasoning traces (``pipelines.ingest.traces``) and
-tool-integrated trajectories (``pipelines.ingest.tir``) go through the same two functions:
+tool-integrated trajectories (``pipelines.ingest.trajectories``) go through the same two functions:
 :func:`read_records` finds a spec's records (its local file under ``WEFT_DATA_DIR``, or the
 Hugging Face hub) and :func:`build_rows` turns them into rows and rejects; :func:`load_rows`
 does both plus decontamination. A kind is a subclass of :class:`IngestSpec` and says only what

@@ -1,7 +1,7 @@
 """Step-wise decomposition of expert TIR trajectories into process-supervised training instances.
 
 From an expert trajectory τ* = (x, [s*_1..s*_T]) — a correct MOSAIC trajectory or a real one
-ingested by ``pipelines.ingest.tir`` — :func:`decompose` makes one :class:`StepInstance` per step
+ingested by ``pipelines.ingest.trajectories`` — :func:`decompose` makes one :class:`StepInstance` per step
 t = 1..T: the context Q_t = (x, H*_{t-1}) is the problem and the ground-truth history of the
 steps before t (thoughts, code and interpreter outputs), the target L_t = (thought*_t,
 action*_t) is step t without its observation. Rows (:meth:`StepInstance.to_row`) carry the

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import evaluation, ingest, reports, sxs
+from assets import eval_reports, evaluation, ingest, sxs
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sandbox_resource import SandboxResource
 
 MODEL = "scripted"
 ASSETS = [*ingest.SOURCE_ASSETS, ingest.problems, evaluation.eval_samples, evaluation.eval_scores,
-          reports.eval_reports, sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset]
+          eval_reports.eval_reports, sxs.traces, sxs.sxs_alignments, sxs.sxs_sft_dataset]
 
 
 def responder(body: dict, index: int) -> str:

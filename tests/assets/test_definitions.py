@@ -50,7 +50,7 @@ def test_models_sensor_evaluates_every_registered_model_without_scores(monkeypat
     whether its partition is new (ckpt-1) or was added by hand (the embedded model); one with
     samples is not; only missing partitions are added."""
     from assets.definitions import defs
-    from assets.partitions import table_partition
+    from assets.partition_defs import table_partition
     from assets.schedules import models_sensor
     from eval.models import ModelSpec, register_model
     from warehouse import Warehouse
@@ -72,7 +72,7 @@ def test_models_sensor_evaluates_every_registered_model_without_scores(monkeypat
 
 
 def test_eval_suite_rejects_unknown_benchmarks(monkeypatch):
-    from assets.partitions import eval_suite
+    from assets.partition_defs import eval_suite
 
     monkeypatch.setenv("WEFT_EVAL_SUITE", "gsm8k,nope")
     with pytest.raises(ValueError, match="nope"):

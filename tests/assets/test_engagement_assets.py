@@ -6,16 +6,9 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from assets.engagement import (
-    DEFAULT_SETTING,
-    EP_PARTITIONS,
-    EpEpisodesConfig,
-    ep_episodes,
-    ep_scores,
-    experiment_id,
-    score_rows,
-)
+from assets.engagement import EP_PARTITIONS, EpEpisodesConfig, ep_episodes, ep_scores
 from assets.resources import LLMResource, WarehouseResource
+from eval.engagement.experiments import DEFAULT_SETTING, experiment_id, score_rows
 from warehouse import Lineage, Warehouse
 
 SMALL = {"n_seeds": 3, "episodes_per_seed": 2, "cases_per_cell": 1, "timeline_episodes": 1}

@@ -251,3 +251,43 @@ def test_manager_and_actor_clients_carry_the_resource_settings(weft_home, shared
     mine = [c for c in calls if c["run_id"] == result.run_id]
     assert actor_requests > 0
     assert sum(c["base_url"] == actor_server.base_url for c in mine) == actor_requests
+
+
+def test_the_agents_sample_as_configured(weft_home, shared_data):
+    """The manager and the actor decode with their nested ``manager`` / ``actor`` settings
+    (defaults: greedy manager with 640 tokens, actor at 0.7 with 384), both with the run's
+    seed; an agent asked for several replies per step is refused before any call."""
+    from pipelines.llm.testing import FakeLLMServer
+
+    with FakeLLMServer(models=("scripted",)) as server:
+        res = _resources(server.base_url, "scripted")
+        assert _materialize(res, ["gsm8k_train_problems", "problems"],
+                            config={"gsm8k_train_problems": {"limit": 2}}).success
+        problems = Warehouse().sql("SELECT problem, answer FROM problems").to_pylist()
+        server.responder = _scripted({p["problem"].strip(): p["answer"] for p in problems})
+
+        def sent(synth):
+            server.requests.clear()
+            assert _materialize(res, ["mosaic_trajectories"], partition="gsm8k",
+                                config={"mosaic_trajectories": synth}).success
+            by_role = {}
+            for body in server.requests:
+                role = "manager" if "navigation card" in body["messages"][0]["content"] else "actor"
+                by_role.setdefault(role, set()).add(
+                    (body.get("temperature"), body.get("top_p", 1.0), body.get("max_tokens"),
+                     body.get("seed"), bool(body.get("stop"))))
+            return by_role
+
+        base = {"limit": 2, "max_steps": 3, "rho": 0.0, "concurrency": 2, "seed": 4}
+        assert sent(base) == {"manager": {(0.0, 1.0, 640, 4, False)},
+                              "actor": {(0.7, 1.0, 384, 4, True)}}
+        tuned = dict(base, manager={"max_tokens": 300}, actor={"temperature": 0.3, "top_p": 0.9})
+        assert sent(tuned) == {"manager": {(0.0, 1.0, 300, 4, False)},
+                               "actor": {(0.3, 0.9, 384, 4, True)}}
+        server.requests.clear()
+        result = _materialize(res, ["mosaic_trajectories"], partition="gsm8k",
+                              config={"mosaic_trajectories": dict(base, actor={"k": 2})},
+                              raise_on_error=False)
+        assert not result.success and not server.requests
+        failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+        assert "actor.k" in str(failure.event_specific_data.error)

@@ -168,7 +168,7 @@ def _ep_budget_table(server) -> dict:
         raise_on_error=False,
         run_config={"ops": {"ep_budget_table": {"config": {
             "max_steps": 1, "dataset_limit": 8, "rlvr_cap_factors": [1.0], "heldout_n": 4,
-            "budgets": [16], "temperature": 0.0, "evaluate_base": False}}}})
+            "budgets": [16], "sampling": {"temperature": 0.0}, "evaluate_base": False}}}})
     return _failed_evaluation(result, server, f"ep_heldout|{LAUNCHED[0]}")  # the EP arm's
 
 

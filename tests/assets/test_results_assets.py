@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from assets.results import EXPERIMENTS, RESULT_ASSETS, RESULT_JOBS
-from assets.results.core import Experiment
+from assets.results.experiments import Experiment
 from cli.results import main as results_main
 from eval.claims import VERDICTS
 from eval.claims.draw import INLINE_MARKDOWN_LIMIT
@@ -134,8 +134,10 @@ def test_duet_claims_from_sweep_rows(weft_home):
     expected = np.mean([np.mean(duet[p]) - np.mean(grpo[p]) for p in pids])
     assert acc["diff"] == pytest.approx(expected) and acc["n"] == 30
     assert acc["kind"] == "no_worse" and acc["margin"] == DUET_ACCURACY_MARGIN
-    # DUET's own token count (logs), not the column, is compared: 400+s vs 1000+s
+    # DUET's own token count (logs), not the column, is compared: 400+s vs 1000+s; at half
+    # budget fewer tokens hold by construction (half the rollouts): a setup check
     assert tok["diff"] == pytest.approx(-600.0) and tok["verdict"] == "reproduced"
+    assert tok["role"] == "check" and acc["role"] == wall["role"] == "claim"
     assert wall["diff"] == pytest.approx(np.mean([6.0 + 0.1 * s - 10.0 for s in steps]))
     assert wall["verdict"] == "reproduced"
     with pytest.raises(ValueError, match="no GRPO arm or no DUET arm at budget 0.25"):
@@ -216,8 +218,8 @@ class _CallsClient:
 
 
 def test_a_stopped_claim_keeps_its_llm_calls_and_a_canceled_runs_row(weft_home):
-    from assets.results.core import record_claims
-    from assets.results.engagement import KITCHEN
+    from assets.results.engagement_results import KITCHEN
+    from assets.results.experiments import record_claims
 
     client = _CallsClient()
 
@@ -259,8 +261,8 @@ def test_kitchen_claim_asset_over_http_matches_the_controller_run_in_process(wef
     once, the claims rows) on two cases per setting, against the same controller rule run
     in-process through the kitchen simulator directly."""
     from assets.resources import LLMResource, WarehouseResource
-    from assets.results.core import claim_job
-    from assets.results.engagement import KITCHEN, ep_kitchen_claim
+    from assets.results.engagement_results import KITCHEN, ep_kitchen_claim
+    from assets.results.experiments import claim_job
     from eval.engagement import kitchen as K
     from eval.engagement.llm_policies import LLMController
     from pipelines.llm.testing import FakeLLMServer
@@ -305,7 +307,8 @@ def test_kitchen_claim_asset_over_http_matches_the_controller_run_in_process(wef
 
 def test_kitchen_claim_refuses_unknown_or_repeated_settings_before_any_llm_call(weft_home):
     from assets.resources import LLMResource, WarehouseResource
-    from assets.results.engagement import check_kitchen_settings, ep_kitchen_claim
+    from assets.results.engagement_results import ep_kitchen_claim
+    from eval.engagement.experiments import check_kitchen_settings
 
     for bad in ([], ["one", "nope"], ["one", "one"]):
         with pytest.raises(ValueError, match="distinct Table 4 settings"):
@@ -325,7 +328,7 @@ def test_kitchen_claim_refuses_unknown_or_repeated_settings_before_any_llm_call(
 
 def test_runs_of_one_design_with_other_seeds_are_pooled_on_the_result_page(weft_home):
     from assets.resources import WarehouseResource
-    from assets.results.core import ResultConfig, record_claims
+    from assets.results.experiments import ResultConfig, record_claims
     from eval.claims import Claim, judge
 
     experiment = Experiment(name="seeded_claim", paper="P", description="d",
@@ -394,7 +397,7 @@ def test_duet_and_table5_rows_take_their_seed_and_design_from_the_upstream_run(w
 
 def test_the_table5_result_asset_stamps_the_seed_of_the_table_it_judged(weft_home):
     from assets.resources import WarehouseResource
-    from assets.results.training_claims import ep_budget_claim
+    from assets.results.budget_results import ep_budget_claim
 
     wh = Warehouse()
     _table5_rows(wh)
@@ -405,3 +408,29 @@ def test_the_table5_result_asset_stamps_the_seed_of_the_table_it_judged(weft_hom
     assert result.success
     (row,) = Warehouse().sql("SELECT seed, design, metric FROM claims").to_pylist()
     assert row["seed"] == 5 and row["metric"] == "BS@100" and len(row["design"]) == 12
+
+
+def test_the_result_page_keeps_setup_checks_out_of_the_verdict():
+    from assets.results.experiments import NO_CLAIM_PART, claims_metadata
+    from eval.claims import Claim, judge
+
+    def part(role, shift, metric):
+        claim = Claim(paper="P", section="S", statement=f"{role} {metric}", metric=metric,
+                      reference="r", treatment="t", role=role)
+        ref = [float(i % 4) for i in range(20)]
+        return judge(claim, ref, [r + shift for r in ref], n_boot=200)
+
+    inconclusive = part("claim", 0.0, "flat")  # no unit differs: inconclusive, with the reason
+    rows = [part("claim", 1.0, "up"), part("check", -1.0, "down"), inconclusive]
+    meta = claims_metadata(rows)
+    assert meta["verdict"] == "inconclusive"  # the failed check does not make it "not reproduced"
+    assert len(meta["claims"].records) == 2 and len(meta["checks"].records) == 1
+    assert meta["checks"].records[0].data["check"] == "check failed"
+    assert meta["checks_passed"] == "0 of 1"
+    assert meta["check_down"] == "check failed" and meta["verdict_up"] == "reproduced"
+    flat = meta["claims"].records[1].data
+    assert flat["verdict"] == "inconclusive"
+    assert flat["why inconclusive"] == "the arms score the same on every unit"
+    assert flat["differ"] == "0"
+    only_checks = claims_metadata(rows[1:2])
+    assert only_checks["verdict"] == NO_CLAIM_PART and "claims" not in only_checks

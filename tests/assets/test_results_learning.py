@@ -73,7 +73,7 @@ def lineage_of_two(weft_home, monkeypatch):
 
 
 def _materialize(instance, server, **config):
-    from assets.results.learning import learning_claim
+    from assets.results.learning_results import learning_claim
 
     resources = {"warehouse": WarehouseResource(), "grader": GraderResource(processes=1),
                  "llm": LLMResource(base_url=server.base_url, model=EMBEDDED_SERVED_NAME,

@@ -76,7 +76,7 @@ def _short_trace_records(shared_data, tmp_path, n=2, min_blocks=4):
     trace) instead of dozens of long ones, and still has prefixes to judge."""
     from pipelines.ingest import TRACE_SOURCES
     from pipelines.ingest.traces import adapt_openmathreasoning
-    from pipelines.sxs import segment
+    from pipelines.sxs_align import segment
 
     rel = TRACE_SOURCES["openmathreasoning"].local_path
     lines = (shared_data / rel).read_text().splitlines()
@@ -192,7 +192,7 @@ def test_evidence_judge_needs_no_llm_and_long_traces_can_be_left_out(weft_home, 
                                                                      embedded_model_dir):
     from transformers import AutoTokenizer
 
-    from pipelines.sxs import segment
+    from pipelines.sxs_align import segment
     from pipelines.sxs_judge import evidence
 
     resources = {"llm": LLMResource(base_url="http://127.0.0.1:9/v1", model="nobody"),

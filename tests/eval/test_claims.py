@@ -11,6 +11,7 @@ from eval.claims import (
     ClaimError,
     combine,
     judge,
+    row_judgement,
     row_verdict,
     verdict,
 )
@@ -121,11 +122,13 @@ def test_judge_on_a_constant_shift():
 
 def test_judge_pairs_by_problem_id_and_reads_the_sign():
     # ids in different orders: pairing by id makes every difference exactly -1 (all lost)
-    reference = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}
-    treatment = {"d": 0.0, "c": 0.0, "b": 0.0, "a": 0.0}
+    ids = "abcdefgh"
+    reference = {i: 1.0 for i in ids}
+    treatment = {i: 0.0 for i in reversed(ids)}
     row = judge(better(), reference, treatment, n_boot=200)
     assert row["diff"] == pytest.approx(-1.0)
-    assert row["verdict"] == NOT_REPRODUCED
+    assert row["n_discordant"] == 8
+    assert row["verdict"] == NOT_REPRODUCED and row["inconclusive_reason"] is None
 
 
 def test_judge_no_worse_p_value_is_against_a_drop_of_the_margin():
@@ -146,13 +149,16 @@ def test_both_arms_at_one_point_is_inconclusive_whatever_the_kind(claim, level):
     # better claim and "reproduced" for a no_worse one; neither is supported by the data
     row = judge(claim, [level] * 40, [level] * 40, n_boot=200)
     assert (row["diff_ci_low"], row["diff_ci_high"]) == (0.0, 0.0)
-    assert row["verdict"] == INCONCLUSIVE
-    # one problem solved in one arm is variation: the CI rule applies again
+    assert row["verdict"] == INCONCLUSIVE and row["inconclusive_reason"] == "no_variation"
+    # one problem solved in one arm is variation, but one unit that differs is too few
     moved = judge(claim, [level] * 40, [level] * 39 + [level + 1], n_boot=200)
-    assert moved["verdict"] == verdict(claim, moved["diff_ci_low"], moved["diff_ci_high"])
+    assert moved["n_discordant"] == 1
+    assert (moved["verdict"], moved["inconclusive_reason"]) == (INCONCLUSIVE,
+                                                                "few_discordant_units")
     # both arms constant but at different levels is a clear difference, not a floor
     apart = judge(claim, [level] * 40, [level + 1] * 40, n_boot=200)
     assert apart["verdict"] == verdict(claim, 1.0, 1.0)
+    assert apart["inconclusive_reason"] is None
 
 
 def test_row_verdict_reads_a_stored_row_like_judge():
@@ -165,7 +171,11 @@ def test_row_verdict_reads_a_stored_row_like_judge():
         treat = [min(1.0, max(0.0, r + rng.choice([-1, 0, 0, 1]))) for r in ref]
         row = judge(claim, ref, treat, n_boot=300, seed=trial)
         assert row_verdict(row) == row["verdict"]
-        if len(set(ref) | set(treat)) > 1:
+        assert row_judgement(row) == (row["verdict"], row["inconclusive_reason"])
+        differ = sum(r != t for r, t in zip(ref, treat))
+        assert row["n_discordant"] == differ
+        if len(set(ref) | set(treat)) > 1 and differ >= 6:
+            assert row["inconclusive_reason"] is None
             assert row["verdict"] == verdict(claim, row["diff_ci_low"], row["diff_ci_high"])
 
 
@@ -310,12 +320,15 @@ def test_rejudge_rewrites_only_rows_whose_verdict_moved(weft_home, capsys):
     [duet_file] = [f for f in wh.files("claims") if "duet_claim" in str(f)]
     duet_stamp = duet_file.stat().st_mtime_ns
 
-    assert rejudge(wh) == [("sxs_claim", "Table 2", "accuracy", NOT_REPRODUCED, INCONCLUSIVE)]
+    assert rejudge(wh) == [("sxs_claim", "Table 2", "accuracy", NOT_REPRODUCED, INCONCLUSIVE,
+                            "both arms score one value on every unit")]
     after = {r["claim"]: r for r in wh.read("claims").to_pylist()}
     assert after["accuracy"]["verdict"] == INCONCLUSIVE
+    assert after["accuracy"]["inconclusive_reason"] == "no_variation"
     for name, row in before.items():        # everything else, run id and time included, kept
-        keep = {k: v for k, v in row.items() if k != "verdict"}
-        assert {k: v for k, v in after[name].items() if k != "verdict"} == keep
+        keep = {k: v for k, v in row.items() if k not in ("verdict", "inconclusive_reason")}
+        assert {k: v for k, v in after[name].items()
+                if k not in ("verdict", "inconclusive_reason")} == keep
     assert after["latency"]["verdict"] == REPRODUCED
     assert after["tokens"]["verdict"] == INCONCLUSIVE
     assert duet_file.stat().st_mtime_ns == duet_stamp   # an unchanged experiment is not rewritten
@@ -324,8 +337,9 @@ def test_rejudge_rewrites_only_rows_whose_verdict_moved(weft_home, capsys):
     wh.write("claims", [floor], lineage=Lineage(run_id="r1", partition="sxs_claim"))
     assert main(["--rejudge"]) == 0
     captured = capsys.readouterr()
-    assert "rejudged sxs_claim Table 2 accuracy: not reproduced -> inconclusive" in captured.err
-    assert "**inconclusive**" in captured.out
+    assert ("rejudged sxs_claim Table 2 accuracy: not reproduced -> inconclusive (both arms "
+            "score one value on every unit)") in captured.err
+    assert "**inconclusive (both arms score one value on every unit)**" in captured.out
 
 
 def test_results_table_shows_no_negative_zero():
@@ -337,3 +351,33 @@ def test_results_table_shows_no_negative_zero():
     line = results_table([row]).splitlines()[-1]
     assert "+0.000 [+0.000, +0.000]" in line and "-0.000" not in line
     assert "r: -0.500 [-0.500, -0.500]" in line
+
+
+def test_rejudge_and_the_table_read_files_written_before_the_new_columns(weft_home, capsys):
+    import pyarrow.parquet as pq
+
+    from eval.claims.__main__ import main
+    from warehouse import Lineage, Warehouse
+
+    wh = Warehouse()
+    floor = dict(_row("sxs_claim", "accuracy", NOT_REPRODUCED, 0.0, "r1"),
+                 reference_value=0.0, reference_ci_low=0.0, reference_ci_high=0.0,
+                 treatment_value=0.0, treatment_ci_low=0.0, treatment_ci_high=0.0,
+                 diff_ci_low=0.0, diff_ci_high=0.0)
+    wh.write("claims", [floor, _row("sxs_claim", "latency", REPRODUCED, 0.12, "r1")],
+             lineage=Lineage(run_id="r1", partition="sxs_claim"))
+    # drop the columns an older writer did not have from the stored file itself
+    [path] = wh.files("claims")
+    new = ("inconclusive_reason", "n_discordant", "role", "bound_low", "bound_high")
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns([c for c in new if c in table.column_names]), path)
+    assert not set(new) & set(wh.read("claims").column_names)
+
+    assert main(["--rejudge"]) == 0
+    captured = capsys.readouterr()
+    assert "not reproduced -> inconclusive (both arms score one value" in captured.err
+    assert "**reproduced**" in captured.out  # the latency row: a claim, CI above 0
+    rows = {r["claim"]: r for r in wh.read("claims").to_pylist()}
+    assert rows["accuracy"]["inconclusive_reason"] == "no_variation"
+    assert rows["latency"]["inconclusive_reason"] is None
+    assert rows["latency"]["verdict"] == REPRODUCED  # no n_discordant stored: rule 4 not applied

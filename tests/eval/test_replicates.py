@@ -149,3 +149,22 @@ def test_cli_prints_the_pooled_table_or_says_what_to_run(weft_home, capsys):
     assert "| P | S | m | d1 | 0: +" in out and "reproduced; 1: +" in out and "(k = 2)" in out
     assert seeds_table(pooled_rows(wh.sql("SELECT * FROM claim_history").to_pylist())) in out
     assert main(["--seeds", "nothing-here"]) == 1
+
+
+def test_pooled_rows_keep_the_role_and_sum_the_units_that_differ():
+    check = Claim(paper="P", section="S", statement="t beats r by construction", metric="m",
+                  reference="r", treatment="t", role="check")
+    rows = []
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        ref = rng.normal(0.0, 1.0, 20)
+        row = judge(check, ref, ref + 1.0 + rng.normal(0.0, 0.1, 20), n_boot=300)
+        rows.append(dict(row, experiment="x", scale="cpu", design="d", seed=seed,
+                         run_id=str(seed), created_at="2026-01-01", config_json="{}"))
+    (p,) = pooled_rows(rows)
+    assert p["role"] == "check" and p["n_discordant"] == 40  # 20 differing units per run
+    assert p["verdict"] == "reproduced" and p["inconclusive_reason"] is None
+    assert "**check passed** (k = 2)" in seeds_table([p])
+    # a run stored before units were counted: the pooled count is unknown, not a partial sum
+    (old,) = pooled_rows([rows[0], dict(rows[1], n_discordant=None)])
+    assert old["n_discordant"] is None

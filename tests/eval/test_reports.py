@@ -58,7 +58,7 @@ def test_plots_write_png_files_or_nothing(tmp_path):
 
 
 def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
-    from assets import evaluation, reports
+    from assets import eval_reports, evaluation
     from assets.resources import WarehouseResource
     from eval.runner import score
     from warehouse import Warehouse
@@ -69,7 +69,7 @@ def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
         rows = [r for r in samples if r["model"] == model and r.get("budget") is None]
         wh.write("eval_samples", rows, partition=f"gsm8k|{model}")
         wh.write("eval_scores", score(rows, model_label=model, benchmark="gsm8k"), partition=f"gsm8k|{model}")
-    result = dg.materialize([evaluation.eval_scores, reports.eval_reports, reports.check_eval_reports_pairwise_valid],
+    result = dg.materialize([evaluation.eval_scores, eval_reports.eval_reports, eval_reports.check_eval_reports_pairwise_valid],
                             selection=["eval_reports"], resources={"warehouse": WarehouseResource()},
                             instance=dg.DagsterInstance.ephemeral())
     assert result.success
@@ -101,7 +101,7 @@ def test_plot_eff_curve(tmp_path):
 
 
 def test_eval_reports_writes_budget_and_eff_curves(weft_home):
-    from assets import evaluation, reports
+    from assets import eval_reports, evaluation
     from assets.resources import WarehouseResource
     from eval.runner import score
     from warehouse import Warehouse
@@ -122,7 +122,7 @@ def test_eval_reports_writes_budget_and_eff_curves(weft_home):
                                    (32, "p0", True, 100), (32, "p1", True, 300))]
     wh.write("eval_samples", plain + budgeted + capped, partition="gsm8k@a")
     wh.write("eval_scores", score(plain, model_label="a", benchmark="gsm8k"), partition="gsm8k@a")
-    result = dg.materialize([evaluation.eval_scores, reports.eval_reports],
+    result = dg.materialize([evaluation.eval_scores, eval_reports.eval_reports],
                             selection=["eval_reports"],
                             resources={"warehouse": WarehouseResource()},
                             instance=dg.DagsterInstance.ephemeral())

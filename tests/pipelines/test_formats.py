@@ -104,7 +104,7 @@ def test_answer_region_rejects_unknown_format_and_non_text():
 def test_sxs_check_accepts_what_algorithm_1_writes_with_trailing_reasoning():
     """SxS Algorithm 1 lines 28-30: the whole answer is supported after reasoning block 2 of 4,
     so blocks 3-4 become a trailing think block; the stream must pass the format check."""
-    from pipelines.sxs import interleave, to_tagged
+    from pipelines.sxs_align import interleave, to_tagged
 
     levels = [1, 2, 2, 2]  # l_k for k = 1..4 (K_A = 2 reached at k = 2 < K_R)
     segments = interleave(["r1", "r2", "r3", "r4"], ["a1", "a2"], levels)

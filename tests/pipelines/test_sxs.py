@@ -1,4 +1,4 @@
-"""Tests for pipelines/sxs.py and pipelines/sxs_judge.py.
+"""Tests for pipelines/sxs_align.py and pipelines/sxs_judge.py.
 
 A scripted fake client (``chat_json`` answering per prefix length, with delays so cancellation
 is observable) drives the real ``LLMJudge`` for the algorithm tests; the judge also runs over
@@ -26,7 +26,7 @@ import pytest
 from eval.latency import WhitespaceTokenizer, summarize_variants
 from pipelines.formats import SPEAK, SXS_SYSTEM_PROMPT, THINK, parse_tagged
 from pipelines.settings import data_dir
-from pipelines.sxs import (
+from pipelines.sxs_align import (
     BLOCK_SEP,
     CANCELLED,
     FAILED,
@@ -397,7 +397,7 @@ def test_prefilter_in_sequential_and_parallel_modes():
 
 
 def test_incremental_prefix_evidence_equals_evidence_of_the_joined_text():
-    from pipelines.sxs import _prefix_evidence
+    from pipelines.sxs_align import _prefix_evidence
 
     for _, problem, reasoning, _ in _load_traces()[::7]:
         r = segment(reasoning)

@@ -194,12 +194,12 @@ def test_heldout_problems_leave_the_training_problems_out():
 
 
 def test_the_view_gives_table_5s_columns(weft_home):
-    from assets.ep_training import _arrow
+    from training.ep_budget_table import typed_scores
     from warehouse import Lineage, Warehouse
 
     rows = [dict(r, table_id="t1") for r in table_rows(_evaluated(), n_boot=200)]
     wh = Warehouse()
-    wh.write("ep_budget_scores", _arrow(rows), lineage=Lineage(run_id="r1", partition="t1"))
+    wh.write("ep_budget_scores", typed_scores(rows), lineage=Lineage(run_id="r1", partition="t1"))
     view = {r["arm"]: r for r in wh.sql("SELECT * FROM ep_budget_table").to_pylist()}
     assert list(view) == [ARM_BASE, "rlvr", ARM_EP]  # ordered like the paper's table
     ep = view[ARM_EP]

@@ -1,4 +1,4 @@
-"""Tandem rollouts (training/tandem.py) on the embedded model, CPU, short generations.
+"""Tandem rollouts (training/tandem/core.py) on the embedded model, CPU, short generations.
 
 Each property is checked against an independent computation: a full no-cache forward of the
 final sequence in float64 (lockstep), a plain one-model sampling loop written here from the

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from eval.claims import Claim, ClaimError, judge
+from eval.claims.paper_reports import paper_value
 from eval.claims.readers import newest_samples, problem_scores
 from eval.handoff_team import handoff_label
 from eval.modes import build_mode
@@ -40,6 +41,7 @@ TANDEM_SOLO_MARGIN = 0.10
 ARMS = ("grpo", "tandem")  # reference, treatment
 ARM_NAMES = {"grpo": "GRPO", "tandem": "Tandem RL"}
 PAPER = "Tandem RL"
+EXPERIMENT = "tandem_claim"
 
 
 def recipe_method(config: Any) -> str:
@@ -114,33 +116,33 @@ def arm_differences(grpo: Any, tandem: Any) -> list[str]:
     return [k for k in differ if k not in RUN_NAMES]
 
 
-def claim_parts(handoff_k: int) -> dict[str, Any]:
+def claim_parts(handoff_k: int) -> dict[str, Claim]:
+    """The claim's four parts (``solo``, ``handoff``, ``drift``, ``legibility``), each with the
+    paper's figures (``eval.claims.paper_reports``); pass@k parts are bounded by 0 and 1."""
     common = {"paper": PAPER, "reference": ARM_NAMES["grpo"], "treatment": ARM_NAMES["tandem"]}
     return {
         "solo": Claim(**common, section="§4.2 (Figure 2)", metric="solo pass@1",
-                      kind="no_worse", margin=TANDEM_SOLO_MARGIN,
+                      kind="no_worse", margin=TANDEM_SOLO_MARGIN, bounds=(0.0, 1.0),
                       statement="the Tandem-trained senior keeps plain GRPO's solo accuracy",
-                      paper_value="GRPO and TRL pass@k curves within run-to-run variance"),
+                      paper_value=paper_value(EXPERIMENT, "solo")),
         "handoff": Claim(**common, section="§4.3 (Figure 3)",
                          metric=f"handoff pass@{handoff_k} (mean of both starts)",
+                         bounds=(0.0, 1.0),
                          statement="with the frozen junior, alternating at every reasoning "
                                    "step, the Tandem senior's team solves more",
-                         paper_value="TRL leads on AMC, AIME and Minerva (App. B.2.1 Table 5, "
-                                     "Qwen3-4B junior: 74.1→76.6, 34.2→40.0, 39.6→39.8)"),
+                         paper_value=paper_value(EXPERIMENT, "handoff")),
         "drift": Claim(**common, section="§4.4 (Figure 4)",
                        metric="mean |log-ratio| to the junior on its frequent tokens "
                               "(survival-curve area, jackknife per problem)",
                        higher_is_better=False,
                        statement="the Tandem senior's token marginals drift less from the "
                                  "junior's",
-                       paper_value="TRL's survival curve below GRPO's at every threshold; "
-                                   "KL 14% lower"),
+                       paper_value=paper_value(EXPERIMENT, "drift")),
         "legibility": Claim(**common, section="§4.5 (Table 1)",
                             metric="junior cross-entropy (nats/token)", higher_is_better=False,
                             statement="the junior finds the Tandem senior's outputs more "
                                       "predictable",
-                            paper_value="TRL lower (App. B.2.2 Table 6, Qwen3-4B junior: "
-                                        "0.132 vs 0.122 nats)"),
+                            paper_value=paper_value(EXPERIMENT, "legibility")),
     }
 
 
@@ -239,3 +241,56 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
             judge(claims["drift"], drift["grpo"], drift["tandem"], n_boot=n_boot),
             judge(claims["legibility"], legible["grpo"], legible["tandem"], n_boot=n_boot)]
     return rows, details
+
+
+def evaluation_summary(done: Sequence[Any], k: int) -> list[dict[str, Any]]:
+    """One row per recorded evaluation (``eval.recorded.Recorded``) of ``tandem_eval``: its
+    label, mode, samples, failed generations, pass@1, pass@k and the senior's share of the
+    team's tokens (handoff runs)."""
+    out = []
+    for recorded in done:
+        result = recorded.result
+        metrics = {(s["metric"], s["k"]): s["value"] for s in result.scores}
+        shares = [float(r["senior_share"]) for r in result.samples
+                  if r.get("senior_share") is not None]
+        out.append({"model": recorded.evaluation.label, "mode": recorded.evaluation.cfg.mode.mode,
+                    "samples": len(result.samples), "failed": result.errors,
+                    "pass@1": metrics.get(("pass@k", 1)), f"pass@{k}": metrics.get(("pass@k", k)),
+                    "senior_share": sum(shares) / len(shares) if shares else None})
+    return out
+
+
+def pairwise_tests(wh: Any, model_a: str, model_b: str, junior: str, bench: str, *,
+                   ks: Sequence[int], schedule: str = "alternate", handoff_p: float = 0.5,
+                   n_boot: int = 5000) -> tuple[list[dict[str, Any]], list[str]]:
+    """Tandem RL §5.3's paired one-sided tests of model A against model B with ``junior`` on
+    ``bench``: per-problem handoff pass@k from both starts at each k, then junior cross-entropy
+    and overlap (``eval.tandem_metrics.paired_tandem_tests``). Returns (one row per test, a
+    line per test that could not run and why)."""
+    from eval.tandem_metrics import paired_tandem_tests, per_problem
+    from warehouse.partitions import eval_partition
+
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+
+    def add(statistic: str, rows_a, rows_b, stat: str, k: int | None, starts: str | None):
+        sa, sb = per_problem(rows_a, stat, k), per_problem(rows_b, stat, k)
+        try:
+            res = paired_tandem_tests(sa, sb, statistic=statistic, n_boot=n_boot)
+        except ValueError as exc:
+            skipped.append(f"{statistic} k={k} starts={starts}: {exc}")
+            return
+        out.append({"benchmark": bench, "model_a": model_a, "model_b": model_b,
+                    "junior": junior, "k": k, "starts": starts, **res})
+
+    for starts in STARTS:
+        team = {m: wh.read("eval_samples", partition=eval_partition(bench, handoff_label(
+            m, junior, starts, schedule, handoff_p))).to_pylist() for m in (model_a, model_b)}
+        for k in ks:
+            add("handoff_pass@k", team[model_a], team[model_b], "pass@k", k, starts)
+    leg = {m: wh.read("tandem_legibility",
+                      partition=legibility_partition(bench, m, junior)).to_pylist()
+           for m in (model_a, model_b)}
+    for stat in ("junior_ce_nats", "overlap"):
+        add(stat, leg[model_a], leg[model_b], stat, None, None)
+    return out, skipped

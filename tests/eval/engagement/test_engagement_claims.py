@@ -53,6 +53,10 @@ def test_assistant_claim_pairs_episodes_of_both_methods():
     assert timeout["diff"] == pytest.approx(float(np.mean(
         [share(rows[("ep", *k)]) - share(rows[("agentloop", *k)]) for k in keys])))
     assert utility["section"] == "Table 3 (single, scripted)"
+    # scripted triage and outputs: both parts are setup checks, not claims
+    assert utility["role"] == timeout["role"] == "check"
+    assert "setup check" in utility["claim"] and "setup check" in timeout["claim"]
+    assert "0.533" in timeout["paper_value"] and "2.293" in utility["paper_value"]
 
 
 def test_kitchen_claim_refuses_the_scripted_controller():

@@ -28,8 +28,8 @@ from pipelines.ingest import (
     load_traces,
 )
 from pipelines.ingest import adapters as ad
-from pipelines.ingest.tir import ParsedTIR
 from pipelines.ingest.traces import ParsedTrace
+from pipelines.ingest.trajectories import ParsedTIR
 from pipelines.tir import KIND_ANSWER, Step
 
 

@@ -1,4 +1,4 @@
-"""Tests for pipelines/ingest/tir.py: adapters on hand-made records, and the real TIR files."""
+"""Tests for pipelines/ingest/trajectories.py: adapters on hand-made records, and the real TIR files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.ingest import TIR_SOURCES, RawRecord, build_rows, load_tir, problem_id
 from pipelines.ingest import adapters as ad
-from pipelines.ingest.tir import adapt_mathcoder, adapt_tora
+from pipelines.ingest.trajectories import adapt_mathcoder, adapt_tora
 from pipelines.tir import KIND_ANSWER, KIND_CODE, Step, parse_trajectory, validate_steps
 
 

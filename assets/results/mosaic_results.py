@@ -11,7 +11,7 @@ every problem stays paired, and a synthesis that breaks early is charged for it)
 are ``better`` claims.
 
 *Why the result asset synthesizes its arms itself.* The two synthesis assets are partitioned
-by source, and a claim's job (``assets.results.core.claim_job``) switches scale with a config
+by source, and a claim's job (``assets.results.experiments.claim_job``) switches scale with a config
 mapping, which Dagster refuses on a partitioned job (and a job cannot mix partitioned and
 unpartitioned assets). So the result asset is unpartitioned and runs both arms itself for each
 configured source, through the same code the assets run
@@ -45,31 +45,34 @@ difference of the two rates gets its CI from the paired bootstrap over problems
 This uses every held-out problem; pairing only the problems that erred in both arms would
 leave no pair at all when the arms err on different problems. An arm with no erroring
 sample at all has no rate, and the asset fails and says so instead of inventing a value.
+
+The claims are judged by ``eval.mosaic_claims``; the recovery arms' data and overrides come
+from ``training.mosaic_recovery``; the held-out evaluation samples with ``sampling``
+(``assets.sampling``).
 """
 
-import json
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from assets.mosaic import (
-    TABLE_BASELINE,
-    TABLE_MOSAIC,
-    MosaicSynthesisConfig,
-    mosaic_partition,
-    synthesize_source,
-)
+from assets.mosaic import MOSAIC_SOURCES, MosaicSynthesisConfig, synthesize_source
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.core import Experiment, ResultConfig, record_claims
+from assets.results.experiments import Experiment, ResultConfig, record_claims
+from assets.sampling import SamplingConfig
 from assets.sandbox_resource import SandboxResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
+from eval.mosaic_claims import PAPER, REFERENCE_RHO, SFT_RHO, recovery_claim_row, synthesis_claims
+from pipelines.mosaic import METHOD_BASELINE, METHOD_MOSAIC
+from training.mosaic_recovery import (
+    RecoveryData,
+    RecoveryDesignError,
+    arm_data_file,
+    arm_overrides,
+    check_same_start,
+    check_settings,
+    training_data,
+)
 from warehouse.partitions import SEPARATOR
-
-PAPER = "DeepTool"
-SFT_RHO = 0.1  # DeepTool §3.1 and App. A.1 Table 3: the SFT data is synthesized with ρ = 0.1
-REFERENCE_RHO = 0.0  # the recovery claim's reference arm: no injected failure
 
 # ---- Table 2: synthesis -----------------------------------------------------------------------
 
@@ -99,81 +102,11 @@ SYNTHESIS = Experiment(
 )
 
 
-def newest_run_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The rows of the run that wrote last (by ``created_at``, then ``run_id``)."""
-    if not rows:
-        return []
-    newest = max(rows, key=lambda r: (str(r.get("created_at") or ""), str(r.get("run_id") or "")))
-    return [r for r in rows if r.get("run_id") == newest.get("run_id")]
-
-
-def _by_problem(rows: Sequence[Mapping[str, Any]], arm: str) -> dict[str, Mapping[str, Any]]:
-    from eval.claims import ClaimError
-
-    out: dict[str, Mapping[str, Any]] = {}
-    for row in rows:
-        pid = str(row["problem_id"])
-        if pid in out:
-            raise ClaimError(f"the {arm} run holds problem {pid!r} twice; re-materialize it")
-        out[pid] = row
-    return out
-
-
-def synthesis_claims(wh: Any, source: str, rho: float = SFT_RHO, *, partition_suffix: str = "",
-                     n_boot: int = 10_000) -> list[dict[str, Any]]:
-    """Table 2's two parts for ``source``: the newest MOSAIC run at ``rho`` against the newest
-    baseline run (in the partitions the assets write, plus ``partition_suffix``), paired by
-    problem. Raises ClaimError when an arm is missing, or when the two runs did not
-    synthesize the same problems with the same T_max and seed."""
-    from eval.claims import Claim, ClaimError, judge
-
-    mosaic_rows = newest_run_rows(wh.read(
-        TABLE_MOSAIC, partition=mosaic_partition(source, rho) + partition_suffix).to_pylist())
-    baseline_rows = newest_run_rows(wh.read(TABLE_BASELINE, partition=source + partition_suffix)
-                                    .to_pylist())
-    if not mosaic_rows:
-        raise ClaimError(f"no MOSAIC trajectories of {source!r} at rho={rho:g}: materialize "
-                         f"mosaic_trajectories (partition {source}, rho {rho:g}) first")
-    if not baseline_rows:
-        raise ClaimError(f"no baseline trajectories of {source!r}: materialize "
-                         f"mosaic_baseline_trajectories (partition {source}) first")
-    mosaic, baseline = _by_problem(mosaic_rows, "MOSAIC"), _by_problem(baseline_rows, "baseline")
-    if set(mosaic) != set(baseline):
-        only_m, only_b = sorted(set(mosaic) - set(baseline)), sorted(set(baseline) - set(mosaic))
-        raise ClaimError(f"the MOSAIC and baseline runs of {source!r} synthesized different "
-                         f"problems ({len(only_m)} only in MOSAIC, e.g. {only_m[:3]}; "
-                         f"{len(only_b)} only in the baseline, e.g. {only_b[:3]}): run both with "
-                         "the same split and limit (the claim's job does)")
-    for key in ("max_steps", "seed"):
-        values = {r.get(key) for r in [*mosaic_rows, *baseline_rows]}
-        if len(values) > 1:
-            raise ClaimError(f"the MOSAIC and baseline runs of {source!r} used different {key} "
-                             f"({sorted(values, key=str)}): run both with the same settings")
-    common = {"paper": PAPER, "section": f"Table 2 ({source})", "reference": "baseline",
-              "treatment": f"MOSAIC rho={rho:g}"}
-    accuracy = Claim(**common, metric="synthetic trajectory accuracy",
-                     statement="MOSAIC's synthesized trajectories end with the correct answer "
-                               "more often than the baseline synthesizer's",
-                     paper_value="higher on all 5 sets: +1.2 to +8.6 points (e.g. 60.2 vs 51.6 "
-                                 "% on Olympiads)")
-    turns = Claim(**common, metric="turns per trajectory",
-                  statement="MOSAIC's synthesized trajectories take more tool-use turns than the "
-                            "baseline's",
-                  paper_value="3.8-4.4 vs 2.1-3.0 turns (+1.1 to +1.9 on each set)")
-
-    def score(rows: Mapping[str, Mapping[str, Any]], column: str) -> dict[str, float]:
-        if column == "correct":
-            return {p: 1.0 if r.get("correct") else 0.0 for p, r in rows.items()}
-        return {p: float(r.get(column) or 0) for p, r in rows.items()}
-
-    return [judge(accuracy, score(baseline, "correct"), score(mosaic, "correct"), n_boot=n_boot),
-            judge(turns, score(baseline, "num_turns"), score(mosaic, "num_turns"), n_boot=n_boot)]
-
-
 class SynthesisClaimConfig(ResultConfig):
     """Both arms synthesize the same problems (the slice ``limit`` of ``split`` of each
-    source) with the same T_max, seed, actor and sampling; only MOSAIC has the manager and
-    injection (ρ = ``rho``, DeepTool §3.1: 0.1 for the SFT data)."""
+    source) with the same T_max, seed, actor and sampling (the synthesis assets' defaults);
+    only MOSAIC has the manager and injection (ρ = ``rho``, DeepTool §3.1: 0.1 for the SFT
+    data)."""
 
     sources: list[str] = ["gsm8k"]
     synthesize: bool = True  # false: judge the newest rows the synthesis assets wrote
@@ -191,8 +124,6 @@ class SynthesisClaimConfig(ResultConfig):
 def _synthesis_arms(context: dg.AssetExecutionContext, config: SynthesisClaimConfig, wh: Any,
                     llm: LLMResource, grader: GraderResource, sandbox: SandboxResource,
                     source: str) -> None:
-    from pipelines.mosaic import METHOD_BASELINE, METHOD_MOSAIC
-
     cfg = MosaicSynthesisConfig(limit=config.limit, split=config.split,
                                 max_steps=config.max_steps, rho=config.rho, seed=config.seed,
                                 concurrency=config.concurrency,
@@ -209,8 +140,6 @@ def mosaic_synthesis_claim(context: dg.AssetExecutionContext, config: SynthesisC
                            warehouse: WarehouseResource, llm: LLMResource,
                            grader: GraderResource,
                            sandbox: SandboxResource) -> dg.MaterializeResult:
-    from assets.mosaic import MOSAIC_SOURCES
-
     wh = warehouse.get()
     unknown = [s for s in config.sources if s not in MOSAIC_SOURCES]
     if not config.sources or unknown:
@@ -232,72 +161,11 @@ def mosaic_synthesis_claim(context: dg.AssetExecutionContext, config: SynthesisC
 
 # ---- robustness: recovery after an interpreter error ------------------------------------------
 
-def recovery_counts(samples: Sequence[Mapping[str, Any]]) -> tuple[dict[str, tuple[int, int]], int]:
-    """Per problem, ``(recovering samples, erroring samples)``: the samples with at least one
-    interpreter error (``tool_errors >= 1``) whose final answer is correct (a sample with no
-    verdict counts as not correct), and all samples with such an error; every problem of
-    ``samples`` is listed, ``(0, 0)`` when none of its samples erred. Returns (counts, the
-    number of erroring samples). Raises ClaimError when a sample has no ``tool_errors`` (not a
-    tool-mode evaluation)."""
-    from eval.claims import ClaimError
-
-    counts: dict[str, list[int]] = {}
-    erring = 0
-    for sample in samples:
-        errors = sample.get("tool_errors")
-        if errors is None:
-            raise ClaimError(f"sample of problem {sample.get('problem_id')!r} has no tool_errors: "
-                             "the recovery rate needs a tool-mode evaluation (mode: tool)")
-        cell = counts.setdefault(str(sample["problem_id"]), [0, 0])
-        if int(errors) >= 1:
-            erring += 1
-            cell[1] += 1
-            cell[0] += 1 if sample.get("correct") else 0
-    return {p: (c[0], c[1]) for p, c in counts.items()}, erring
-
-
-def recovery_claim_row(reference_samples: Sequence[Mapping[str, Any]],
-                       treatment_samples: Sequence[Mapping[str, Any]], *, rho: float = SFT_RHO,
-                       n_boot: int = 10_000) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The recovery claim judged on two arms' tool-mode samples of the same held-out problems:
-    (claims row, counts behind it). Each arm's rate is recovering / erroring samples over all
-    problems evaluated in both arms (module docstring); raises ClaimError when an arm has no
-    erroring sample (no rate; no value is made up)."""
-    from eval.claims import Claim, ClaimError, judge_ratio
-
-    ref, ref_errors = recovery_counts(reference_samples)
-    treat, treat_errors = recovery_counts(treatment_samples)
-    shared = sorted(set(ref) & set(treat))
-    facts = {"problems": len(shared),
-             "problems_in_one_arm_only": len(set(ref) ^ set(treat)),
-             "erroring_samples_reference": ref_errors,
-             "erroring_samples_treatment": treat_errors,
-             "recovered_samples_reference": sum(ref[p][0] for p in shared),
-             "recovered_samples_treatment": sum(treat[p][0] for p in shared),
-             "problems_with_errors_reference": sum(1 for p in shared if ref[p][1]),
-             "problems_with_errors_treatment": sum(1 for p in shared if treat[p][1]),
-             "problems_with_errors_in_both": sum(1 for p in shared if ref[p][1] and treat[p][1])}
-    for arm, counts in (("reference (rho=0)", ref), (f"treatment (rho={rho:g})", treat)):
-        if not any(counts[p][1] for p in shared):
-            raise ClaimError(
-                f"the {arm} arm hit no interpreter error on any of the {len(shared)} held-out "
-                "problems both arms answered, so it has no recovery rate (nothing to recover "
-                f"from); counts: {facts}. Evaluate more problems or more samples per problem "
-                "(eval_limit, k)")
-    claim = Claim(paper=PAPER, section="§3.6 robustness (rho ablation)",
-                  metric="recovery after an interpreter error (recovering / erroring samples)",
-                  reference="SFT rho=0", treatment=f"SFT rho={rho:g}",
-                  statement="SFT on trajectories with injected failures recovers from interpreter "
-                            "errors more often than SFT on failure-free trajectories",
-                  paper_value="qualitative (§1, §3.6, case study App. A.3); no rho ablation "
-                              "reported")
-    row = judge_ratio(claim, {p: ref[p] for p in shared}, {p: treat[p] for p in shared},
-                      n_boot=n_boot)
-    return row, facts
-
 
 class RecoveryClaimConfig(ResultConfig):
-    """The recovery experiment, end to end: synthesis of both arms' data, SFT, evaluation."""
+    """The recovery experiment, end to end: synthesis of both arms' data, SFT, evaluation.
+    ``seed`` is the draw's one seed (synthesis, training and the evaluation's sampling; the
+    nested ``sampling.seed`` must be left unset or equal it)."""
 
     # synthesis (both arms: the same problems, T_max, seed and agents; only ρ differs)
     source: str = "gsm8k"
@@ -317,12 +185,11 @@ class RecoveryClaimConfig(ResultConfig):
     rendering: str = "state_preserved"
     train_steps: int = 8
     overrides: list[str] = []  # key=value for both arms
-    # held-out evaluation in tool mode (both arms: the same problems, samples and decoding)
+    # held-out evaluation in tool mode (both arms: the same problems, samples and decoding);
+    # max_tokens is per turn
     benchmark: str = "gsm8k"
     eval_limit: int | None = 40
-    k: int = 4
-    temperature: float = 0.7
-    eval_max_tokens: int = 256  # per turn
+    sampling: SamplingConfig = SamplingConfig(k=4, temperature=0.7, top_p=1.0, max_tokens=256)
     max_turns: int = 4
     max_concurrency: int = 8
     n_boot: int = 10_000
@@ -341,7 +208,7 @@ RECOVERY = Experiment(
             # the arms differ only in the injection, which is MOSAIC's own
             "synthesis_agents": "scripted", "limit": 96, "synthesis_max_steps": 6,
             "only_correct": True, "recipe": "tir_sft_preserved.cpu", "train_steps": 32,
-            "eval_limit": 40, "k": 4, "eval_max_tokens": 256, "max_turns": 4}}},
+            "eval_limit": 40, "sampling": {"k": 4, "max_tokens": 256}, "max_turns": 4}}},
         "paper": {"mosaic_recovery_claim": {"config": {
             # §3.1: 8k SFT instances at ρ = 0.1 (OpenR1-Math-220k is not a weft source: the
             # source below stands in), synthesized by DeepSeek-V3.2 (App. A.1: the `llm`
@@ -357,8 +224,9 @@ RECOVERY = Experiment(
                           "warmup_steps=0.1", "max_length=15000"],
             # §3.1: MATH500 among the benchmarks, average@8; Table 4's 6,000-token completion
             # limit per turn; temperature and turn limit are not stated
-            "benchmark": "math500", "eval_limit": None, "k": 8, "temperature": 0.7,
-            "eval_max_tokens": 6000, "max_turns": 8, "max_concurrency": 64}}},
+            "benchmark": "math500", "eval_limit": None,
+            "sampling": {"k": 8, "temperature": 0.7, "max_tokens": 6000}, "max_turns": 8,
+            "max_concurrency": 64}}},
     },
     limits={"cpu": "the data comes from scripted agents (a manager that walks the gsm8k "
                    "reference's calculations, an actor that codes them), not from an LLM: "
@@ -377,61 +245,21 @@ def _synthesis_config(config: RecoveryClaimConfig, rho: float) -> MosaicSynthesi
                                  concurrency=config.concurrency, agents=config.synthesis_agents)
 
 
-def paired_sft_rows(treatment_rows: Sequence[Mapping[str, Any]],
-                    reference_rows: Sequence[Mapping[str, Any]], *, rendering: str,
-                    only_correct: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                 list[str]]:
-    """Both arms' SFT rows (TRL prompt/completion, ``pipelines.tir.sft_rows``) from the
-    problems where BOTH arms synthesized a usable trajectory (valid; correct too with
-    ``only_correct``), so the arms train on the same problems: (treatment rows, reference
-    rows, the shared problem ids). Injected steps are targets (DeepTool §2.2). Raises
-    ClaimError when no problem is shared."""
-    from eval.claims import ClaimError
-    from pipelines.mosaic import expert_trajectories
-    from pipelines.tir import sft_rows
+def _eval_config(config: RecoveryClaimConfig) -> Any:
+    """The held-out evaluation's ``EvalConfig``: tool mode with the arms' rendering, sampled
+    by ``config.sampling`` with the draw's one seed."""
+    from eval.modes import build_mode
 
-    def usable(rows):
-        return {t.problem_id: (t, mask) for t, mask in expert_trajectories(
-            rows, only_correct=only_correct, train_on_injected=True)}
-
-    treat, ref = usable(treatment_rows), usable(reference_rows)
-    shared = sorted(set(treat) & set(ref))
-    if not shared:
-        raise ClaimError(f"no problem has a usable trajectory in both arms ({len(treat)} "
-                         f"treatment, {len(ref)} reference problems"
-                         f"{', correct answers only' if only_correct else ''}): synthesize more "
-                         "problems (limit) or set only_correct: false")
-
-    def rows_of(chosen) -> list[dict[str, Any]]:
-        out = []
-        for pid in shared:
-            trajectory, mask = chosen[pid]
-            out += [{"prompt": r["prompt"], "completion": r["completion"]}
-                    for r in sft_rows(trajectory.problem, trajectory.steps, rendering,
-                                      train_on=mask)]
-        return out
-
-    return rows_of(treat), rows_of(ref), shared
-
-
-def _write_jsonl(rows: Sequence[Mapping[str, Any]], label: str) -> Path:
-    """The arm's SFT rows as a JSONL file under WEFT_HOME (named by content), for the
-    recipe's ``dataset: jsonl:<path>``."""
-    from pipelines.settings import weft_home
-    from training.data import fingerprint
-
-    folder = weft_home() / "experiments" / RECOVERY.name
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{label}-{fingerprint(rows)}.jsonl"
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    return path
-
-
-def arm_overrides(config: RecoveryClaimConfig, dataset: Path) -> list[str]:
-    """One arm's recipe overrides: only the dataset differs between the arms."""
-    return [*config.overrides, f"dataset=jsonl:{dataset}", "dataset_fallback=''",
-            "dataset_limit=null", f"max_steps={config.train_steps}", f"seed={config.seed}"]
+    if config.sampling.seed not in (0, config.seed):
+        raise dg.Failure(f"sampling.seed ({config.sampling.seed}) differs from seed "
+                         f"({config.seed}): the claim samples with its one seed; set `seed`")
+    try:
+        mode = build_mode(mode="tool", context_policy=config.rendering,
+                          max_turns=config.max_turns)
+    except ValueError as exc:
+        raise dg.Failure(description=f"bad evaluation settings: {exc}") from exc
+    sampling = config.sampling.model_copy(update={"seed": config.seed})
+    return sampling.eval_config(mode=mode, limit=config.eval_limit)
 
 
 def _evaluate(context: dg.AssetExecutionContext, config: RecoveryClaimConfig, ck: str,
@@ -443,49 +271,32 @@ def _evaluate(context: dg.AssetExecutionContext, config: RecoveryClaimConfig, ck
 
     from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec
-    from eval.modes import build_mode
     from eval.recorded import Evaluation, evaluate_recorded
-    from eval.runner import EvalConfig
 
     bench = get_benchmark(config.benchmark)
     problems = wh.read("problems", partition=bench.source).to_pylist()
     if not problems:
         raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
                          "and `problems` first")
-    try:
-        cfg = EvalConfig(k=config.k, temperature=config.temperature,
-                         max_tokens=config.eval_max_tokens, seed=config.seed,
-                         limit=config.eval_limit,
-                         mode=build_mode(mode="tool", context_policy=config.rendering,
-                                         max_turns=config.max_turns))
-    except ValueError as exc:
-        raise dg.Failure(description=f"bad evaluation settings: {exc}") from exc
+    cfg = _eval_config(config)
     spec = ModelSpec(model_id=ck, kind="local", path=path, served_model=ck, checkpoint_id=ck)
     n = min(len(problems), config.eval_limit or len(problems))
-    context.log.info(f"evaluating {ck} in tool mode on {n} {bench.name} problems x {config.k}")
+    context.log.info(f"evaluating {ck} in tool mode on {n} {bench.name} problems x {cfg.k}")
     (done,) = evaluate_recorded(
         {ck: spec}, [Evaluation(ck, cfg, ck, checkpoint_id=ck)], bench=bench, problems=problems,
         wh=wh, run_id=context.run_id, config=config.model_dump(),
-        make_client=partial(llm.client_for, max_tokens=config.eval_max_tokens,
-                            requests=n * config.k * config.max_turns, progress=context.log.info,
+        make_client=partial(llm.client_for, max_tokens=cfg.max_tokens,
+                            requests=n * cfg.k * config.max_turns, progress=context.log.info,
                             max_concurrency=config.max_concurrency),
         pool_factory=grader.pool, sandbox=sandbox.get_pool(), progress=context.log.info)
     return done.result.samples
 
 
-def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryClaimConfig,
-                            wh: Any, llm: LLMResource, grader: GraderResource,
-                            sandbox: SandboxResource, trainer: TrainerLauncher
-                            ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Synthesize both arms' data, train both arms, evaluate both; (claims row, facts)."""
-    from pipelines.mosaic import METHOD_MOSAIC
-
-    if config.rendering not in ("state_preserved", "state_discarded"):
-        raise dg.Failure(f"rendering must be state_preserved or state_discarded, got "
-                         f"{config.rendering!r}")
-    if not 0.0 < config.rho <= 1.0:
-        raise dg.Failure(f"rho must be in (0, 1] (the reference arm is rho = 0), got "
-                         f"{config.rho!r}")
+def _synthesized(context: dg.AssetExecutionContext, config: RecoveryClaimConfig, wh: Any,
+                 llm: LLMResource, grader: GraderResource,
+                 sandbox: SandboxResource) -> dict[float, list[dict[str, Any]]]:
+    """Both arms' MOSAIC trajectories (ρ = ``config.rho`` and ρ = 0) of the same problems,
+    kept apart from the assets' rows; by ρ."""
     suffix = f"{SEPARATOR}{RECOVERY.name}"
     synthesized = {}
     for rho in (config.rho, REFERENCE_RHO):
@@ -495,24 +306,40 @@ def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryC
         synthesized[rho] = rows
         context.log.info(f"rho={rho:g}: {summary['complete']} complete, {summary['correct']} "
                          f"correct, {summary['perturbed_steps']} perturbed steps")
-    treat_rows, ref_rows, shared = paired_sft_rows(
-        synthesized[config.rho], synthesized[REFERENCE_RHO], rendering=config.rendering,
-        only_correct=config.only_correct)
-    injected = sum(int(r.get("perturbed_steps") or 0) for r in synthesized[config.rho]
-                   if str(r["problem_id"]) in set(shared))
-    if injected == 0:
-        raise dg.Failure(f"the rho={config.rho:g} trajectories of the {len(shared)} shared "
-                         "problems hold no injected failure, so the arms would not differ in "
-                         "what the claim is about: synthesize more problems (limit)")
-    arms = {}
-    for label, rows in ((f"rho{config.rho:g}", treat_rows), ("rho0", ref_rows)):
-        overrides = arm_overrides(config, _write_jsonl(rows, label))
-        arms[label] = (overrides, check_recipe("sft", config.recipe, overrides))
-    starts = {str(cfg.model_name_or_path) for _, cfg in arms.values()}
-    if len(starts) != 1:
-        raise dg.Failure(f"the arms would start from different models {sorted(starts)}")
+    return synthesized
+
+
+def _arms(config: RecoveryClaimConfig, data: RecoveryData) -> dict[str, list[str]]:
+    """Each arm's overrides (treatment first), both checked to resolve from one start."""
+    arms, configs = {}, {}
+    for label, rows in ((f"rho{config.rho:g}", data.treatment_rows),
+                        ("rho0", data.reference_rows)):
+        arms[label] = arm_overrides(config.overrides, arm_data_file(rows, RECOVERY.name, label),
+                                    train_steps=config.train_steps, seed=config.seed)
+        configs[label] = check_recipe("sft", config.recipe, arms[label])
+    try:
+        check_same_start(configs)
+    except RecoveryDesignError as exc:
+        raise dg.Failure(str(exc)) from exc
+    return arms
+
+
+def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryClaimConfig,
+                            wh: Any, llm: LLMResource, grader: GraderResource,
+                            sandbox: SandboxResource, trainer: TrainerLauncher
+                            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Synthesize both arms' data, train both arms, evaluate both; (claims row, facts)."""
+    try:
+        check_settings(config.rendering, config.rho)
+        _eval_config(config)  # bad evaluation settings fail before anything runs
+        synthesized = _synthesized(context, config, wh, llm, grader, sandbox)
+        data = training_data(synthesized[config.rho], synthesized[REFERENCE_RHO],
+                             rho=config.rho, rendering=config.rendering,
+                             only_correct=config.only_correct)
+    except RecoveryDesignError as exc:
+        raise dg.Failure(str(exc)) from exc
     samples = {}
-    for label, (overrides, _) in arms.items():
+    for label, overrides in _arms(config, data).items():
         context.log.info(f"SFT arm {label}: {config.recipe}, {config.train_steps} steps")
         ck, path, _ = launch_arm(context, trainer, wh, label, config.recipe, overrides,
                                  kind="sft")
@@ -521,8 +348,10 @@ def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryC
         samples["rho0"]
     row, facts = recovery_claim_row(ref_samples, treat_samples, rho=config.rho,
                                     n_boot=config.n_boot)
-    facts.update(shared_training_problems=len(shared), injected_steps_in_treatment=injected,
-                 sft_rows_treatment=len(treat_rows), sft_rows_reference=len(ref_rows),
+    facts.update(shared_training_problems=len(data.shared),
+                 injected_steps_in_treatment=data.injected,
+                 sft_rows_treatment=len(data.treatment_rows),
+                 sft_rows_reference=len(data.reference_rows),
                  treatment_checkpoint=treat_ck, reference_checkpoint=ref_ck)
     return row, facts
 

@@ -3,15 +3,16 @@ Table 1 (urgency-aware deliberation) and Table 2 (hierarchical patrol) of §5.1,
 (assistant) and Table 4 (kitchen) of §5.2. The experiments are simulations, so each asset runs
 its arms itself (``eval.engagement.claims``) and needs no upstream asset. The toys' own
 configurations fit a CPU, so both scales use them and differ only in the number of training
-seeds; the assistant runs scripted policies at CPU scale and the `llm` resource's model at
-paper scale; the kitchen always uses the LLM controller (scripted EP and ReflexPatch are the
-same rule)."""
+seeds; the assistant runs scripted policies at CPU scale (its parts are then setup checks,
+``eval.engagement.claims.assistant_parts``) and the `llm` resource's model at paper scale; the kitchen always uses the LLM controller (scripted EP and ReflexPatch are the
+same rule). Which settings a claim may run is checked by ``eval.engagement.experiments``."""
 
 
 import dagster as dg
 
 from assets.resources import LLMResource, WarehouseResource
-from assets.results.core import Experiment, ResultConfig, record_claims
+from assets.results.experiments import Experiment, ResultConfig, record_claims
+from eval.engagement.experiments import check_kitchen_settings, check_policy
 
 DELIBERATION = Experiment(
     name="ep_deliberation_claim",
@@ -87,7 +88,9 @@ ASSISTANT = Experiment(
             "paper": {"ep_assistant_claim": {"config": {"policy": "llm", "n_seeds": 20,
                                                         "episodes_per_seed": 5}}}},
     limits={"cpu": "scripted triage and main-task outputs stand in for the LLM (the paper "
-                   "uses DeepSeek-V3.2); the timing structure is the paper's"},
+                   "uses DeepSeek-V3.2); the timing structure is the paper's. With scripted "
+                   "policies every part is a setup check (no model decides), so the run has no "
+                   "claim part; run scale paper (policy llm) for the claim"},
 )
 KITCHEN = Experiment(
     name="ep_kitchen_claim",
@@ -139,8 +142,10 @@ def ep_assistant_claim(context: dg.AssetExecutionContext, config: AssistantClaim
     from eval.engagement.claims import assistant_claims
     from eval.engagement.llm_runs import run_comparison
 
-    if config.policy not in ("scripted", "llm"):
-        raise dg.Failure(description=f"policy must be scripted or llm, got {config.policy!r}")
+    try:
+        check_policy(config.policy)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from None
 
     client = llm.client(max_tokens=300) if config.policy == "llm" else None
 
@@ -156,13 +161,6 @@ def ep_assistant_claim(context: dg.AssetExecutionContext, config: AssistantClaim
 
     return record_claims(context, warehouse.get(), ASSISTANT, config.scale, compute,
                          config.model_dump(), clients=[client] if client is not None else [])
-
-
-def check_kitchen_settings(settings: list[str]) -> None:
-    """ValueError unless ``settings`` is a non-empty list of distinct Table 4 settings."""
-    if not settings or set(settings) - {"one", "multi"} or len(set(settings)) != len(settings):
-        raise ValueError(f"settings must be a non-empty list of distinct Table 4 settings, one "
-                         f"and/or multi; got {settings}")
 
 
 @dg.asset(name=KITCHEN.name, group_name="results", kinds={"python"},

@@ -6,7 +6,8 @@ trained and evaluated through the existing assets and Pipes launches) and then t
 which reads the arms' per-problem (or per-step, per-seed) scores from the warehouse, judges each
 part of the claim with :func:`eval.claims.judge` (the verdict rule is written down there) and
 writes one ``claims`` row per part, partition = the experiment name, so a re-run replaces the
-experiment's previous rows.
+experiment's previous rows. A part that is a setup check (``role`` ``check``: it holds by
+construction) is shown in a table of its own on the page and never counts in the verdict.
 
 Scale: every experiment has two run configurations, ``cpu`` (the embedded model, sizes that fit
 an idle 2-core machine) and ``paper`` (the paper's model, data, steps and rollouts, for GPU
@@ -25,7 +26,7 @@ from typing import Any
 import dagster as dg
 
 from assets.common import now, run_record
-from eval.claims import combine
+from eval.claims import combine, is_check, reason_text, shown_verdict
 from eval.claims.draw import claim_svg, inline_svg
 from eval.claims.readers import CLAIMS_TABLE, keep_history
 from eval.replicates import as_seed, design_hash
@@ -142,11 +143,15 @@ def _ci(value: Any, low: Any, high: Any, signed: bool = False) -> str:
     return f"{fmt.format(value)} [{fmt.format(low)}, {fmt.format(high)}]"
 
 
-def claims_table(rows: Sequence[Mapping[str, Any]]) -> dg.TableMetadataValue:
+def claims_table(rows: Sequence[Mapping[str, Any]], last: str = "verdict"
+                 ) -> dg.TableMetadataValue:
     """The parts of a claim as a Dagster table (the UI renders tables on the asset page at any
-    length, unlike Markdown): where, metric, both arms and the difference with 95% CIs, n and
-    the verdict."""
-    columns = ["section", "metric", "reference", "treatment", "difference", "n", "verdict"]
+    length, unlike Markdown): where, metric, both arms and the difference with 95% CIs, n, the
+    units whose scores differ, the verdict (column ``last``: ``verdict`` for claims, ``check``
+    for setup checks, read ``check passed`` / ``check failed``) and why a part is
+    inconclusive."""
+    columns = ["section", "metric", "reference", "treatment", "difference", "n", "differ", last,
+               "why inconclusive"]
     records = [dg.TableRecord({
         "section": str(r["section"]), "metric": str(r["metric"]),
         "reference": f"{r['reference']}: " + _ci(r["reference_value"], r["reference_ci_low"],
@@ -154,25 +159,45 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> dg.TableMetadataValue:
         "treatment": f"{r['treatment']}: " + _ci(r["treatment_value"], r["treatment_ci_low"],
                                                  r["treatment_ci_high"]),
         "difference": _ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"], signed=True),
-        "n": int(r["n"]), "verdict": str(r["verdict"])}) for r in rows]
+        "n": int(r["n"]),
+        "differ": "—" if r.get("n_discordant") is None else str(r["n_discordant"]),
+        last: shown_verdict(r, with_reason=False),
+        "why inconclusive": reason_text(r) or "—"}) for r in rows]
     schema = dg.TableSchema(columns=[dg.TableColumn(c, "int" if c == "n" else "string")
                                      for c in columns])
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
+NO_CLAIM_PART = "no claim part (setup checks only)"
+
+
+def overall_verdict(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The claim's verdict from its claim parts (:func:`eval.claims.combine`, setup checks left
+    out); :data:`NO_CLAIM_PART` when every part is a check."""
+    return combine(rows) if any(not is_check(r) for r in rows) else NO_CLAIM_PART
+
+
 def claims_metadata(rows: Sequence[Mapping[str, Any]],
                     plot_path: Any = None) -> dict[str, Any]:
-    """The result page: the overall verdict, a short table per part, and one inline plot per
+    """The result page: the overall verdict (claim parts only), a short table of the claim
+    parts, a separate table of the setup checks (with how many passed), and one inline plot per
     part (each small enough for the UI to render on the page itself)."""
-    meta: dict[str, Any] = {"verdict": combine(r["verdict"] for r in rows),
-                            "claims": claims_table(rows)}
+    claims = [r for r in rows if not is_check(r)]
+    checks = [r for r in rows if is_check(r)]
+    meta: dict[str, Any] = {"verdict": overall_verdict(rows)}
+    if claims:
+        meta["claims"] = claims_table(claims)
+    if checks:
+        meta["checks"] = claims_table(checks, last="check")
+        passed = sum(shown_verdict(r, with_reason=False) == "check passed" for r in checks)
+        meta["checks_passed"] = f"{passed} of {len(checks)}"
     many_sections = len({r["section"] for r in rows}) > 1
     for row in rows:
         key = _slug(f"{row['section']} {row['metric']}" if many_sections else str(row["metric"]))
         svg = inline_svg(claim_svg(row), alt=key)
         if svg is not None:
             meta[f"plot_{key}"] = dg.MetadataValue.md(svg)
-        meta[f"verdict_{key}"] = str(row["verdict"])
+        meta[f"{'check' if is_check(row) else 'verdict'}_{key}"] = shown_verdict(row)
     if plot_path is not None:
         meta["plot_path"] = dg.MetadataValue.path(str(plot_path))
     return meta
@@ -194,9 +219,9 @@ def seeds_metadata(wh: Warehouse, experiment: str, scale: str,
         "section": str(r["section"]), "metric": str(r["metric"]), "seeds": str(r["seeds"]),
         "per seed": "; ".join(f"{s}: {d:+.3g} {v}" for s, d, v in r["per_seed"]),
         "pooled difference": _ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"], signed=True),
-        "verdict": str(r["verdict"])}) for r in pooled]
+        "verdict": shown_verdict(r)}) for r in pooled]
     columns = ["section", "metric", "seeds", "per seed", "pooled difference", "verdict"]
-    return {"verdict_across_seeds": combine(r["verdict"] for r in pooled),
+    return {"verdict_across_seeds": overall_verdict(pooled),
             "across_seeds": dg.MetadataValue.table(
                 records=records,
                 schema=dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns]))}
@@ -206,6 +231,20 @@ def _slug(text: str) -> str:
     import re
 
     return re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
+
+
+def stamp_rows(rows: Sequence[Mapping[str, Any]], experiment: str, settings: Mapping[str, Any],
+               derived: Sequence[str] = ()) -> tuple[list[dict[str, Any]], str]:
+    """(``rows`` stamped with the experiment, scale, config, seed and design, the design):
+    the seed is ``settings["seed"]`` unless a row brings its own (drawn upstream); the design
+    hashes the settings without the seed and the ``derived`` keys."""
+    import json
+
+    seed = as_seed(settings.get("seed"))
+    design = design_hash({k: v for k, v in settings.items() if k != "seed" and k not in derived})
+    config_json = json.dumps(dict(settings), sort_keys=True, default=str)
+    return [dict(r, experiment=experiment, scale=settings["scale"], config_json=config_json,
+                 seed=r.get("seed", seed), design=r.get("design", design)) for r in rows], design
 
 
 def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: Experiment,
@@ -226,8 +265,6 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
     ``design``: :func:`design_hash` of ``config`` without the seed and without the keys named
     in ``derived`` (what the run found rather than how it was set up: checkpoint ids, counts).
     Runs with the same design and different seeds are replicates (:mod:`eval.replicates`)."""
-    import json
-
     from eval.claims import ClaimError
 
     started = now()
@@ -242,13 +279,7 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
             raise dg.Failure(description=f"{experiment.name}: {exc}") from exc
         if not rows:
             raise dg.Failure(description=f"{experiment.name}: no claim rows were computed")
-        seed = as_seed(settings.get("seed"))
-        design = design_hash({k: v for k, v in settings.items()
-                              if k != "seed" and k not in derived})
-        stamped = [dict(r, experiment=experiment.name, scale=scale,
-                        config_json=json.dumps(settings, sort_keys=True, default=str),
-                        seed=r.get("seed", seed), design=r.get("design", design))
-                   for r in rows]
+        stamped, design = stamp_rows(rows, experiment.name, settings, derived)
         keep_history(wh, experiment.name)  # the run this one replaces
         rec.write(CLAIMS_TABLE, stamped, partition=experiment.name)
         keep_history(wh, experiment.name)
@@ -258,7 +289,8 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
     if scale == "cpu" and experiment.limits.get("cpu"):
         meta["what_limits_it"] = experiment.limits["cpu"]
     for row in stamped:
-        context.log.info(f"{experiment.paper} {row['section']} {row['metric']}: {row['verdict']} "
-                         f"(Δ {row['diff']:+.4g}, CI [{row['diff_ci_low']:+.4g}, "
-                         f"{row['diff_ci_high']:+.4g}], n={row['n']})")
+        context.log.info(f"{experiment.paper} {row['section']} {row['metric']}: "
+                         f"{shown_verdict(row)} (Δ {row['diff']:+.4g}, CI "
+                         f"[{row['diff_ci_low']:+.4g}, {row['diff_ci_high']:+.4g}], "
+                         f"n={row['n']}, {row.get('n_discordant')} differ)")
     return dg.MaterializeResult(metadata=meta)

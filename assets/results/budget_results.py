@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.core import Experiment, ResultConfig, evaluate_models, record_claims
+from assets.results.experiments import Experiment, ResultConfig, evaluate_models, record_claims
 from assets.sampling import SamplingConfig
 from eval.claims.readers import newest_rows, upstream_draw
 from eval.metrics import correct_by_problem
@@ -33,7 +33,8 @@ DUET = Experiment(
     name="duet_budget_claim",
     paper="DUET",
     description="DUET Table 1 / Figure 3: DUET at half budget vs full-budget GRPO from one "
-                "start (accuracy within a margin, fewer tokens and less wall clock per step).",
+                "start (accuracy within a margin, less wall clock per step; fewer tokens per "
+                "step is a setup check: half the rollouts).",
     upstream=("duet_sweep",),
     scales={
         # from the demo's SFT checkpoint (right some of the time on one-digit arithmetic; run

@@ -60,7 +60,7 @@ from typing import Any
 import dagster as dg
 
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.core import Experiment, ResultConfig, evaluate_models, record_claims
+from assets.results.experiments import Experiment, ResultConfig, evaluate_models, record_claims
 from assets.sampling import SamplingConfig
 from assets.training import TrainerLauncher, check_recipe, latest_checkpoint, launch_arm
 from eval.models import ModelSpec, safe_model_id

@@ -37,7 +37,7 @@ def partition_dims(context: dg.AssetExecutionContext) -> tuple[str, str]:
     return keys["benchmark"], keys["model"]
 
 def eval_suite() -> list[str]:
-    raw = os.environ.get("WEFT_EVAL_SUITE") or os.environ.get("WEFT_NIGHTLY_BENCHMARKS", "")
+    raw = os.environ.get("WEFT_EVAL_SUITE", "")
     names = [n.strip() for n in raw.split(",") if n.strip()] or list(DEFAULT_SUITE)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:

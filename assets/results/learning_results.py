@@ -15,7 +15,7 @@ There is no paper setup: the job ``learning_claim_job`` runs at ``scale: cpu`` o
 import dagster as dg
 
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.core import Experiment, ResultConfig, evaluate_models, record_claims
+from assets.results.experiments import Experiment, ResultConfig, evaluate_models, record_claims
 from assets.sampling import SamplingConfig
 from assets.training import latest_checkpoint
 from eval.metrics import correct_by_problem

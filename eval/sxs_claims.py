@@ -1,0 +1,156 @@
+"""SxS's headline latency claim judged from warehouse rows (SxS Table 1, SFT rows; §4.2-4.3):
+SFT on entailment-aligned interleaved traces discloses content earlier than SFT on the same
+traces in think-then-answer form, and, as the paper reports right after SFT, costs accuracy.
+
+- :func:`claims_of`: the claim's parts from the newest ``interleaved``-mode evaluations of the
+  two arms, per problem (mean over its samples) and paired by problem: ABO (§4.2: mean position
+  of each speak block's first token) lower, AIRW (§4.2: mean think span before each speak
+  block, the wait before the first one included) lower -- both ``better`` with
+  ``higher_is_better=False`` -- and accuracy in the paper's direction: Table 1's SFT rows put
+  SxS SFT *below* standard-CoT SFT (AIME25 38.3 vs 62.9 on Qwen3-4B, 50.8 vs 76.9 on
+  Qwen3-30B-A3B), the "alignment tax" that §4.3 says RL then recovers. The paper makes no
+  "keeps accuracy" claim after SFT, so the part states what Table 1 shows: standard-CoT SFT is
+  more accurate than SxS SFT (``better`` with standard-CoT SFT as the treatment).
+  A sample with no speak token has no ABO or AIRW; a problem is paired on a latency metric only
+  when both arms have a value for it, and the coverage says how many each arm lost.
+- :func:`judge_quality`: the quality figures of the alignments the arms trained on (App. B's
+  judge: collapsed share, visible segments, failed calls, values disclosed before the
+  reasoning wrote them).
+- :func:`heldout_problems`: the evaluation's problems, those whose text is a training trace's
+  problem left out.
+
+Failures are ``eval.claims.ClaimError`` (too few paired problems) or ValueError (bad inputs),
+each saying what to do. Not guaranteed: anything about how the arms were trained.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eval.benchmarks import get as get_benchmark
+from eval.claims import Claim, ClaimError, judge
+from eval.claims.paper_reports import paper_value
+from eval.claims.readers import newest_samples, problem_scores
+from pipelines.ingest import load_source
+from pipelines.sxs_align import segment
+from pipelines.sxs_judge import unsupported_disclosures
+
+ARMS = ("standard", "sxs")  # reference, treatment: the sxs_sft_dataset variants
+DATASET = "sxs_sft_dataset"
+MODE = "interleaved"
+SECTION = "Table 1 (SFT rows)"
+EXPERIMENT = "sxs_latency_claim"
+STANDARD, SXS = "standard-CoT SFT", "SxS SFT"
+_COMMON = {"paper": "SxS", "reference": STANDARD, "treatment": SXS}
+LATENCY_PARTS = (
+    ("abo", Claim(**_COMMON, section=SECTION, metric="ABO (tokens)", higher_is_better=False,
+                  statement="SxS SFT starts its visible blocks earlier (lower ABO)",
+                  paper_value=paper_value(EXPERIMENT, "abo"))),
+    ("airw", Claim(**_COMMON, section=SECTION, metric="AIRW (tokens)", higher_is_better=False,
+                   statement="SxS SFT waits less between visible updates (lower AIRW)",
+                   paper_value=paper_value(EXPERIMENT, "airw"))),
+)
+# the paper's direction after SFT: the standard-CoT arm is the more accurate one (Table 1)
+ACCURACY_PART = Claim(paper="SxS", section=SECTION, metric="accuracy", reference=SXS,
+                      treatment=STANDARD, bounds=(0.0, 1.0),
+                      statement="right after SFT, standard-CoT SFT is more accurate than SxS "
+                                "SFT (the alignment tax of §4.3, before RL recovers it)",
+                      paper_value=paper_value(EXPERIMENT, "accuracy"))
+
+
+def _latency_part(wh: Any, column: str, claim: Claim, reference: str, treatment: str,
+                  benchmark: str, n_boot: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """One latency part's row, judged on the problems where both arms have a value, and its
+    coverage. ClaimError with fewer than two such problems."""
+    ref = problem_scores(wh, reference, benchmark, mode=MODE, column=column)
+    treat = problem_scores(wh, treatment, benchmark, mode=MODE, column=column)
+    both = sorted(set(ref) & set(treat))
+    coverage = {"problems_paired": len(both), "reference_problems": len(ref),
+                "treatment_problems": len(treat)}
+    if len(both) < 2:
+        raise ClaimError(
+            f"{column.upper()}: only {len(both)} held-out problem(s) where both arms showed "
+            f"a speak block ({len(ref)} for {reference}, {len(treat)} for {treatment}); "
+            "raise sampling.max_tokens or train longer so that the arms answer")
+    row = judge(claim, {p: ref[p] for p in both}, {p: treat[p] for p in both}, n_boot=n_boot)
+    return row, coverage
+
+
+def claims_of(wh: Any, reference: str, treatment: str, benchmark: str, *,
+              n_boot: int = 10_000) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The claim's rows (ABO, AIRW, accuracy) from the newest interleaved-mode evaluations of
+    models ``reference`` (standard SFT) and ``treatment`` (SxS SFT) on ``benchmark``, and how
+    many samples and problems each latency metric had to leave out (no speak token). The
+    accuracy row compares the arms the other way round (:data:`ACCURACY_PART`)."""
+    rows, coverage = [], {}
+    for column, claim in LATENCY_PARTS:
+        row, coverage[column] = _latency_part(wh, column, claim, reference, treatment,
+                                              benchmark, n_boot)
+        rows.append(row)
+    # arms swapped: the part's treatment is standard-CoT SFT (the paper's more accurate arm)
+    rows.append(judge(ACCURACY_PART, problem_scores(wh, treatment, benchmark, mode=MODE),
+                      problem_scores(wh, reference, benchmark, mode=MODE), n_boot=n_boot))
+    for arm, model in (("reference", reference), ("treatment", treatment)):
+        samples = [s for s in newest_samples(wh, model, benchmark) if s.get("mode") == MODE]
+        coverage[f"{arm}_samples"] = len(samples)
+        coverage[f"{arm}_samples_without_speak"] = sum(s.get("abo") is None for s in samples)
+    return rows, coverage
+
+
+def judge_quality(alignments: Sequence[Mapping[str, Any]],
+                  traces: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Quality figures of the alignments the arms trained on: the judge(s), how many samples
+    collapsed to think-then-answer, visible segments per sample, the share of judge calls
+    that failed, and the share of answer blocks shown before the last reasoning block whose
+    numbers the problem and reasoning so far did not contain (``unsupported_disclosures``)."""
+    if not alignments:
+        raise ValueError("no alignments to describe: materialize sxs_alignments first")
+    early = unsupported = 0
+    for row in alignments:
+        trace = traces.get(row["trace_id"])
+        if trace is None:
+            raise ValueError(f"alignment of trace {row['trace_id']!r} has no row in traces: "
+                             "re-materialize traces and sxs_alignments together")
+        e, u = unsupported_disclosures(trace["problem"], segment(trace["reasoning"]),
+                                       segment(trace["response"]), list(row["repaired"]))
+        early, unsupported = early + e, unsupported + u
+    made = sum(int(r["calls_made"] or 0) for r in alignments)
+    n = len(alignments)
+    return {
+        "judge": sorted({str(r["judge_model"]) for r in alignments}),
+        "samples": n,
+        "share_collapsed": sum(bool(r["collapsed"]) for r in alignments) / n,
+        "mean_visible_segments": sum(int(r["n_visible_segments"]) for r in alignments) / n,
+        "judge_calls": made,
+        "share_calls_failed": (sum(int(r["calls_failed"] or 0) for r in alignments) / made
+                               if made else 0.0),
+        "early_answer_blocks": early,
+        "share_early_blocks_unsupported": unsupported / early if early else 0.0,
+    }
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip().lower()
+
+
+def heldout_problems(benchmark: str, limit: int | None, trace_problems: Sequence[str]
+                     ) -> tuple[Any, list[dict[str, Any]], int]:
+    """(benchmark, its first ``limit`` problems whose text -- compared case- and
+    whitespace-insensitively -- is not a training trace's problem, how many were left out for
+    that). ValueError for an unknown or code benchmark, or when no problem is left."""
+    try:
+        bench = get_benchmark(benchmark)
+    except KeyError as exc:
+        raise ValueError(f"unknown benchmark {benchmark!r}: {exc}") from exc
+    if bench.grader == "code":
+        raise ValueError(f"{bench.name} is a code benchmark; the SxS claim evaluates math or "
+                         "multiple-choice problems (e.g. gsm8k)")
+    rows = [p.to_row() for p in load_source(bench.source).problems]
+    seen = {_normal(t) for t in trace_problems}
+    kept = [r for r in rows if _normal(r["problem"]) not in seen]
+    if not kept:
+        raise ValueError(f"{bench.name}: no problem left once the training traces' problems "
+                         "are taken out")
+    return bench, kept[:limit] if limit is not None else kept, len(rows) - len(kept)
