@@ -155,7 +155,7 @@ def parse_eval_partition(key: str, registered: list[str] | None = None) -> tuple
 
 def add_model_partition(instance, model_id: str, registered: list[str]) -> bool:
     """Add ``model_id`` to the instance's `models` partitions (True if it was new)."""
-    from assets.partitions import model_partitions
+    from assets.partition_defs import model_partitions
 
     if model_id not in registered:
         raise WeftUsageError(
@@ -583,8 +583,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def benchmark_file_problems() -> int:
+    """Print the configured benchmarks file's problems, one line each, and return 2; 0 when
+    it has none (or there is no file)."""
+    from pipelines.ingest import CONFIG_PROBLEMS
+
+    for line in CONFIG_PROBLEMS:
+        print(f"weft: {line}", file=sys.stderr)
+    return 2 if CONFIG_PROBLEMS else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.cmd not in ("home", "check-port") and benchmark_file_problems():
+        return 2
     try:
         if args.cmd == "materialize":
             return materialize(args)

@@ -170,8 +170,12 @@ def get(name: str) -> Benchmark:
     try:
         return BENCHMARKS[name]
     except KeyError:
+        from pipelines.ingest import CONFIG_PROBLEMS
+
+        broken = ("; the benchmarks file registered nothing because of: "
+                  + " | ".join(CONFIG_PROBLEMS)) if CONFIG_PROBLEMS else ""
         raise KeyError(
-            f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}"
+            f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}{broken}"
         ) from None
 
 

@@ -266,7 +266,61 @@ def get_model(model_id: str, wh: Warehouse | None = None) -> ModelSpec:
     )
 
 
-def _spec_from_args(args: Any) -> ModelSpec:
+CHECKPOINT_MARKER = "weft-checkpoint.json"  # written by training.run beside a finished checkpoint
+
+
+def checkpoint_of_folder(folder: Path) -> str:
+    """The weft checkpoint id a model folder holds (its ``weft-checkpoint.json``), or ""."""
+    import json
+
+    marker = folder / CHECKPOINT_MARKER
+    try:
+        return str(json.loads(marker.read_text()).get("checkpoint_id") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def checkpoint_spec(checkpoint_id: str, wh: Warehouse, model_id: str = "",
+                    baseline: bool = False) -> ModelSpec:
+    """A local spec of weft's own checkpoint ``checkpoint_id`` (its folder read from the
+    `checkpoints` table), registered under ``model_id`` (default: the checkpoint id) and
+    carrying the checkpoint id, so ``model_lineage`` says what trained it."""
+    rows = [] if "checkpoints" not in wh.tables() else wh.sql(
+        "SELECT path FROM checkpoints WHERE checkpoint_id = $id ORDER BY created_at DESC LIMIT 1",
+        {"id": checkpoint_id}).to_pylist()
+    if not rows:
+        known = [] if "checkpoints" not in wh.tables() else [r["checkpoint_id"] for r in wh.sql(
+            "SELECT DISTINCT checkpoint_id FROM checkpoints ORDER BY 1").to_pylist()]
+        raise ModelRegistryError(f"--checkpoint {checkpoint_id!r} is not a weft checkpoint in "
+                                 f"the warehouse (known: {', '.join(known[:10]) or 'none'})")
+    folder = check_model_folder(rows[0]["path"])
+    model_id = model_id or safe_model_id(checkpoint_id)
+    return ModelSpec(model_id=model_id, kind="local", path=str(folder), served_model=model_id,
+                     checkpoint_id=checkpoint_id, baseline=baseline)
+
+
+def _folder_hint(path: str, wh: Warehouse) -> str:
+    """Where a weft checkpoint named like ``path``'s last part really is, as advice ("" if no
+    checkpoint of that name exists)."""
+    name = Path(path).name
+    if not name or "checkpoints" not in wh.tables():
+        return ""
+    rows = wh.sql("SELECT path FROM checkpoints WHERE checkpoint_id = $id ORDER BY created_at "
+                  "DESC LIMIT 1", {"id": name}).to_pylist()
+    return (f"; {name} is a weft checkpoint whose folder is {rows[0]['path']}: register it with "
+            f"`--checkpoint {name}`" if rows else "")
+
+
+def _spec_from_args(args: Any, wh: Warehouse | None = None) -> ModelSpec:
+    wh = wh or Warehouse()
+    if args.checkpoint:
+        if args.path or args.base_url:
+            raise ModelRegistryError("give --checkpoint alone (its folder comes from the "
+                                     "warehouse), not with --path or --base-url")
+        return checkpoint_spec(args.checkpoint, wh, args.id or "", baseline=args.baseline)
+    if not args.id:
+        raise ModelRegistryError("--id is required (the model id, the `model` partition), "
+                                 "except with --checkpoint, which defaults to the checkpoint id")
     if args.path and args.base_url:
         raise ModelRegistryError("give either --path (a local model folder) or --base-url and "
                                  "--served-model (an endpoint), not both")
@@ -278,8 +332,13 @@ def _spec_from_args(args: Any) -> ModelSpec:
                                  f"or '-', starting with a letter or digit; e.g. "
                                  f"--id {safe_model_id(args.id) if args.id.strip('-/ ') else 'my-model'}")
     if args.path:
-        return ModelSpec(model_id=args.id, kind="local", path=str(check_model_folder(args.path)),
-                         served_model=args.served_model, baseline=args.baseline)
+        try:
+            folder = check_model_folder(args.path)
+        except ModelRegistryError as err:
+            raise ModelRegistryError(f"{err}{_folder_hint(args.path, wh)}") from None
+        return ModelSpec(model_id=args.id, kind="local", path=str(folder),
+                         served_model=args.served_model, baseline=args.baseline,
+                         checkpoint_id=checkpoint_of_folder(folder))
     return ModelSpec(model_id=args.id, kind="endpoint", base_url=check_base_url(args.base_url),
                      served_model=args.served_model, api_key_env=args.api_key_env,
                      baseline=args.baseline)
@@ -294,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.models")
     sub = parser.add_subparsers(dest="cmd", required=True)
     add = sub.add_parser("add", help="register an endpoint or a local model folder")
-    add.add_argument("--id", required=True, help="model id (the `model` partition), e.g. qwen3-8b")
+    add.add_argument("--id", default="", help="model id (the `model` partition), e.g. qwen3-8b "
+                                               "(with --checkpoint: the checkpoint id)")
+    add.add_argument("--checkpoint", default="",
+                     help="a weft checkpoint id (its folder and lineage come from the warehouse)")
     add.add_argument("--base-url", default="", help="OpenAI-compatible URL, e.g. http://host:8000/v1")
     add.add_argument("--served-model", default="", help="the `model` name the endpoint expects")
     add.add_argument("--path", default="", help="a local model folder (served on demand)")

@@ -50,7 +50,13 @@ _FIELD_KEYS = ("problem", "answer", "id", "solution")
 
 
 class BenchmarkFileError(ValueError):
-    """The benchmarks config file, or one of its entries, cannot be used."""
+    """The benchmarks config file, or entries of it, cannot be used. ``problems`` lists every
+    problem found (one line each: file, entry, field, what to write instead); the message is
+    those lines."""
+
+    def __init__(self, problems: str | list[str]):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 def benchmark_file() -> Path | None:
@@ -81,86 +87,95 @@ def _load_document(path: Path) -> Any:
 
 
 class _Entry:
-    """One entry being checked; :meth:`fail` raises with the file, entry and field."""
+    """One entry being checked: every problem found is kept (:meth:`problem`), so a file with
+    several mistakes is reported whole, one line per problem."""
 
     def __init__(self, path: Path, number: int, raw: Mapping[str, Any]):
         self.path, self.number, self.raw = path, number, raw
         name = raw.get("name")
         self.label = f"entry {number}" + (f" ({name!r})" if isinstance(name, str) else "")
+        self.problems: list[str] = []
 
     def where(self) -> str:
         return f"{self.path}, {self.label}"
 
-    def fail(self, field: str, problem: str) -> BenchmarkFileError:
-        return BenchmarkFileError(f"{self.where()}, field {field!r}: {problem}")
+    def problem(self, field: str, text: str) -> None:
+        self.problems.append(f"{self.where()}, field {field!r}: {text}")
 
     def text(self, field: str, default: str | None = None) -> str | None:
         value = self.raw.get(field, default)
         if value is None:
             if default is None and field in ("name", "path", "grader"):
-                raise self.fail(field, "missing; every entry needs name, path, fields and grader")
+                self.problem(field, "missing; every entry needs name, path, fields and grader")
             return None
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(field, f"should be non-empty text, got {value!r}")
+            self.problem(field, f"should be non-empty text, got {value!r}")
+            return None
         return value
 
 
-def _spec(path: Path, number: int, raw: Any) -> SourceSpec:
-    if not isinstance(raw, Mapping):
-        raise BenchmarkFileError(
-            f"{path}, entry {number}: should be a mapping of {', '.join(_KEYS[:4])}, ...; "
-            f"got {type(raw).__name__}"
-        )
-    entry = _Entry(path, number, raw)
-    unknown = sorted(str(k) for k in raw if k not in _KEYS)
-    if unknown:
-        raise entry.fail(unknown[0], f"unknown field; the fields are {', '.join(_KEYS)}")
-    name = entry.text("name")
-    assert name is not None
-    if not _NAME_RE.fullmatch(name):
-        raise entry.fail("name", f"{name!r} is not a name of letters, digits and _ starting "
-                                 "with a letter (it becomes the asset <name>_problems)")
-    file = entry.text("path")
-    assert file is not None
-    if not file.lower().endswith(LOCAL_SUFFIXES):
-        raise entry.fail("path", f"{file!r} is not one of {', '.join(LOCAL_SUFFIXES)}")
-    local = Path(file).expanduser()
-    local = local if local.is_absolute() else (path.parent / local).resolve()
-    fields = raw.get("fields")
+def _check_fields(entry: _Entry) -> Mapping[str, Any] | None:
+    fields = entry.raw.get("fields")
     if not isinstance(fields, Mapping):
-        raise entry.fail("fields", "missing or not a mapping; write e.g. "
-                                   "{problem: question, answer: answer, id: id}")
-    bad = sorted(str(k) for k in fields if k not in _FIELD_KEYS)
-    if bad:
-        raise entry.fail(f"fields.{bad[0]}", f"unknown key; use {', '.join(_FIELD_KEYS)}")
+        entry.problem("fields", "missing or not a mapping; write e.g. "
+                                "{problem: question, answer: answer, id: id}")
+        return None
+    for key in sorted(str(k) for k in fields if k not in _FIELD_KEYS):
+        entry.problem(f"fields.{key}", f"unknown key; use {', '.join(_FIELD_KEYS)}")
     for key in _FIELD_KEYS:
         value = fields.get(key)
         if value is None and key in ("problem", "answer"):
-            raise entry.fail(f"fields.{key}", "missing; name the record's field that holds it")
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise entry.fail(f"fields.{key}", f"should be a field name, got {value!r}")
+            entry.problem(f"fields.{key}", "missing; name the record's field that holds it")
+        elif value is not None and (not isinstance(value, str) or not value.strip()):
+            entry.problem(f"fields.{key}", f"should be a field name, got {value!r}")
+    return fields
+
+
+def _spec(path: Path, number: int, raw: Any) -> SourceSpec:
+    """The entry's source spec; BenchmarkFileError listing every problem of the entry."""
+    if not isinstance(raw, Mapping):
+        raise BenchmarkFileError(
+            f"{path}, entry {number}: should be a mapping of {', '.join(_KEYS[:4])}, ...; "
+            f"got {type(raw).__name__}")
+    entry = _Entry(path, number, raw)
+    for key in sorted(str(k) for k in raw if k not in _KEYS):
+        entry.problem(key, f"unknown field; the fields are {', '.join(_KEYS)}")
+    name = entry.text("name")
+    if name is not None and not _NAME_RE.fullmatch(name):
+        entry.problem("name", f"{name!r} is not a name of letters, digits and _ starting "
+                              "with a letter (it becomes the asset <name>_problems)")
+    file = entry.text("path")
+    if file is not None and not file.lower().endswith(LOCAL_SUFFIXES):
+        entry.problem("path", f"{file!r} is not one of {', '.join(LOCAL_SUFFIXES)}")
+    fields = _check_fields(entry)
     grader = entry.text("grader")
-    if grader not in _ANSWER_TYPES:
+    if grader is not None and grader not in _ANSWER_TYPES:
         hint = (" (code benchmarks need an adapter that keeps their tests: add one in "
                 "pipelines/ingest/adapters.py and a row in pipelines/ingest/sources.py)"
                 if grader == "code" else "")
-        raise entry.fail("grader", f"{grader!r} cannot be declared in a config file; use one "
-                                   f"of {', '.join(_ANSWER_TYPES)}{hint}")
+        entry.problem("grader", f"{grader!r} cannot be declared in a config file; use one "
+                                f"of {', '.join(_ANSWER_TYPES)}{hint}")
     k = raw.get("k", 1)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise entry.fail("k", f"should be a whole number >= 1, got {k!r}")
+        entry.problem("k", f"should be a whole number >= 1, got {k!r}")
     default_ingest = raw.get("default_ingest", True)
     if not isinstance(default_ingest, bool):
-        raise entry.fail("default_ingest", f"should be true or false, got {default_ingest!r}")
+        entry.problem("default_ingest", f"should be true or false, got {default_ingest!r}")
+    split = entry.text("split", "test") or "test"
+    prompt = entry.text("prompt", grader or "math")
+    normalizer = entry.text("normalizer")
+    answer_type = entry.text("answer_type", _ANSWER_TYPES.get(grader or "", "math"))
+    if entry.problems:
+        raise BenchmarkFileError(entry.problems)
+    assert name and file and fields is not None and grader and answer_type
+    local = Path(file).expanduser()
+    local = local if local.is_absolute() else (path.parent / local).resolve()
     return SourceSpec(
-        name=name,
-        split=entry.text("split", "test") or "test",
-        answer_type=entry.text("answer_type", _ANSWER_TYPES[grader]) or _ANSWER_TYPES[grader],
+        name=name, split=split, answer_type=answer_type,
         adapter=FieldMap(**{k: v for k, v in fields.items() if v is not None}),
-        local_path=str(local),
-        default_ingest=default_ingest,
-        benchmark=BenchmarkUse(grader=grader, prompt=entry.text("prompt", grader) or grader, k=k,
-                               normalizer=entry.text("normalizer"), declared_in=entry.where()),
+        local_path=str(local), default_ingest=default_ingest,
+        benchmark=BenchmarkUse(grader=grader, prompt=prompt or grader, k=k,
+                               normalizer=normalizer, declared_in=entry.where()),
     )
 
 
@@ -180,24 +195,33 @@ def read_benchmark_file(path: Path | str) -> list[SourceSpec]:
     if not isinstance(entries, list):
         raise BenchmarkFileError(f"{path}: 'benchmarks' should be a list of entries, got "
                                  f"{type(entries).__name__}")
-    specs = [_spec(path, i, raw) for i, raw in enumerate(entries, start=1)]
+    specs: list[SourceSpec] = []
+    problems: list[str] = []
     seen: dict[str, int] = {}
-    for i, spec in enumerate(specs, start=1):
+    for i, raw in enumerate(entries, start=1):
+        try:
+            spec = _spec(path, i, raw)
+        except BenchmarkFileError as err:
+            problems += err.problems
+            continue
         if spec.name in seen:
-            raise BenchmarkFileError(f"{path}, entry {i} ({spec.name!r}), field 'name': also "
-                                     f"used by entry {seen[spec.name]}; pick another name")
-        seen[spec.name] = i
+            problems.append(f"{path}, entry {i} ({spec.name!r}), field 'name': also used by "
+                            f"entry {seen[spec.name]}; pick another name")
+        seen.setdefault(spec.name, i)
+        specs.append(spec)
+    if problems:
+        raise BenchmarkFileError(problems)
     return specs
 
 
 def register_benchmark_file(path: Path | str) -> list[SourceSpec]:
     """Read ``path`` and register every entry as a source (all or none)."""
     specs = read_benchmark_file(path)
-    for spec in specs:
-        if spec.name in SOURCES:
-            where = spec.benchmark.declared_in if spec.benchmark else str(path)
-            raise BenchmarkFileError(f"{where}, field 'name': {spec.name!r} is already a "
-                                     "registered source; pick another name")
+    taken = [f"{spec.benchmark.declared_in if spec.benchmark else path}, field 'name': "
+             f"{spec.name!r} is already a registered source; pick another name"
+             for spec in specs if spec.name in SOURCES]
+    if taken:
+        raise BenchmarkFileError(taken)
     return [register_source(spec) for spec in specs]
 
 

@@ -104,3 +104,58 @@ def test_unreachable_advice_names_the_registry_entry():
     assert "'gpu-a' is registered as the endpoint http://gpu:8000/v1" in text
     assert "--id gpu-a --base-url URL --served-model qwen --check" in text
     assert "python -m eval.models remove gpu-a" in text
+
+
+def _checkpoint(weft_home, ck: str) -> "object":
+    """A weft checkpoint in the warehouse: a model folder (config.json, weights, the training
+    marker) and its `checkpoints` row."""
+    import json
+
+    from warehouse import Lineage, Warehouse
+
+    folder = weft_home / "models" / ck
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"0")
+    (folder / "weft-checkpoint.json").write_text(json.dumps({"checkpoint_id": ck}))
+    Warehouse().write("checkpoints", [{
+        "checkpoint_id": ck, "kind": "grpo", "status": "complete", "path": str(folder),
+        "recipe": "demo_grpo", "parent_checkpoint": "demo_sft-1", "config_json": "{}",
+        "dataset_fingerprints": json.dumps({"train": {"spec": "builtin:arith1", "rows": 96}})}],
+        lineage=Lineage(run_id="train-run", asset="grpo_checkpoint", partition=ck))
+    return folder
+
+
+def _lineage(model_id: str) -> dict:
+    from warehouse import Warehouse
+
+    (row,) = Warehouse().sql("SELECT * FROM model_lineage WHERE model_id = $m",
+                             {"m": model_id}).to_pylist()
+    return row
+
+
+def test_a_checkpoint_registers_by_its_id_and_keeps_its_lineage(weft_home, capsys):
+    _checkpoint(weft_home, "demo_grpo-abc")
+    code, out, _ = _run(capsys, "add", "--checkpoint", "demo_grpo-abc")
+    assert code == 0 and "registered demo_grpo-abc (local)" in out
+    row = _lineage("demo_grpo-abc")
+    assert (row["checkpoint_id"], row["recipe"], row["dataset"], row["parent_checkpoint"],
+            row["training_run_id"]) == ("demo_grpo-abc", "demo_grpo", "builtin:arith1",
+                                        "demo_sft-1", "train-run")
+    code, _, err = _run(capsys, "add", "--checkpoint", "nope")
+    assert code == 2 and "not a weft checkpoint in the warehouse (known: demo_grpo-abc)" in err
+
+
+def test_a_checkpoint_folder_given_by_path_keeps_its_lineage(weft_home, capsys):
+    folder = _checkpoint(weft_home, "demo_grpo-def")
+    code, _, _ = _run(capsys, "add", "--id", "mine", "--path", str(folder))
+    assert code == 0
+    assert _lineage("mine")["recipe"] == "demo_grpo"
+
+
+def test_a_wrong_folder_named_like_a_checkpoint_says_where_it_is(weft_home, capsys):
+    folder = _checkpoint(weft_home, "demo_grpo-ghi")
+    code, _, err = _run(capsys, "add", "--id", "x", "--path",
+                        str(weft_home / "checkpoints" / "demo_grpo-ghi"))
+    assert code == 2
+    assert f"whose folder is {folder}" in err and "--checkpoint demo_grpo-ghi" in err
