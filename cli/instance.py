@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -447,16 +448,48 @@ def runs_summary(instance, runs) -> list[str]:
                 continue
             name = mat.asset_key.to_user_string()
             where = f" [{mat.partition}]" if mat.partition else ""
-            rows = mat.metadata.get("rows") or mat.metadata.get("dagster/row_count")
+            rows = (mat.metadata.get("rows") or mat.metadata.get("dagster/row_count")
+                    or mat.metadata.get("samples"))
             count = f": {rows.value} rows" if rows is not None else ""
             lines.append(f"[weft]   materialized {name}{where}{count}")
+            scores = score_figures(mat.metadata)
+            if scores:
+                lines.append(f"[weft]     {scores}")
         if not records:
             lines.append("[weft]   nothing was materialized")
-        lines.append(f"[weft]   UI: http://127.0.0.1:{DEFAULT_UI_PORT}/runs/{run.run_id} "
-                     "(`make ui`)")
+        url, running = ui_url()
+        lines.append(f"[weft]   UI: {url}/runs/{run.run_id}"
+                     + ("" if running else " (start it with `make ui`)"))
         lines.append("[weft]   SQL: python -m warehouse sql \"SELECT asset, partition, status, "
                      f"rows_written, error FROM runs WHERE run_id = '{run.run_id}'\"")
     return lines
+
+
+SCORE_KEY = re.compile(r"^(avg|pass|maj)@\d+$")
+
+
+def score_figures(metadata: Mapping[str, Any]) -> str:
+    """An evaluation's scores from its materialization's metadata (``avg@k``, ``pass@k``,
+    ``maj@k`` entries, as ``eval_scores`` reports them) as one line, "" when it has none."""
+    found = [(key, meta.value) for key, meta in metadata.items()
+             if SCORE_KEY.match(key) and isinstance(getattr(meta, "value", None), int | float)]
+    return "scores: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(found)) if found else ""
+
+
+UI_STATE = "weft-ui.json"  # under DAGSTER_HOME: where `weft ui` serves, while it runs
+
+
+def ui_url() -> tuple[str, bool]:
+    """(the URL of the UI `weft ui` / `make ui` is serving now, True), or (the default URL,
+    False) when none is running."""
+    import json
+
+    try:
+        state = json.loads((ensure_dagster_home() / UI_STATE).read_text())
+        os.kill(int(state["pid"]), 0)
+        return f"http://{state['host']}:{int(state['port'])}", True
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"http://127.0.0.1:{DEFAULT_UI_PORT}", False
 
 
 def print_run_summary(since: float) -> None:
@@ -546,6 +579,11 @@ def ui(host: str, port: int) -> int:
     env = dict(os.environ, DAGSTER_HOME=str(ensure_dagster_home()))
     print(f"[weft] Dagster UI on http://{host}:{port} (DAGSTER_HOME={env['DAGSTER_HOME']})",
           flush=True)
+    import json
+
+    # exec keeps this pid: run summaries find the UI while this process lives
+    (Path(env["DAGSTER_HOME"]) / UI_STATE).write_text(json.dumps(
+        {"host": host, "port": port, "pid": os.getpid()}))
     dagster = _dagster_bin()
     os.execve(dagster, [dagster, "dev", "-m", DEFINITIONS_MODULE, "-h", host, "-p", str(port)],
               env)

@@ -19,21 +19,21 @@ DELIBERATION = Experiment(
     paper="Engagement Process",
     description="Engagement Process Table 1: EP-trained vs step-trained deliberation under "
                 "real-time evaluation (single and sequential tasks).",
-    scales={"cpu": {"ep_deliberation_claim": {"config": {"training_seeds": 3}}},
-            "paper": {"ep_deliberation_claim": {"config": {"training_seeds": 5}}}},
+    scales={"cpu": {"ep_deliberation_claim": {"config": {"training_seeds": 10}}},
+            "paper": {"ep_deliberation_claim": {"config": {"training_seeds": 10}}}},
 )
 PATROL = Experiment(
     name="ep_patrol_claim",
     paper="Engagement Process",
     description="Engagement Process Table 2: EP vs Loop (module level) and vs PatchPro (state "
                 "level, phase depths 2 and 3) on hierarchical patrol with interruptions.",
-    scales={"cpu": {"ep_patrol_claim": {"config": {"training_seeds": 3}}},
-            "paper": {"ep_patrol_claim": {"config": {"training_seeds": 5}}}},
+    scales={"cpu": {"ep_patrol_claim": {"config": {"training_seeds": 10}}},
+            "paper": {"ep_patrol_claim": {"config": {"training_seeds": 10}}}},
 )
 
 
 class ToyClaimConfig(ResultConfig):
-    training_seeds: int = 3  # learned policies trained once per seed; pairs = (seed, episode)
+    training_seeds: int = 10  # learned policies trained once per seed; the CI resamples seeds
     train_episodes: int | None = None  # None: the paper configuration's
     eval_episodes: int | None = None  # None: the paper configuration's
     n_boot: int = 5000

@@ -18,7 +18,7 @@ from training.duet.budget_claim import DUET_ACCURACY_MARGIN, duet_claims
 from training.ep_budget_claims import table5_claims
 from warehouse import Lineage, Warehouse
 
-TINY = {"training_seeds": 1, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}
+TINY = {"training_seeds": 2, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}
 
 
 def test_every_experiment_has_an_asset_a_job_and_both_scales():
@@ -78,7 +78,7 @@ def test_toy_claim_job_writes_claims_and_a_rerun_replaces_them_keeping_history(w
     assert {r["section"] for r in rows} == {"Table 1 (single task)", "Table 1 (sequential task)"}
     assert all(r["experiment"] == "ep_deliberation_claim" and r["scale"] == "cpu" for r in rows)
     assert all(r["verdict"] in VERDICTS for r in rows)
-    assert json.loads(rows[0]["config_json"])["training_seeds"] == 1
+    assert json.loads(rows[0]["config_json"])["training_seeds"] == 2
     meta = result.asset_materializations_for_node("ep_deliberation_claim")[0].metadata
     table = meta["claims"]  # a table: the UI renders it on the page at any length
     assert isinstance(table, dg.TableMetadataValue) and len(table.records) == len(rows)
