@@ -50,6 +50,11 @@ class Experiment:
     # the scales it runs at: a paper's claim has both; weft's own check (the demo's learning
     # check) has no paper setup, so only ``cpu``
     scale_names: Sequence[str] = SCALES
+    # the model the `llm` resource must serve at paper scale, where the claim has it play the
+    # paper's controller, judge or synthesizer ("" when the claim does not); with the embedded
+    # default the asset refuses to run at paper scale (:func:`require_paper_llm`)
+    paper_llm: str = ""
+    paper_llm_section: str = ""
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scale_names if s not in SCALES]
@@ -70,6 +75,17 @@ class Experiment:
         # the result asset itself records which scale it judged
         merged.setdefault(self.name, {}).setdefault("config", {})["scale"] = scale
         return {"ops": merged}
+
+
+def require_paper_llm(experiment: Experiment, scale: str, llm: Any) -> None:
+    """At ``scale`` paper, fail before any work when ``llm`` (an ``LLMResource``) is the embedded
+    default: the claim needs ``experiment.paper_llm`` behind an OpenAI-compatible endpoint."""
+    if scale != "paper" or not experiment.paper_llm or getattr(llm, "base_url", ""):
+        return
+    raise dg.Failure(description=(
+        f"{experiment.name} at scale paper needs the paper's model as the `llm` resource, not "
+        f"the embedded default ({llm.model_label()}): set WEFT_LLM_BASE_URL/WEFT_LLM_MODEL to "
+        f"a {experiment.paper_llm} endpoint ({experiment.paper_llm_section})"))
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:

@@ -57,7 +57,13 @@ import dagster as dg
 
 from assets.mosaic import MOSAIC_SOURCES, MosaicSynthesisConfig, synthesize_source
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.experiments import Experiment, ResultConfig, record_claims
+from assets.results.experiments import (
+    Experiment,
+    ResultConfig,
+    record_claims,
+    require_paper_llm,
+)
+from assets.results.paper_setups import DEEPSEEK
 from assets.sampling import SamplingConfig
 from assets.sandbox_resource import SandboxResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
@@ -93,12 +99,15 @@ SYNTHESIS = Experiment(
             "sources": ["gsm8k", "math", "deepscaler", "dapo_math_17k", "reasoning_gym"],
             "limit": 8000, "max_steps": 6, "concurrency": 32}}},
     },
+    paper_llm=DEEPSEEK, paper_llm_section="DeepTool App. A.1",
     limits={"cpu": "the embedded 135M model plays manager, actor and baseline on 24 gsm8k "
                    "problems: few of its trajectories are complete or correct, so accuracy "
                    "differences are small and the CIs wide; the paper's synthesizer is "
                    "DeepSeek-V3.2",
             "paper": "weft has no OpenR1-Math-220k source: the claim is judged on weft's "
-                     "MOSAIC sources, not on Table 2's five sets"},
+                     "MOSAIC sources, not on Table 2's five sets; T_max and the synthesis "
+                     "temperatures are not stated (weft's defaults); one endpoint serves the "
+                     "manager and, unless actor_base_url is set, the actor"},
 )
 
 
@@ -140,6 +149,8 @@ def mosaic_synthesis_claim(context: dg.AssetExecutionContext, config: SynthesisC
                            warehouse: WarehouseResource, llm: LLMResource,
                            grader: GraderResource,
                            sandbox: SandboxResource) -> dg.MaterializeResult:
+    if config.synthesize:
+        require_paper_llm(SYNTHESIS, config.scale, llm)
     wh = warehouse.get()
     unknown = [s for s in config.sources if s not in MOSAIC_SOURCES]
     if not config.sources or unknown:
@@ -228,7 +239,12 @@ RECOVERY = Experiment(
             "sampling": {"k": 8, "temperature": 0.7, "max_tokens": 6000}, "max_turns": 8,
             "max_concurrency": 64}}},
     },
-    limits={"cpu": "the data comes from scripted agents (a manager that walks the gsm8k "
+    paper_llm=DEEPSEEK, paper_llm_section="DeepTool App. A.1",
+    limits={"paper": "the paper reports no ρ ablation, so this experiment is weft's; "
+                     "OpenR1-Math-220k is not a weft source (deepscaler stands in); the "
+                     "evaluation temperature and turn limit are not stated (0.7 and 8 here); "
+                     "one benchmark (MATH500) of §3.1's seven",
+            "cpu": "the data comes from scripted agents (a manager that walks the gsm8k "
                    "reference's calculations, an actor that codes them), not from an LLM: "
                    "with the embedded model as manager and actor, 3 of 32 problems got a "
                    "complete trajectory and none held an injected failure. The student is the "
@@ -362,6 +378,8 @@ def mosaic_recovery_claim(context: dg.AssetExecutionContext, config: RecoveryCla
                           warehouse: WarehouseResource, llm: LLMResource,
                           grader: GraderResource, sandbox: SandboxResource,
                           trainer: TrainerLauncher) -> dg.MaterializeResult:
+    if config.synthesis_agents == "llm":
+        require_paper_llm(RECOVERY, config.scale, llm)
     wh = warehouse.get()
     facts: dict[str, Any] = {}
 

@@ -105,7 +105,11 @@ SXS = Experiment(
     limits={"cpu": "135M embedded model, 8 SFT steps on 16 short traces aligned by the "
                    "scripted evidence judge, 40 GSM8K problems greedy: the model barely learns "
                    "the format and its accuracy is near zero in both arms, so the accuracy "
-                   "part cannot separate them"},
+                   "part cannot separate them",
+            "paper": "the SFT corpus comes from weft's trace sources (s1K, LIMO, "
+                     "OpenMathReasoning), not from DeepMath and OpenThoughts; the SFT step "
+                     "count is not stated (one epoch here); the GPT-OSS-120B entailment judge "
+                     "is whatever the `llm` resource serves: point it at GPT-OSS-120B"},
 )
 
 

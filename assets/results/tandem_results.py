@@ -127,7 +127,13 @@ TANDEM = Experiment(
     },
     limits={"cpu": "135M embedded model, 8 GRPO steps per arm on one-digit arithmetic from a "
                    "3-step format SFT, 32-token answers with one reasoning-step handoff, 96 "
-                   "held-out problems x 2 samples: the arms move little from their start"},
+                   "held-out problems x 2 samples: the arms move little from their start",
+            "paper": "Table 4's batch size, group size, learning rate and validation "
+                     "temperature are lost in our copy (the recipe's and the model's "
+                     "recommended sampling stand in); both arms train for GRPO's best step "
+                     "(200) instead of each arm's best checkpoint (§5.1: TRL's was 120); AIME "
+                     "2026 and AMC 24-25 are not weft benchmarks; pass@k at large k is "
+                     "reported at k = 1"},
 )
 
 
