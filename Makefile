@@ -13,6 +13,9 @@ UI_PORT ?= 3000
 # runs inside the jail, with numpy and sympy for model-written math code; chromium is used
 # only by the optional UI screenshot test.
 APT_PACKAGES := bubblewrap python3 python3-numpy python3-sympy
+# Slurm's daemons, client commands and munge: the Slurm tests (tests/slurm) start a private
+# cluster on this machine with them; without them (or without root) those tests are skipped.
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 
 .PHONY: setup system-deps lint demo test test-slow test-all ui bench gpu-setup gpu-check gpu-resolve clean-home help
 
@@ -25,7 +28,8 @@ help:
 	@echo "make gpu-resolve  resolve the `gpu` extra for CUDA Linux x86_64 / Python 3.11 (no GPU)"
 	@echo "make ui         start the Dagster UI on http://127.0.0.1:$(UI_PORT)"
 
-$(SYS_STAMP):
+# Re-checked when this Makefile changes (the package lists live here); dpkg -s is cheap.
+$(SYS_STAMP): Makefile
 	@mkdir -p $(VENV)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then echo "system packages present"; \
@@ -36,6 +40,15 @@ $(SYS_STAMP):
 		echo "WARNING: not root, cannot install:$$missing"; \
 		echo "         run: sudo apt-get update && sudo apt-get install -y$$missing"; \
 		echo "         (without bubblewrap the sandbox falls back to a weaker plain-subprocess jail)"; \
+	fi
+	@missing=""; for p in $(SLURM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "Slurm packages present"; \
+	elif [ "$$(id -u)" = "0" ]; then \
+		echo "installing Slurm packages (for the Slurm tests):$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$missing; \
+	else \
+		echo "NOTE: not root: the Slurm tests will be skipped (they start slurmd, which needs root)"; \
 	fi
 	@touch $@
 

@@ -11,9 +11,11 @@ sensor creates for the registered checkpoint.
 
 Each asset checks its recipe in-process (a bad recipe fails here, naming the field, before any
 process or pod starts), then runs ``python -m training.sft|grpo --recipe R key=value ...``
-through :class:`TrainerLauncher`: ``PipesSubprocessClient`` locally (``mode="subprocess"``), or
+through :class:`TrainerLauncher`: ``PipesSubprocessClient`` locally (``mode="subprocess"``),
 ``dagster_k8s.PipesK8sClient`` in a GPU pod (``mode="k8s"``; ``accelerate launch`` when
-``gpus > 1``). The script streams progress and metrics back and reports the final checkpoint
+``gpus > 1``), or an sbatch job on a Slurm cluster (``mode="slurm"``: ``assets.slurm_pipes``
+with the job script of ``pipelines.slurm.script``; ``srun accelerate launch`` across nodes).
+The script streams progress and metrics back and reports the final checkpoint
 (path, id, last metrics, a table of logged steps), which becomes this asset's materialization
 metadata. A GRPO asset starts from the checkpoint of its parent's latest materialization unless
 ``from_sft`` is false (the plain RLVR baseline starts from the base model). The rows of
@@ -44,10 +46,11 @@ DEFAULT_GRPO_RECIPE = "sxs_grpo.cpu"
 
 
 class TrainerLauncher(dg.ConfigurableResource):
-    """Where training scripts run: a local subprocess or a Kubernetes GPU pod."""
+    """Where training scripts run: a local subprocess, a Kubernetes GPU pod or a Slurm job."""
 
     mode: str = "subprocess"
-    python: str = ""  # subprocess mode: interpreter (default: the one running Dagster)
+    python: str = ""  # subprocess: interpreter (default: the one running Dagster); slurm: the
+    # interpreter on the shared filesystem (default: the same path)
     processes: int = 1  # subprocess mode: >1 runs `accelerate launch --multi_gpu` (one per GPU)
     image: str = ""  # k8s mode: an image with weft and its training dependencies
     namespace: str = ""
@@ -72,12 +75,38 @@ class TrainerLauncher(dg.ConfigurableResource):
     vllm_gpus: int = 0
     vllm_server: str = "process"
     vllm_image: str = ""
+    # slurm mode (docs/slurm.md): sbatch's flags ('' or 0 leaves one out); WEFT_HOME, `python`
+    # and `workdir` (the project root, default this checkout) must be on the shared filesystem.
+    # One process per GPU of a node (at least one); `vllm_gpus` keeps GPUs of a one-node job for
+    # the server, `vllm_nodes=1` the last node of a multi-node GRPO job.
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time_limit: str = ""  # sbatch --time, e.g. "04:00:00" or "1-00:00:00"
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 0
+    mem: str = ""  # sbatch --mem, e.g. "200G" ("0": all of a node's memory)
+    constraint: str = ""
+    sbatch_args: list[str] = []  # extra sbatch flags, e.g. ["--exclusive", "--gres=gpu:a100:8"]
+    setup: list[str] = []  # shell lines before training, e.g. ["module load cuda/12.4"]
+    container_image: str = ""  # Pyxis: srun --container-image
+    container_mounts: list[str] = []  # Pyxis: srun --container-mounts (src:dst items)
+    workdir: str = ""
+    vllm_nodes: int = 0
+    signal_before_s: int = 300  # sbatch --signal=B:USR1@<s>: logged by the job script
+    main_process_port: int = 29500  # multi-node rendezvous port on the first node
+    poll_interval_s: float = 10.0  # between job state reads
+    report_grace_s: float = 60.0  # after the job ends, for its last Pipes messages
 
     def command(self, kind: str, recipe: str, overrides: list[str]) -> list[str]:
+        """The training command (slurm mode: the one a one-node job runs)."""
         from training.launch import pod_command, script_command
 
         if self.mode == "k8s":
             return pod_command(kind, recipe, overrides, self.pod_settings())
+        if self.mode == "slurm":
+            return list(self.slurm_launch(kind, recipe, overrides).one_node)
         return script_command(kind, recipe, overrides, processes=self.processes,
                               python=self.python or sys.executable,
                               accelerate_config=self.accelerate_config, vllm_gpus=self.vllm_gpus)
@@ -93,9 +122,82 @@ class TrainerLauncher(dg.ConfigurableResource):
             env=self.env, accelerate_config=self.accelerate_config, vllm_gpus=self.vllm_gpus,
             vllm_server=self.vllm_server, vllm_image=self.vllm_image)
 
+    def slurm_settings(self):
+        """The job's :class:`pipelines.slurm.script.SlurmSettings` (ValueError on bad ones)."""
+        from pipelines.settings import weft_home
+        from pipelines.slurm.script import SlurmSettings
+
+        return SlurmSettings(
+            python=self.python or sys.executable, workdir=self.workdir or str(PROJECT_ROOT),
+            weft_home=str(weft_home()), partition=self.partition, account=self.account,
+            qos=self.qos, time_limit=self.time_limit, nodes=self.nodes,
+            gpus_per_node=self.gpus_per_node, cpus_per_task=self.cpus_per_task, mem=self.mem,
+            constraint=self.constraint, sbatch_args=tuple(self.sbatch_args),
+            setup=tuple(self.setup), env=dict(self.env), container_image=self.container_image,
+            container_mounts=tuple(self.container_mounts),
+            signal_before_s=self.signal_before_s, main_process_port=self.main_process_port,
+            vllm_nodes=self.vllm_nodes)
+
+    def slurm_launch(self, kind: str, recipe: str, overrides: list[str]):
+        """What a Slurm job runs (:class:`pipelines.slurm.script.TrainingLaunch`): one process
+        per training GPU of a node; the one-node command is the local launch's, with paths
+        relative to the project root the job starts in."""
+        from pipelines.slurm.script import TrainingLaunch
+        from training.launch import (
+            accelerate_config_path,
+            override_args,
+            override_value,
+            script_command,
+        )
+
+        if self.vllm_nodes and kind != "grpo":
+            raise ValueError(f"vllm_nodes only applies to GRPO runs (rollouts), not {kind}")
+        if self.vllm_gpus and self.nodes > 1:
+            raise ValueError("vllm_gpus keeps GPUs of a one-node job for the vLLM server; on "
+                             "several nodes set vllm_nodes=1 (the last node serves)")
+        one_node_gpus = self.gpus_per_node - (self.vllm_gpus if self.nodes == 1 else 0)
+        if self.gpus_per_node and one_node_gpus < 1:
+            raise ValueError(f"vllm_gpus={self.vllm_gpus} leaves no GPU for training out of "
+                             f"gpus_per_node={self.gpus_per_node}")
+        processes = max(1, one_node_gpus)
+        python = self.python or sys.executable
+        model = ""
+        if self.vllm_nodes:  # the vLLM node serves the model the run starts from
+            from training.config_recipes import read_recipe
+            from training.model_path import EMBEDDED
+
+            model = override_value(overrides, "model_name_or_path") or str(
+                read_recipe(recipe).values.get("model_name_or_path") or "")
+            if model == EMBEDDED:
+                from pipelines.models import embedded_model_dir
+
+                model = str(embedded_model_dir())
+        return TrainingLaunch(
+            module=f"training.{kind}",
+            args=("--recipe", recipe, *override_args(overrides)),
+            one_node=tuple(script_command(
+                kind, recipe, overrides, processes=processes, python=python,
+                accelerate_config=self.accelerate_config,
+                vllm_gpus=self.vllm_gpus if self.nodes == 1 else 0, relative_paths=True)),
+            processes_per_node=processes,
+            accelerate_config=(accelerate_config_path(self.accelerate_config, relative=True)
+                               if self.accelerate_config else ""),
+            vllm_model=model)
+
+    def batch_script(self, kind: str, recipe: str, overrides: list[str],
+                     env: dict[str, str] | None = None) -> str:
+        """The sbatch script of a slurm-mode launch, for review (``env``: variables exported
+        after the launcher's, e.g. the Dagster Pipes bootstrap variables at launch time)."""
+        from pipelines.slurm.script import batch_script
+
+        return batch_script(self.slurm_settings(), self.slurm_launch(kind, recipe, overrides),
+                            env)
+
     def launch(self, context: dg.AssetExecutionContext, kind: str, recipe: str,
                overrides: list[str], extras: dict[str, Any] | None = None):
         """Run the script under Pipes and return the completed invocation."""
+        if self.mode == "slurm":
+            return self._launch_slurm(context, kind, recipe, overrides, extras)
         command = self.command(kind, recipe, overrides)
         context.log.info("launching: " + " ".join(command))
         if self.mode == "subprocess":
@@ -109,7 +211,29 @@ class TrainerLauncher(dg.ConfigurableResource):
             return client.run(context=context, extras=extras or {},
                               namespace=self.namespace or None,
                               base_pod_spec=pod_spec(self.pod_settings(), command))
-        raise dg.Failure(f"TrainerLauncher.mode must be 'subprocess' or 'k8s', got {self.mode!r}")
+        raise dg.Failure(f"TrainerLauncher.mode must be 'subprocess', 'k8s' or 'slurm', got "
+                         f"{self.mode!r}")
+
+    def _launch_slurm(self, context: dg.AssetExecutionContext, kind: str, recipe: str,
+                      overrides: list[str], extras: dict[str, Any] | None):
+        from assets.slurm_pipes import PipesSlurmClient
+        from pipelines.slurm.script import batch_script
+
+        try:
+            settings = self.slurm_settings()
+            launch = self.slurm_launch(kind, recipe, overrides)
+            batch_script(settings, launch)  # refuse a bad layout before anything is written
+        except ValueError as exc:
+            raise dg.Failure(description=f"bad Slurm settings of the trainer resource: {exc}") \
+                from exc
+        layout = f"{settings.nodes} node(s)" + (", the last serving vLLM" if self.vllm_nodes
+                                                 else "")
+        context.log.info(f"submitting to Slurm ({layout}): python -m {launch.module} "
+                         + " ".join(launch.args))
+        client = PipesSlurmClient(poll_interval_s=self.poll_interval_s,
+                                  report_grace_s=self.report_grace_s, time_limit=self.time_limit)
+        return client.run(context=context, extras=extras or {},
+                          script=lambda env: batch_script(settings, launch, env))
 
 
 def k8s_client(kubeconfig_file: str | None = None, load_incluster_config: bool | None = None):
@@ -124,14 +248,56 @@ def k8s_client(kubeconfig_file: str | None = None, load_incluster_config: bool |
 
 
 def trainer_for(env: str) -> TrainerLauncher:
-    """The launcher for ``WEFT_ENV``: local subprocess, or k8s pods configured from env vars."""
+    """The launcher for ``WEFT_ENV``: a local subprocess, or on a cluster
+    (``WEFT_TRAINER_MODE``) Kubernetes pods (``k8s``, the default) or Slurm jobs (``slurm``),
+    configured from environment variables."""
     if env == "cluster":
+        mode = os.environ.get("WEFT_TRAINER_MODE", "k8s")
+        if mode == "slurm":
+            return slurm_trainer_from_env()
+        if mode != "k8s":
+            raise ValueError(f"WEFT_TRAINER_MODE must be 'k8s' or 'slurm', got {mode!r}")
         return TrainerLauncher(
             mode="k8s", image=dg.EnvVar("WEFT_TRAINER_IMAGE"),
             namespace=os.environ.get("WEFT_TRAINER_NAMESPACE", ""),
             gpus=int(os.environ.get("WEFT_TRAINER_GPUS", "1")),
             weft_home_claim=os.environ.get("WEFT_HOME_CLAIM", ""))
     return TrainerLauncher()
+
+
+# WEFT_SLURM_<NAME> -> TrainerLauncher field (slurm mode)
+SLURM_ENV_TEXT = ("partition", "account", "qos", "time_limit", "mem", "constraint", "python",
+                  "workdir", "container_image", "accelerate_config")
+SLURM_ENV_INT = ("nodes", "gpus_per_node", "cpus_per_task", "vllm_nodes", "vllm_gpus")
+
+
+def slurm_trainer_from_env() -> TrainerLauncher:
+    """``TrainerLauncher(mode="slurm")`` from ``WEFT_SLURM_*`` variables: the text and number
+    fields by name (``WEFT_SLURM_PARTITION``, ``WEFT_SLURM_GPUS_PER_NODE``, ...),
+    ``WEFT_SLURM_SBATCH_ARGS`` split like a shell line, ``WEFT_SLURM_SETUP`` one shell line,
+    ``WEFT_SLURM_CONTAINER_MOUNTS`` comma-separated (Pyxis's own syntax)."""
+    import shlex
+
+    fields: dict[str, Any] = {}
+    for name in SLURM_ENV_TEXT + SLURM_ENV_INT:
+        value = os.environ.get(f"WEFT_SLURM_{name.upper()}", "")
+        if not value:
+            continue
+        if name in SLURM_ENV_INT:
+            try:
+                fields[name] = int(value)
+            except ValueError as exc:
+                raise ValueError(f"WEFT_SLURM_{name.upper()} must be a whole number, got "
+                                 f"{value!r}") from exc
+        else:
+            fields[name] = value
+    if os.environ.get("WEFT_SLURM_SBATCH_ARGS"):
+        fields["sbatch_args"] = shlex.split(os.environ["WEFT_SLURM_SBATCH_ARGS"])
+    if os.environ.get("WEFT_SLURM_SETUP"):
+        fields["setup"] = [os.environ["WEFT_SLURM_SETUP"]]
+    if os.environ.get("WEFT_SLURM_CONTAINER_MOUNTS"):
+        fields["container_mounts"] = os.environ["WEFT_SLURM_CONTAINER_MOUNTS"].split(",")
+    return TrainerLauncher(mode="slurm", **fields)
 
 
 class SFTCheckpointConfig(dg.Config):
@@ -194,6 +360,16 @@ FAMILIES = (
         description="process-supervised GRPO on MOSAIC step_instances, started from the TIR "
                     "SFT checkpoint", config=ProcessGRPOCheckpointConfig),
 )
+
+
+def host_check_overrides(mode: str, overrides: list[str]) -> list[str]:
+    """The overrides the Dagster host checks a recipe with before launching it. A model path
+    handed to a pod lives on the pod's volume, not here, so k8s mode leaves it out; a job that
+    runs elsewhere (k8s, slurm) has its GPU there, so the host checks everything but the
+    device (``bf16`` needs a CUDA GPU where the check runs)."""
+    local = overrides if mode != "k8s" else [
+        o for o in overrides if not o.startswith("model_name_or_path=")]
+    return [*local, "bf16=false"] if mode in ("k8s", "slurm") else list(local)
 
 
 def check_recipe(kind: str, recipe: str, overrides: list[str]):
@@ -278,10 +454,7 @@ def _run(context: dg.AssetExecutionContext, kind: str, recipe: str, overrides: l
          extra_metadata: dict[str, Any] | None = None,
          family: CheckpointFamily | None = None) -> dg.MaterializeResult:
     started = now()
-    # A model path handed to a pod lives on the pod's volume, not here: check the rest.
-    local = overrides if trainer.mode != "k8s" else [
-        o for o in overrides if not o.startswith("model_name_or_path=")]
-    config = check_recipe(kind, recipe, local)
+    config = check_recipe(kind, recipe, host_check_overrides(trainer.mode, overrides))
     lineage_meta: dict[str, Any] = {}
     if family is not None:
         lineage_meta = data_lineage(family, config)
