@@ -585,6 +585,13 @@ def ui(host: str, port: int) -> int:
     (Path(env["DAGSTER_HOME"]) / UI_STATE).write_text(json.dumps(
         {"host": host, "port": port, "pid": os.getpid()}))
     dagster = _dagster_bin()
+    import signal
+
+    # A shell starts a background job (`make ui &`) with SIGINT ignored, an ignored signal
+    # stays ignored across exec, and `dagster dev` turns SIGTERM into SIGINT's handling: so a
+    # background UI ignored SIGTERM. Reset both to their defaults for the UI and its children.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     os.execve(dagster, [dagster, "dev", "-m", DEFINITIONS_MODULE, "-h", host, "-p", str(port)],
               env)
     return 0  # not reached

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m eval.claims",
         description="Print every paper claim's latest verdict from the warehouse's claims table "
                     "as a Markdown table (the table of docs/results.md).")
+    parser.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
+                        help="only these experiments (result asset names, e.g. ep_patrol_claim); "
+                             "all when none is named")
     parser.add_argument("--warehouse", help="warehouse folder (default: WEFT_HOME/warehouse)")
     parser.add_argument("--digits", type=int, default=3, help="decimals shown (default 3)")
     parser.add_argument("--history", nargs="*", metavar="EXPERIMENT",
@@ -65,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         print(history_table(history, digits=args.digits))
         return 0
     rows = latest_claims(wh)
+    if args.experiments:
+        known = sorted({r["experiment"] for r in rows})
+        unknown = [e for e in args.experiments if e not in known]
+        if unknown:
+            print(f"no claims of {', '.join(unknown)} in this warehouse; recorded experiments: "
+                  f"{', '.join(known) or 'none'}", file=sys.stderr)
+            return 1
+        rows = [r for r in rows if r["experiment"] in args.experiments]
     if not rows:
         print("no claims recorded yet in this warehouse: materialize an asset of the `results` "
               "group (the Dagster UI, or `weft materialize`), then run this again",

@@ -226,6 +226,12 @@ def test_latest_claims_and_the_results_table_from_the_warehouse(weft_home, capsy
 
     assert main([]) == 0
     assert capsys.readouterr().out.strip() == table
+    # one experiment by name; an unknown one says which are recorded
+    assert main(["tandem_claim"]) == 0
+    assert capsys.readouterr().out.strip() == results_table(rows[1:])
+    assert main(["ep_patrol_claim"]) == 1
+    assert ("no claims of ep_patrol_claim in this warehouse; recorded experiments: duet_claim, "
+            "tandem_claim") in capsys.readouterr().err
 
 
 def test_history_keeps_every_run_and_names_the_verdicts_that_moved(weft_home, capsys):
