@@ -2,7 +2,6 @@
 carries its entry's text, every entry names where in the paper it comes from, and, where the
 papers' text is at hand, every quoted phrase and every number in an entry is in the paper."""
 
-import os
 import re
 from pathlib import Path
 
@@ -133,11 +132,13 @@ def test_the_entries_state_the_papers_direction():
 
 
 def _papers_dir() -> Path | None:
-    data = os.environ.get("WEFT_DATA_DIR")
-    candidates = ([Path(data).parent / "papers"] if data else []) + [
-        REPO.parent / "shared" / "papers"]
-    return next((p for p in candidates if all((p / f).is_file()
-                                              for f in PAPER_FILES.values())), None)
+    """The plain-text papers: a ``papers/`` folder beside the data directory, if there."""
+    from pipelines.settings import data_dir
+
+    data = data_dir()
+    folder = data.parent / "papers" if data is not None else None
+    ok = folder is not None and all((folder / f).is_file() for f in PAPER_FILES.values())
+    return folder if ok else None
 
 
 def _normal(text: str) -> str:
@@ -149,7 +150,7 @@ def _normal(text: str) -> str:
 def test_quotes_and_numbers_are_in_the_paper(key):
     folder = _papers_dir()
     if folder is None:
-        pytest.skip("the papers' text is not here (WEFT_DATA_DIR/../papers or ../shared/papers)")
+        pytest.skip("the papers' text is not here (a papers/ folder beside the data directory)")
     report = PAPER_REPORTS[key]
     paper = _normal((folder / PAPER_FILES[report.paper]).read_text(encoding="utf-8"))
     quotes = re.findall(r'"([^"]+)"', report.text)
