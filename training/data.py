@@ -127,6 +127,73 @@ def builtin_arith_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
             for r in builtin_arith(n, seed)]
 
 
+CHAIN_STEPS = (2, 5)  # operations per chain problem, inclusive
+
+
+def _chain_items(n: int, seed: int) -> list[tuple[int, tuple[tuple[str, int], ...]]]:
+    """``n`` distinct chains ``(start, ((op, operand), ...))``: a one-digit start, then 2 to 5
+    one-digit operations, every intermediate value between 0 and 99."""
+    rng = random.Random(seed)
+    seen, items = set(), []
+    tries = 0
+    while len(items) < n:
+        tries += 1
+        if tries > 200 * n + 1000:
+            raise DatasetError(f"builtin:chain: could not draw {n} distinct chains; ask for fewer")
+        value = start = rng.randint(1, 9)
+        ops: list[tuple[str, int]] = []
+        for _ in range(rng.randint(*CHAIN_STEPS)):
+            choices = [op for op, ok in (("+", value + 9 <= 99), ("-", value >= 2),
+                                         ("*", 2 * value <= 99)) if ok]
+            op = rng.choice(choices)
+            operand = rng.randint(1, min(9, value) if op == "-" else
+                                  min(9, 99 // value) if op == "*" and value else 9)
+            if op == "*":
+                operand = max(operand, 2)
+            value = value + operand if op == "+" else value - operand if op == "-" else value * operand
+            ops.append((op, operand))
+        key = (start, tuple(ops))
+        if key in seen:
+            continue
+        seen.add(key)
+        items.append(key)
+    return items
+
+
+_CHAIN_WORD = {"+": "add {}", "-": "subtract {}", "*": "multiply by {}"}
+
+
+def _chain_row(start: int, ops: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    words = [_CHAIN_WORD[op].format(x) for op, x in ops]
+    problem = (f"Start with {start}. " + ", then ".join(words).capitalize()
+               + ". What number do you get?")
+    lines, value = [], start
+    for op, x in ops:
+        new = value + x if op == "+" else value - x if op == "-" else value * x
+        lines.append(f"${value} {_OP_SIGN[op]} {x} = {new}$.")
+        value = new
+    tag = "".join(f"{op}{x}" for op, x in ops)
+    return {"problem_id": f"chain-{start}{tag}", "problem": problem, "answer": str(value),
+            "solution": "\n\n".join(lines) + f"\n\nThe answer is $\\boxed{{{value}}}$.",
+            "steps": len(ops)}
+
+
+def builtin_chain(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
+    """Multi-step problems: a one-digit start and 2 to 5 one-digit operations (``Start with 3.
+    Add 4, then multiply by 2. What number do you get?``), gold answer and a worked solution with
+    one step per paragraph (blank-line separated), so answers are several reasoning steps long
+    and their length varies with the number of operations (``steps``). Ids (``chain-3+4*2``)
+    depend on the problem only, so sets drawn with different seeds can be made disjoint."""
+    return [_chain_row(start, ops) for start, ops in _chain_items(n, seed)]
+
+
+def builtin_chain_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
+    """Boxed-answer SFT rows of :func:`builtin_chain` problems (one step per paragraph)."""
+    return [{"prompt": boxed_prompt(r["problem"]),
+             "completion": [{"role": "assistant", "content": r["solution"]}]}
+            for r in builtin_chain(n, seed)]
+
+
 def builtin_sxs_sft(n: int = 64, seed: int = 0) -> list[dict[str, Any]]:
     """Think/speak SFT rows built with ``pipelines.sxs_align.sft_row`` (the real dataset's format)."""
     from pipelines.formats import SPEAK, THINK
@@ -199,6 +266,8 @@ BUILTINS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arith": builtin_arith,
     "arith1": builtin_arith1,
     "arith_sft": builtin_arith_sft,
+    "chain": builtin_chain,
+    "chain_sft": builtin_chain_sft,
     "sxs_sft": builtin_sxs_sft,
     "tir_sft_preserved": builtin_tir_sft_preserved,
     "tir_sft_discarded": builtin_tir_sft_discarded,

@@ -174,3 +174,30 @@ def test_grpo_examples_and_budgets():
         D.add_budgets(rows, [0])
     with pytest.raises(DatasetError, match="no user message"):
         D.add_budgets([{"prompt": [{"role": "system", "content": "s"}]}], [5])
+
+
+def test_builtin_chain_answers_follow_the_words_and_lengths_vary():
+    """Each chain problem is re-read from its words and evaluated left to right, independently
+    of the generator; ids are unique and step counts span 2..5."""
+    import re
+
+    from training.data import builtin_chain, builtin_chain_sft, load_dataset
+
+    rows = builtin_chain(300, seed=3)
+    assert len({r["problem_id"] for r in rows}) == 300
+    for r in rows:
+        m = re.fullmatch(r"Start with (\d)\. (.*)\. What number do you get\?", r["problem"])
+        value = int(m.group(1))
+        steps = m.group(2).split(", then ")
+        for step in steps:
+            word, x = step.lower().rsplit(" ", 1)
+            x = int(x)
+            value = {"add": value + x, "subtract": value - x, "multiply by": value * x}[word]
+            assert 0 <= value <= 99
+        assert r["answer"] == str(value) and r["steps"] == len(steps)
+        assert r["solution"].endswith(f"\\boxed{{{value}}}$.")
+        assert r["solution"].count("\n\n") == len(steps)
+    assert {r["steps"] for r in rows} == {2, 3, 4, 5}
+    sft = builtin_chain_sft(4, seed=3)
+    assert sft[0]["completion"][0]["content"] == rows[0]["solution"]
+    assert load_dataset("builtin:chain?n=5&seed=3").rows[0]["problem"] == rows[0]["problem"]
