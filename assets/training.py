@@ -315,6 +315,10 @@ class TIRSFTCheckpointConfig(SFTCheckpointConfig):
     recipe: str = "tir_sft_preserved.cpu"
 
 
+class ChainSFTCheckpointConfig(SFTCheckpointConfig):
+    recipe: str = "chain_sft.cpu"
+
+
 class ProcessGRPOCheckpointConfig(GRPOCheckpointConfig):
     recipe: str = "process_grpo.cpu"
 
@@ -354,6 +358,11 @@ FAMILIES = (
         ("tir_sft_preserved", "tir_sft_discarded"),
         description="MOSAIC tool-integrated SFT (state_preserved or state_discarded renderings "
                     "of tir_sft_dataset)", config=TIRSFTCheckpointConfig),
+    CheckpointFamily(
+        "chain_sft_checkpoint", "sft", "chain_sft.cpu", (), ("chain_sft",),
+        description="SFT on multi-step arithmetic chains (builtin:chain_sft, generated: no "
+                    "upstream data), the start of claims that need answers several steps long",
+        config=ChainSFTCheckpointConfig),
     CheckpointFamily(
         "process_grpo_checkpoint", "grpo", "process_grpo.cpu", ("step_instances",),
         ("process_grpo",), parent="tir_sft_checkpoint",
