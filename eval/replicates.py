@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eval.claims import row_judgement, row_margin, shown_verdict
+from eval.claims import is_plumbing, row_judgement, row_margin, shown_verdict
 
 Z_975 = 1.959963984540054  # the standard normal's 0.975 quantile
 
@@ -213,7 +213,8 @@ def seeds_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
     lines = [header, "|" + "---|" * 8]
     fmt = f"{{:+.{digits}f}}"
     for row in rows:
-        each = "; ".join(f"{s}: {fmt.format(d)} {v}" for s, d, v in row["per_seed"])
+        each = "; ".join(f"{s}: {fmt.format(d)}" + ("" if is_plumbing(row) else f" {v}")
+                         for s, d, v in row["per_seed"])
         pooled = (f"{fmt.format(row['diff'])} [{fmt.format(row['diff_ci_low'])}, "
                   f"{fmt.format(row['diff_ci_high'])}]")
         design = row.get("design") or "not recorded"

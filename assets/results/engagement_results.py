@@ -98,6 +98,8 @@ def ep_patrol_claim(context: dg.AssetExecutionContext, config: ToyClaimConfig,
 
 ASSISTANT = Experiment(
     name="ep_assistant_claim",
+    # plumbing at cpu scale: the statement needs a capable model (see limits["cpu"])
+    plumbing={"cpu": ("*",)},
     paper="Engagement Process",
     description="Engagement Process Table 3: EP vs AgentLoop on the digital assistant with "
                 "asynchronous emails (utility, email timeout share), single and milestones.",
@@ -116,6 +118,8 @@ ASSISTANT = Experiment(
 )
 KITCHEN = Experiment(
     name="ep_kitchen_claim",
+    # plumbing at cpu scale: the statement needs a capable model (see limits["cpu"])
+    plumbing={"cpu": ("*",)},
     paper="Engagement Process",
     description="Engagement Process Table 4: EP vs ReflexPatch in the kitchen with the LLM "
                 "controller (one-dish and multi-dish settings).",

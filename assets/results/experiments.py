@@ -26,7 +26,16 @@ from typing import Any
 import dagster as dg
 
 from assets.common import now, run_record
-from eval.claims import combine, is_check, reason_text, shown_verdict
+from eval.claims import (
+    CHECK,
+    PLUMBING,
+    combine,
+    counts,
+    is_check,
+    is_plumbing,
+    reason_text,
+    shown_verdict,
+)
 from eval.claims.draw import claim_svg, inline_svg
 from eval.claims.readers import CLAIMS_TABLE, keep_history
 from eval.replicates import as_seed, design_hash
@@ -55,6 +64,11 @@ class Experiment:
     # default the asset refuses to run at paper scale (:func:`require_paper_llm`)
     paper_llm: str = ""
     paper_llm_section: str = ""
+    # per scale, the parts whose run at that scale is plumbing (``eval.claims.PLUMBING``: the
+    # statement needs a capable model the scale lacks), named by metric; ``"*"`` = every part.
+    # Their rows are stored with role ``plumbing``, shown apart and never counted; why is said
+    # in ``limits[scale]``.
+    plumbing: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scale_names if s not in SCALES]
@@ -64,6 +78,20 @@ class Experiment:
         missing = [s for s in self.scale_names if s not in self.scales]
         if missing:
             raise ValueError(f"experiment {self.name!r} has no run config for scale(s) {missing}")
+        stray = [s for s in self.plumbing if s not in self.scale_names]
+        if stray or any(self.plumbing.values()) and not all(
+                self.limits.get(s) for s, parts in self.plumbing.items() if parts):
+            raise ValueError(f"experiment {self.name!r}: plumbing scales must be among its "
+                             f"scales {list(self.scale_names)} (got {stray}) and each must say "
+                             "in `limits` why its run cannot test the claim")
+
+    def mark_plumbing(self, rows: Sequence[Mapping[str, Any]], scale: str
+                      ) -> list[dict[str, Any]]:
+        """``rows`` with role ``plumbing`` on the parts :attr:`plumbing` names at ``scale``
+        (a setup check stays a check)."""
+        parts = set(self.plumbing.get(scale, ()))
+        return [dict(r, role=PLUMBING) if r.get("role") != CHECK
+                and ("*" in parts or r.get("metric") in parts) else dict(r) for r in rows]
 
     def run_config(self, scale: str, ops: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The Dagster run config of ``scale`` with ``ops`` merged over it (deeply)."""
@@ -185,12 +213,16 @@ def claims_table(rows: Sequence[Mapping[str, Any]], last: str = "verdict"
 
 
 NO_CLAIM_PART = "no claim part (setup checks only)"
+PLUMBING_ONLY = "plumbing run (no verdict at this scale)"
 
 
 def overall_verdict(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The claim's verdict from its claim parts (:func:`eval.claims.combine`, setup checks left
-    out); :data:`NO_CLAIM_PART` when every part is a check."""
-    return combine(rows) if any(not is_check(r) for r in rows) else NO_CLAIM_PART
+    """The claim's verdict from its claim parts (:func:`eval.claims.combine`, setup checks and
+    plumbing runs left out); :data:`PLUMBING_ONLY` when no part counts and some is plumbing,
+    :data:`NO_CLAIM_PART` when every part is a check."""
+    if any(counts(r) for r in rows):
+        return combine(rows)
+    return PLUMBING_ONLY if any(is_plumbing(r) for r in rows) else NO_CLAIM_PART
 
 
 def claims_metadata(rows: Sequence[Mapping[str, Any]],
@@ -198,11 +230,14 @@ def claims_metadata(rows: Sequence[Mapping[str, Any]],
     """The result page: the overall verdict (claim parts only), a short table of the claim
     parts, a separate table of the setup checks (with how many passed), and one inline plot per
     part (each small enough for the UI to render on the page itself)."""
-    claims = [r for r in rows if not is_check(r)]
+    claims = [r for r in rows if counts(r)]
     checks = [r for r in rows if is_check(r)]
+    plumbing = [r for r in rows if is_plumbing(r)]
     meta: dict[str, Any] = {"verdict": overall_verdict(rows)}
     if claims:
         meta["claims"] = claims_table(claims)
+    if plumbing:
+        meta["plumbing"] = claims_table(plumbing, last="plumbing")
     if checks:
         meta["checks"] = claims_table(checks, last="check")
         passed = sum(shown_verdict(r, with_reason=False) == "check passed" for r in checks)
@@ -213,7 +248,8 @@ def claims_metadata(rows: Sequence[Mapping[str, Any]],
         svg = inline_svg(claim_svg(row), alt=key)
         if svg is not None:
             meta[f"plot_{key}"] = dg.MetadataValue.md(svg)
-        meta[f"{'check' if is_check(row) else 'verdict'}_{key}"] = shown_verdict(row)
+        kind = "check" if is_check(row) else "plumbing" if is_plumbing(row) else "verdict"
+        meta[f"{kind}_{key}"] = shown_verdict(row)
     if plot_path is not None:
         meta["plot_path"] = dg.MetadataValue.path(str(plot_path))
     return meta
@@ -233,7 +269,8 @@ def seeds_metadata(wh: Warehouse, experiment: str, scale: str,
         return {}
     records = [dg.TableRecord({
         "section": str(r["section"]), "metric": str(r["metric"]), "seeds": str(r["seeds"]),
-        "per seed": "; ".join(f"{s}: {d:+.3g} {v}" for s, d, v in r["per_seed"]),
+        "per seed": "; ".join(f"{s}: {d:+.3g}" + ("" if is_plumbing(r) else f" {v}")
+                              for s, d, v in r["per_seed"]),
         "pooled difference": _ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"], signed=True),
         "verdict": shown_verdict(r)}) for r in pooled]
     columns = ["section", "metric", "seeds", "per seed", "pooled difference", "verdict"]
@@ -295,6 +332,7 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
             raise dg.Failure(description=f"{experiment.name}: {exc}") from exc
         if not rows:
             raise dg.Failure(description=f"{experiment.name}: no claim rows were computed")
+        rows = experiment.mark_plumbing(rows, scale)
         stamped, design = stamp_rows(rows, experiment.name, settings, derived)
         keep_history(wh, experiment.name)  # the run this one replaces
         rec.write(CLAIMS_TABLE, stamped, partition=experiment.name)

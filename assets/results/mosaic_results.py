@@ -84,6 +84,8 @@ from warehouse.partitions import SEPARATOR
 
 SYNTHESIS = Experiment(
     name="mosaic_synthesis_claim",
+    # plumbing at cpu scale: the statement needs a capable model (see limits["cpu"])
+    plumbing={"cpu": ("*",)},
     paper=PAPER,
     description="DeepTool Table 2: MOSAIC (ρ = 0.1) vs the baseline synthesizer on the same "
                 "problems of each source: synthetic trajectory accuracy and average turns, "

@@ -56,6 +56,8 @@ from training.sxs_arms import arm_overrides, same_traces, unlike_settings
 
 SXS = Experiment(
     name="sxs_latency_claim",
+    # plumbing at cpu scale: the statement needs a capable model (see limits["cpu"])
+    plumbing={"cpu": ("accuracy",)},
     paper="SxS",
     description="SxS Table 1 (SFT rows): SFT on interleaved traces vs SFT on the same traces in "
                 "think-then-answer form, from one start with the same steps and seed, both "

@@ -66,6 +66,15 @@ checks", its verdict read as ``check passed`` / ``check failed`` / ``check incon
 :func:`shown_verdict`) and never counted in a claim's overall verdict (:func:`combine`). Rows
 without a role (written before it existed) read as claims.
 
+Plumbing runs. A third role, ``plumbing``, marks a part whose run at this scale exercises the
+pipeline but cannot test the paper's statement, because the statement needs a capable model
+the scale does not have (a 135M model as the synthesizer, the kitchen's controller, the
+assistant's policy, or a model that must first learn to solve the benchmark). Its figures are
+stored like any row's, but it is shown apart (under "Plumbing runs", its verdict read as
+``plumbing run``, :func:`shown_verdict`) and never counted, exactly like a check: it says the
+path runs end to end, not what the paper claims. Which parts are plumbing at which scale is
+part of the experiment's definition (``assets.results.experiments.Experiment.plumbing``).
+
 A claim with several parts (DUET: accuracy no worse *and* less wall clock) is ``reproduced`` when
 every claim part is, ``not reproduced`` when any claim part is not, and ``inconclusive``
 otherwise (:func:`combine`; checks left out).
@@ -97,7 +106,8 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 KINDS = ("better", "no_worse")
 CLAIM = "claim"
 CHECK = "check"
-ROLES = (CLAIM, CHECK)
+PLUMBING = "plumbing"
+ROLES = (CLAIM, CHECK, PLUMBING)
 
 # why a comparison is uninformative (the ``inconclusive_reason`` column), in the order checked
 NO_VARIATION = "no_variation"
@@ -129,9 +139,10 @@ class Claim:
     ``treatment`` the arm names (the paper says the treatment comes out ahead or keeps the
     reference's level); ``paper_value``
     what the paper reports, quoted with its table or section
-    (:mod:`eval.claims.paper_reports`); ``role`` ``claim`` or ``check`` (a setup check that
+    (:mod:`eval.claims.paper_reports`); ``role`` ``claim``, ``check`` (a setup check that
     holds by construction: shown apart, never counted in a verdict; its ``statement`` says why
-    it holds); ``bounds`` the metric's ``(lowest, highest)`` possible values (``(0.0, 1.0)``
+    it holds) or ``plumbing`` (a run that cannot test the statement at its scale; usually set
+    by the experiment, module docstring); ``bounds`` the metric's ``(lowest, highest)`` possible values (``(0.0, 1.0)``
     for accuracies, pass@k, shares), None when unbounded: a ``no_worse`` part whose arms both
     sit within δ of one bound is inconclusive (module docstring, rule 3), and :func:`judge`
     refuses scores outside them.
@@ -224,8 +235,8 @@ def row_margin(row: Mapping[str, Any]) -> float | None:
 
 
 def row_role(row: Mapping[str, Any]) -> str:
-    """A ``claims`` row's role: ``check`` or ``claim`` (also for rows stored before roles
-    existed). ClaimError for any other value."""
+    """A ``claims`` row's role: ``claim``, ``check`` or ``plumbing`` (``claim`` also for rows
+    stored before roles existed). ClaimError for any other value."""
     role = row.get("role")
     if role is None or role == "":
         return CLAIM
@@ -238,6 +249,17 @@ def row_role(row: Mapping[str, Any]) -> str:
 def is_check(row: Mapping[str, Any]) -> bool:
     """True for a setup check's row (never counted in a claim's verdict)."""
     return row_role(row) == CHECK
+
+
+def is_plumbing(row: Mapping[str, Any]) -> bool:
+    """True for a plumbing run's row (never counted in a claim's verdict)."""
+    return row_role(row) == PLUMBING
+
+
+def counts(row: Mapping[str, Any]) -> bool:
+    """True for a row that counts in its claim's verdict: a claim part, not a setup check or a
+    plumbing run."""
+    return row_role(row) == CLAIM
 
 
 def _n_discordant(row: Mapping[str, Any]) -> int | None:
@@ -326,7 +348,9 @@ def reason_text(row: Mapping[str, Any]) -> str:
 def shown_verdict(row: Mapping[str, Any], with_reason: bool = True) -> str:
     """The verdict as tables print it: ``reproduced``, ``not reproduced`` or ``inconclusive
     (why)`` for a claim; ``check passed``, ``check failed`` or ``check inconclusive (why)`` for
-    a setup check."""
+    a setup check; ``plumbing run`` (no verdict) for a plumbing run."""
+    if is_plumbing(row):
+        return "plumbing run"
     word = str(row.get("verdict"))
     if is_check(row):
         word = {REPRODUCED: "check passed", NOT_REPRODUCED: "check failed",
@@ -338,15 +362,16 @@ def shown_verdict(row: Mapping[str, Any], with_reason: bool = True) -> str:
 def combine(parts: Iterable[str | Mapping[str, Any]]) -> str:
     """One verdict for a claim of several parts: all reproduced, any not, else inconclusive.
 
-    ``parts`` are verdicts or ``claims`` rows; a row that is a setup check (:func:`is_check`)
-    is left out. ClaimError when no claim part is left (none given, or only checks)."""
+    ``parts`` are verdicts or ``claims`` rows; a row that is a setup check or a plumbing run
+    (:func:`counts` is False) is left out. ClaimError when no claim part is left (none given,
+    or only checks and plumbing runs)."""
     given = list(parts)
     verdicts = [str(p["verdict"]) if isinstance(p, Mapping) else p for p in given
-                if not (isinstance(p, Mapping) and is_check(p))]
+                if not (isinstance(p, Mapping) and not counts(p))]
     if not verdicts:
         raise ClaimError("combine needs at least one claim part's verdict"
-                         + (" (every part given is a setup check, which never counts)"
-                            if given else ""))
+                         + (" (every part given is a setup check or a plumbing run, which "
+                            "never count)" if given else ""))
     unknown = [v for v in verdicts if v not in VERDICTS]
     if unknown:
         raise ClaimError(f"unknown verdicts {unknown}; expected one of {VERDICTS}")

@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from eval.claims import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimError, shown_verdict
+from eval.claims import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    ClaimError,
+    is_plumbing,
+    shown_verdict,
+)
 
 INLINE_MARKDOWN_LIMIT = 999  # the Dagster UI renders Markdown metadata inline below 1,000 chars
 _VERDICT_COLOURS = {REPRODUCED: "#1a7f37", NOT_REPRODUCED: "#cf222e", INCONCLUSIVE: "#9a6700"}
@@ -39,7 +46,8 @@ def claim_svg(row: Mapping[str, Any], width: int = 420) -> str:
     def x(v: float) -> int:
         return round(left + (v - lo_axis) / (hi_axis - lo_axis) * (right - left))
 
-    colour = _VERDICT_COLOURS.get(str(row.get("verdict")), "#333")
+    colour = ("#888" if is_plumbing(row)
+              else _VERDICT_COLOURS.get(str(row.get("verdict")), "#333"))
     diff = (f"Δ {row['diff']:+.3g} [{row['diff_ci_low']:+.3g}, {row['diff_ci_high']:+.3g}]"
             if row.get("diff") is not None else "")
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="96" '

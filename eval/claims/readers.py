@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eval.claims import ClaimError, is_check, row_judgement, shown_verdict
+from eval.claims import ClaimError, is_check, is_plumbing, row_judgement, shown_verdict
 from eval.replicates import as_seed, design_hash, run_seed
 
 
@@ -170,18 +170,27 @@ CHECKS_HEADING = ("Setup checks (each holds by construction of its experiment; s
                   "never counted in a claim's verdict):")
 
 
+PLUMBING_HEADING = ("Plumbing runs (the pipeline ran end to end at this scale, but the statement "
+                    "needs a capable model the scale lacks; no verdict, never counted):")
+
+
 def results_table(rows: Sequence[Mapping[str, Any]], digits: int = 3) -> str:
     """Markdown: one line per claim row — paper and where, the claim, what the paper reports,
     weft's reference and treatment values and their difference with 95% CIs, n (and how many
     units differ), the verdict (with the reason when inconclusive). Setup checks follow in a
     table of their own under :data:`CHECKS_HEADING`, their verdicts read ``check passed`` /
-    ``check failed`` / ``check inconclusive``."""
-    claims = [r for r in rows if not is_check(r)]
+    ``check failed`` / ``check inconclusive``; plumbing runs under :data:`PLUMBING_HEADING`,
+    read ``plumbing run``."""
+    claims = [r for r in rows if not is_check(r) and not is_plumbing(r)]
     checks = [r for r in rows if is_check(r)]
-    lines = _claims_lines(claims, digits, "verdict") if claims or not checks else []
-    if checks:
-        lines += ([""] if lines else []) + [CHECKS_HEADING, ""]
-        lines += _claims_lines(checks, digits, "check")
+    plumbing = [r for r in rows if is_plumbing(r)]
+    lines = (_claims_lines(claims, digits, "verdict") if claims or not (checks or plumbing)
+             else [])
+    for heading, group, last in ((CHECKS_HEADING, checks, "check"),
+                                 (PLUMBING_HEADING, plumbing, "plumbing")):
+        if group:
+            lines += ([""] if lines else []) + [heading, ""]
+            lines += _claims_lines(group, digits, last)
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ def test_role_is_claim_or_check():
     assert not is_check({"verdict": REPRODUCED})  # a row stored before roles: a claim
     assert not is_check({"role": None}) and is_check({"role": "check"})
     with pytest.raises(ClaimError, match="role must be one of"):
-        is_check({"role": "plumbing"})
+        is_check({"role": "sanity"})
 
 
 def test_a_check_is_judged_like_a_claim_and_read_as_passed_or_failed():
