@@ -145,9 +145,15 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     same experiment, scale and design: the newest run of each seed, each arm's value and the
     difference pooled by :func:`pool`, the verdict and its reason by
     :func:`eval.claims.row_judgement`. A row carries the ``claims`` columns plus ``k`` (seeds
-    pooled), ``seeds`` and ``run_ids``; ``n`` and ``n_discordant`` are summed over the pooled
-    runs (``n_discordant`` null when a run did not count it); role and bounds are the newest
-    run's."""
+    pooled), ``seeds`` and ``run_ids``; role and bounds are the newest run's.
+
+    ``n`` is the units of one run (the largest), not their sum over seeds: the seeds of one
+    design evaluate the same held-out problems (or steps, episodes), so summing would count
+    each problem once per seed as if it were a new one; the evidence across seeds is ``k``,
+    which sets the t interval's degrees of freedom. ``n_discordant`` is likewise the most units
+    that differ in any one run (null when a run did not count them): rules 2 and 4 of the
+    verdict (:mod:`eval.claims`) then ask whether at least one run could tell the arms apart,
+    never crediting k runs of 2 discordant units with 6."""
     parts: dict[tuple[Any, ...], dict[int, Mapping[str, Any]]] = {}
     for row in history:
         seed = run_seed(row)
@@ -182,10 +188,10 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "diff": diff.value, "diff_ci_low": diff.ci_low, "diff_ci_high": diff.ci_high,
             "p_value": _p_value(str(pooled["kind"]), bool(pooled["higher_is_better"]), margin,
                                 diff.value, diff.se, diff.k),
-            "n": sum(int(r["n"]) for r in runs),
-            # units that differ, over the pooled runs; unknown when a run did not count them
+            "n": max(int(r["n"]) for r in runs),
+            # units that differ in one run; unknown when a run did not count them
             "n_discordant": (None if any(r.get("n_discordant") is None for r in runs)
-                             else sum(int(r["n_discordant"]) for r in runs)),
+                             else max(int(r["n_discordant"]) for r in runs)),
             "k": diff.k, "tau2": diff.tau2,
             "seeds": ", ".join(str(s) for s in seeds),
             "run_ids": ", ".join(str(r.get("run_id")) for r in runs),

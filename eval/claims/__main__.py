@@ -38,15 +38,42 @@ def main(argv: list[str] | None = None) -> int:
                         help="pool every claim part over the newest run of each seed recorded "
                              "for these experiments (all when none is named; same scale and "
                              "design), instead of the newest run's table")
+    parser.add_argument("--export", metavar="CSV",
+                        help="write every claim part (newest run of each experiment, pooled over "
+                             "seeds where two or more were recorded) to this CSV file, the "
+                             "committed source of docs/results.md's table")
+    parser.add_argument("--render", metavar="CSV",
+                        help="print the Markdown table of an export file (no warehouse needed)")
     parser.add_argument("--rejudge", action="store_true",
                         help="first re-apply the current verdict rule to the stored rows and "
                              "rewrite those whose verdict changed (prints each change)")
     args = parser.parse_args(argv)
+    if args.render:
+        from eval.claims.export import read_csv, render
+
+        try:
+            print(render(read_csv(args.render), digits=args.digits))
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     wh = Warehouse(args.warehouse)
     if args.rejudge:
         for experiment, section, metric, old, new, why in rejudge(wh):
             print(f"rejudged {experiment} {section} {metric}: {old} -> {new}"
                   + (f" ({why})" if why else ""), file=sys.stderr)
+    if args.export:
+        from eval.claims.export import export_rows, write_csv
+
+        rows = export_rows(wh)
+        if not rows:
+            print("no claims recorded yet in this warehouse: nothing to export",
+                  file=sys.stderr)
+            return 1
+        path = write_csv(rows, args.export)
+        pooled = sum(r.get("pooled_verdict") is not None for r in rows)
+        print(f"wrote {len(rows)} claim parts ({pooled} pooled over seeds) to {path}")
+        return 0
     if args.seeds is not None:
         pooled = pooled_rows(claim_history(wh, args.seeds))
         if not pooled:

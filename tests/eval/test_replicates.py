@@ -104,7 +104,8 @@ def test_pooled_rows_take_the_newest_run_of_each_seed_within_one_design_and_scal
                     [se_from_ci(r["diff_ci_low"], r["diff_ci_high"]) for r in used])
     assert (p["diff"], p["diff_ci_low"], p["diff_ci_high"]) == pytest.approx(
         (expected.value, expected.ci_low, expected.ci_high))
-    assert p["n"] == 120 and p["verdict"] == row_verdict(p)
+    # n is one run's units (each seed evaluates the same 40 problems), not 3 x 40
+    assert p["n"] == 40 and p["verdict"] == row_verdict(p)
     assert [s for s, _, _ in p["per_seed"]] == [0, 1, 2]
     # seeds from an older row's config when its seed column is empty
     assert run_seed({"seed": None, "config_json": json.dumps({"seed": 7})}) == 7
@@ -151,7 +152,7 @@ def test_cli_prints_the_pooled_table_or_says_what_to_run(weft_home, capsys):
     assert main(["--seeds", "nothing-here"]) == 1
 
 
-def test_pooled_rows_keep_the_role_and_sum_the_units_that_differ():
+def test_pooled_rows_keep_the_role_and_the_most_units_that_differ_in_one_run():
     check = Claim(paper="P", section="S", statement="t beats r by construction", metric="m",
                   reference="r", treatment="t", role="check")
     rows = []
@@ -162,9 +163,15 @@ def test_pooled_rows_keep_the_role_and_sum_the_units_that_differ():
         rows.append(dict(row, experiment="x", scale="cpu", design="d", seed=seed,
                          run_id=str(seed), created_at="2026-01-01", config_json="{}"))
     (p,) = pooled_rows(rows)
-    assert p["role"] == "check" and p["n_discordant"] == 40  # 20 differing units per run
+    assert p["role"] == "check" and p["n_discordant"] == 20  # 20 differing units per run
+    assert p["n"] == 20
     assert p["verdict"] == "reproduced" and p["inconclusive_reason"] is None
     assert "**check passed** (k = 2)" in seeds_table([p])
     # a run stored before units were counted: the pooled count is unknown, not a partial sum
     (old,) = pooled_rows([rows[0], dict(rows[1], n_discordant=None)])
     assert old["n_discordant"] is None
+    # three runs of 2 discordant units each are not 6: the pooled part stays inconclusive
+    few = [dict(r, n_discordant=2, seed=s, run_id=str(s)) for s, r in
+           enumerate([rows[0], rows[1], rows[0]])]
+    (p3,) = pooled_rows(few)
+    assert p3["n_discordant"] == 2 and p3["inconclusive_reason"] == "few_discordant_units"
