@@ -39,6 +39,7 @@ from eval.claims import (
 from eval.claims.draw import claim_svg, inline_svg
 from eval.claims.readers import CLAIMS_TABLE, keep_history
 from eval.replicates import as_seed, design_hash
+from pipelines.progress import heartbeat
 from warehouse import Warehouse
 
 SCALES = ("cpu", "paper")
@@ -327,7 +328,9 @@ def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: 
         for client in clients:
             rec.track(client)
         try:
-            rows = compute()
+            # a beat every 20 s with what compute() reports (pipelines.progress.report)
+            with heartbeat(f"{experiment.name} ({scale})", context.log.info, every_s=20.0):
+                rows = compute()
         except (ClaimError, ValueError) as exc:
             raise dg.Failure(description=f"{experiment.name}: {exc}") from exc
         if not rows:

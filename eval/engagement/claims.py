@@ -38,6 +38,7 @@ from eval.claims import CHECK, CLAIM, Claim, judge
 from eval.claims.paper_reports import paper_value
 from eval.engagement import deliberation as D
 from eval.engagement import patrol as P
+from pipelines.progress import report
 
 PAPER = "Engagement Process"
 SHARE = (0.0, 1.0)  # the bounds of a timeout share
@@ -78,9 +79,12 @@ def deliberation_claims(setting: str, *, training_seeds: int = 10,
     base = D.SINGLE_TASK if setting == "single" else D.SEQUENTIAL
     returns: dict[str, dict[tuple[int, int], float]] = {D.EP: {}, D.STEP: {}}
     timeouts: dict[str, dict[tuple[int, int], float]] = {D.EP: {}, D.STEP: {}}
-    for seed in _seeds(base.seed, training_seeds):
+    seeds = _seeds(base.seed, training_seeds)
+    for k, seed in enumerate(seeds):
         cfg = replace(base, seed=seed)
-        for timing in D.TIMINGS:
+        for j, timing in enumerate(D.TIMINGS):
+            report(f"Table 1 {setting}: training seed {seed}, {timing} agent",
+                   done=k * len(D.TIMINGS) + j, total=len(seeds) * len(D.TIMINGS))
             agent = D.train(cfg, timing, train_episodes)
             res = D.evaluate(cfg, agent, D.EP, eval_episodes)
             for i, (ret, tout, tasks) in enumerate(zip(res.returns, res.timeouts, res.tasks,
@@ -130,7 +134,9 @@ def patrol_claims(setting: str, *, training_seeds: int = 10, train_episodes: int
     base = make()
     ep: dict[tuple[int, int], float] = {}
     ref: dict[tuple[int, int], float] = {}
-    for seed in _seeds(base.seed, training_seeds):
+    seeds = _seeds(base.seed, training_seeds)
+    for k, seed in enumerate(seeds):
+        report(f"Table 2 {setting}: training seed {seed}", done=k, total=len(seeds))
         cfg = replace(base, seed=seed)
         policies = P.policies(cfg, train_episodes)
         for store, name in ((ep, "ep"), (ref, reference)):

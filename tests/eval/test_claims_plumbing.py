@@ -90,3 +90,11 @@ def test_what_needs_a_capable_model_is_plumbing_at_cpu_scale_only():
         assert tuple(exp.plumbing.get("cpu", ())) == NEEDS_A_CAPABLE_MODEL.get(exp.name, ()), (
             exp.name)
         assert not exp.plumbing.get("paper"), exp.name
+
+
+def test_every_cpu_page_says_what_limits_it():
+    """record_claims shows limits["cpu"] as `what_limits_it` on every CPU run's page."""
+    from assets.results import EXPERIMENTS
+
+    missing = [e.name for e in EXPERIMENTS if not e.limits.get("cpu")]
+    assert missing == []

@@ -70,3 +70,47 @@ def test_heartbeat_speaks_while_a_blocking_call_runs():
     with pytest.raises(RuntimeError), heartbeat("x", failed.append, every_s=10):
         raise RuntimeError("stop")
     assert failed[-1].startswith("x: failed after")
+
+
+def test_report_inside_a_heartbeat_gives_how_far_and_an_eta():
+    import time
+
+    from pipelines.progress import heartbeat, progress_line, report
+
+    assert report("nothing to tell", done=1, total=2) is False  # outside: a no-op
+    lines: list[str] = []
+    with heartbeat("claim x", lines.append, every_s=0.05):
+        assert report("training seed 0", done=1, total=4) is True
+        time.sleep(0.3)
+        with heartbeat("inner", lines.append, every_s=10.0):
+            assert report(done=3, total=3)  # the innermost heartbeat gets it
+        report(done=2)
+        time.sleep(0.3)
+    beats = [ln for ln in lines if ln.startswith("claim x: training seed 0")]
+    assert any("1/4 (25%)" in ln and "ETA" in ln for ln in beats), lines
+    assert any("2/4 (50%)" in ln for ln in beats), lines  # `doing` kept, `done` updated
+    assert lines[-1].startswith("claim x: done in")
+    # the ETA is the pace so far: 30 s for 1 of 4 leaves 90 s
+    assert progress_line("d", {"doing": "x", "done": 1, "total": 4}, 30.0) == (
+        "d: x, 1/4 (25%), 30s elapsed, ETA 90s")
+    assert progress_line("d", {}, 12.0) == "d: still running, 12s elapsed"
+
+
+def test_a_patrol_claim_reports_its_training_seeds(monkeypatch):
+    from eval.engagement import claims as C
+    from pipelines import progress
+
+    seen: list[tuple] = []
+    real = progress.report
+
+    def spy(doing=None, done=None, total=None):
+        seen.append((doing, done, total))
+        return real(doing, done, total)
+
+    monkeypatch.setattr(C, "report", spy)
+    monkeypatch.setattr(C.P, "policies", lambda cfg, episodes: {"ep": 1, "patchpro": 0})
+    monkeypatch.setattr(C.P, "evaluate", lambda cfg, policy, episodes: type(
+        "R", (), {"returns": [float(policy + cfg.seed % 3), float(policy)]})())
+    C.patrol_claims("state2", training_seeds=3, n_boot=50)
+    assert [(d, t) for _, d, t in seen] == [(0, 3), (1, 3), (2, 3)]
+    assert all("Table 2 state2: training seed" in doing for doing, _, _ in seen)
