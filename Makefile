@@ -78,6 +78,7 @@ $(STAMP): pyproject.toml | $(PY)
 
 setup: $(SYS_STAMP) $(STAMP)
 	$(PY) -m pipelines.models convert
+	@$(PY) -m training.precheck --index
 
 demo: setup
 	$(PY) -m cli.demo

@@ -24,21 +24,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-from training.config_base import WeftGRPOConfig
 from training.data import add_budgets, grpo_examples, load_dataset
 from training.errors import DatasetError
 from training.pipes import Reporter, process_rank
 from training.rewards import build_rewards, correctness_reward_index
 from training.rollouts import local_processes, start_rollout_server
-from training.run import (
-    RunResult,
-    command_line,
-    finish,
-    make_recorder,
-    prepare_run,
-    reuse_completed,
-)
+
+if TYPE_CHECKING:  # TRL's config classes: imported when a run starts (training.precheck)
+    from training.config_base import WeftGRPOConfig
+    from training.run import RunResult
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +51,8 @@ def check_reward_columns(funcs: list, columns: set[str]) -> None:
 def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
              extra_callbacks: list | None = None) -> RunResult:
     """Train (or resume, or reuse a finished run) and return the final checkpoint."""
+    from training.run import finish, make_recorder, prepare_run, reuse_completed
+
     reporter = reporter or Reporter()
     data = load_dataset(config.dataset, fallback=config.dataset_fallback,
                         limit=config.dataset_limit, seed=config.seed)
@@ -114,6 +112,13 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from training.precheck import bad_command_line
+
+    status = bad_command_line("grpo", argv)  # before TRL is imported
+    if status is not None:
+        return status
+    from training.run import command_line
+
     return command_line("grpo", run_grpo, argv)
 
 

@@ -211,6 +211,18 @@ def finish(trainer: Any, recorder: RunRecorder, config: Any, kind: str, base_mod
     return result
 
 
+def _ensure_field_index() -> None:
+    """Write the field index the fast command-line check reads (``training.precheck``) when
+    this install has none yet; a failure to write it only costs speed."""
+    from training.precheck import field_index, write_field_index
+
+    if field_index() is None:
+        try:
+            write_field_index()
+        except OSError as exc:
+            logging.getLogger(__name__).warning(f"could not write the config field index: {exc}")
+
+
 def command_line(kind: str, run: Callable[[Any, Reporter], RunResult],
                  argv: list[str] | None = None) -> int:
     """``python -m training.<kind> --recipe NAME [key=value ...] [--print-config]``."""
@@ -230,6 +242,7 @@ def command_line(kind: str, run: Callable[[Any, Reporter], RunResult],
             reporter.log(f"bad recipe: {exc}")
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        _ensure_field_index()
         if args.print_config:
             print(describe_config(config), end="")
             return 0

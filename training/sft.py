@@ -13,23 +13,21 @@ machinery, not to teach a format well.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from training.config_base import WeftSFTConfig
 from training.data import load_dataset, sft_examples
 from training.pipes import Reporter
-from training.run import (
-    RunResult,
-    command_line,
-    finish,
-    make_recorder,
-    prepare_run,
-    reuse_completed,
-)
+
+if TYPE_CHECKING:  # TRL's config classes: imported when a run starts (training.precheck)
+    from training.config_base import WeftSFTConfig
+    from training.run import RunResult
 
 
 def run_sft(config: WeftSFTConfig, reporter: Reporter | None = None,
             extra_callbacks: list | None = None) -> RunResult:
     """Train (or resume, or reuse a finished run) and return the final checkpoint."""
+    from training.run import finish, make_recorder, prepare_run, reuse_completed
+
     reporter = reporter or Reporter()
     data = load_dataset(config.dataset, fallback=config.dataset_fallback,
                         limit=config.dataset_limit, seed=config.seed)
@@ -58,6 +56,13 @@ def run_sft(config: WeftSFTConfig, reporter: Reporter | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from training.precheck import bad_command_line
+
+    status = bad_command_line("sft", argv)  # before TRL is imported
+    if status is not None:
+        return status
+    from training.run import command_line
+
     return command_line("sft", run_sft, argv)
 
 
