@@ -441,9 +441,9 @@ def evaluation_links(checkpoint_id: str, instance: dg.DagsterInstance | None = N
                      ) -> dict[str, Any]:
     """Links to the evaluation partitions of a registered checkpoint (one per suite benchmark),
     shown on the checkpoint's asset page. With ``instance``, the checkpoint's ``models``
-    partition is added there first, so every link opens a partition that exists: "missing"
-    until ``models_sensor``, ``nightly_eval`` or a hand-started run evaluates it (without the
-    partition, Dagster would fall back to another model's page)."""
+    partition is added there first, so every link opens a partition that exists (without it,
+    Dagster would fall back to another model's page). The text is written once, when the
+    checkpoint is materialized, so it states no evaluation state that a later run changes."""
     from urllib.parse import quote
 
     if instance is not None and not instance.has_dynamic_partition(model_partitions.name,
@@ -453,8 +453,9 @@ def evaluation_links(checkpoint_id: str, instance: dg.DagsterInstance | None = N
     links = [f"[{key}](/assets/eval_samples?view=partitions&partition={quote(key, safe='')})"
              for key in keys]
     return {"evaluation_partitions": dg.MetadataValue.md(
-                "Evaluation partitions (missing until `models_sensor`, `nightly_eval` or a run "
-                "started by hand evaluates them): " + ", ".join(links)),
+                "Evaluation partitions of this checkpoint, one per suite benchmark (each "
+                "partition's page says whether and when it was evaluated; `models_sensor`, "
+                "`nightly_eval` or a run started by hand evaluates them): " + ", ".join(links)),
             "evaluation_asset": dg.MetadataValue.asset(dg.AssetKey("eval_samples"))}
 
 

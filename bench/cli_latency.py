@@ -32,9 +32,10 @@ PY = sys.executable
 PAIRS = {
     "config_error": {
         "weft": [PY, "-m", "training.sft", "--recipe", "demo_sft", "max_stepz=3"],
-        "full_check_before": [PY, "-c", "from training.config import load_config\n"
-                              "try:\n    load_config('demo_sft', ['max_stepz=3'], "
-                              "expect_kind='sft')\nexcept Exception as e:\n    print(e)"],
+        "full_check_before": [PY, "-c", ("from training.config import load_config\n"
+                                         "try:\n    load_config('demo_sft', ['max_stepz=3'], "
+                                         "expect_kind='sft')\nexcept Exception as e:\n"
+                                         "    print(e)")],
         "trl_parser_import": [PY, "-c", "from trl import TrlParser"],
     },
     "select_1": {

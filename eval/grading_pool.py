@@ -20,12 +20,15 @@ work stays balanced; queues hold the longest golds first and batches hold at mos
 
 Not guaranteed: ordering of work between workers (results are always returned in input
 order); that graders registered at run time (not at import of their module) exist in the
-workers; use from a script without an ``if __name__ == "__main__":`` guard (workers re-import
-the main module under the forkserver and spawn start methods).
+workers; use from a script file without an ``if __name__ == "__main__":`` guard (workers
+re-import the main module under the forkserver and spawn start methods). A main module that has
+no file to re-import (a script read from standard input, ``python - <<EOF``) is not re-imported
+(:func:`_main_without_file`), as with ``python -c`` and notebooks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -33,11 +36,12 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import astuple
 from typing import Any, Self
 
@@ -121,12 +125,31 @@ def _start_failure(worker: _Worker) -> RuntimeError:
         "the project root")
 
 
+@contextlib.contextmanager
+def _main_without_file() -> Iterator[None]:
+    """Hide ``__main__.__file__`` while a worker starts when it names no file (``<stdin>``):
+    multiprocessing would hand that path to the worker, which then fails to run it. Workers
+    need nothing from such a main module (graders live in importable modules)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if (main is None or path is None or getattr(main, "__spec__", None) is not None
+            or os.path.isfile(path)):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 class _Worker:
     def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
         parent_end, child_end = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_worker_main, args=(child_end,), daemon=True,
                                    name="weft-grader")
-        self.process.start()
+        with _main_without_file():
+            self.process.start()
         child_end.close()
         self.conn = parent_end
         self.started = time.monotonic()

@@ -165,7 +165,21 @@ def read_samples(wh: Any, benchmark: str, model: str, *, wrong: bool = False,
              "ORDER BY problem_id, sample_index, budget NULLS FIRST, thinking_cap NULLS FIRST")
     if limit is not None:
         query += f" LIMIT {int(limit)}"
-    return wh.sql(query, params).to_pylist()
+    rows = wh.sql(query, params).to_pylist()
+    ids = source_ids(wh, {str(r["problem_id"]) for r in rows})
+    return [dict(r, source_id=ids.get(str(r["problem_id"]))) for r in rows]
+
+
+def source_ids(wh: Any, problem_ids: set[str]) -> dict[str, str]:
+    """The benchmark's own id (``meta.original_id`` of the ``problems`` row) of each of
+    ``problem_ids`` that has one: weft's ``problem_id`` is a content hash, which a reader cannot
+    look up in the benchmark."""
+    if not problem_ids or "problems" not in wh.tables():
+        return {}
+    rows = wh.sql("SELECT DISTINCT problem_id, json_extract_string(meta, '$.original_id') AS oid "
+                  "FROM problems WHERE list_contains($ids, problem_id) AND meta IS NOT NULL",
+                  {"ids": sorted(problem_ids)}).to_pylist()
+    return {r["problem_id"]: r["oid"] for r in rows if r["oid"] not in (None, "")}
 
 
 def _verdict(row: Mapping[str, Any]) -> str:
@@ -186,7 +200,9 @@ def _block(label: str, text: Any, width: int) -> list[str]:
 def format_sample(row: Mapping[str, Any], width: int = 100) -> str:
     """A whole sample as readable text: header, prompt, output, then extracted / gold / grade."""
     extras = [f"{k}={row[k]}" for k in ("budget", "thinking_cap") if row.get(k) is not None]
-    head = (f"{row.get('benchmark')} | {row.get('model')} | problem {row.get('problem_id')} | "
+    source = f" ({row['source_id']} in the benchmark)" if row.get("source_id") else ""
+    head = (f"{row.get('benchmark')} | {row.get('model')} | problem {row.get('problem_id')}"
+            f"{source} | "
             f"sample {row.get('sample_index')} | {_verdict(row)}"
             + (f" | {', '.join(extras)}" if extras else ""))
     lines = [RULE, head, RULE]

@@ -211,3 +211,14 @@ def test_cluster_launcher_builds_pods_and_needs_dagster_k8s(monkeypatch):
     cluster = trainer_for("cluster")
     assert cluster.mode == "k8s" and cluster.gpus == 8
     assert trainer_for("local").mode == "subprocess"
+
+
+def test_evaluation_links_state_no_evaluation_state(weft_home):
+    """The links are written once, when the checkpoint is materialized: a state such as
+    "missing" would be stale as soon as the partition is evaluated."""
+    from assets.partition_defs import eval_suite
+    from assets.training import evaluation_links
+
+    text = evaluation_links("ck-1")["evaluation_partitions"].value
+    assert "missing" not in text.lower()
+    assert text.count("](/assets/eval_samples?view=partitions") == len(eval_suite())

@@ -116,3 +116,22 @@ def test_synthesis_previews_show_the_columns_of_their_tables():
                  "k_a": 2, "n_segments": 2, "collapsed": False}
     md = sxs_preview([alignment])
     assert "| p9 | <think>a</think><speak>b</speak> | 4 | 2 | 2 | no |" in md
+
+
+def test_samples_show_the_benchmarks_own_id_beside_the_hash(wh, capsys):
+    import json
+
+    problem = {"problem_id": "p1", "source": "gsm8k", "split": "test", "problem": "q",
+               "answer": "42", "solution": None, "answer_type": "number",
+               "meta": json.dumps({"original_id": "gsm8k-test-0017"}), "dataset_version": "v"}
+    other = dict(problem, problem_id="p2", meta=json.dumps({"subject": "x"}))
+    wh.write("problems", [problem, other], lineage=Lineage(run_id="r0", asset="problems",
+                                                           partition="gsm8k"))
+    assert warehouse_main(["--root", str(wh.root), "samples", "--benchmark", "gsm8k",
+                           "--model", "m1"]) == 0
+    out = capsys.readouterr().out
+    assert "problem p1 (gsm8k-test-0017 in the benchmark) | sample 0" in out
+    assert "problem p2 | sample 0" in out  # no original id: the hash alone
+    rows = read_samples(wh, "gsm8k", "m1", limit=None)
+    assert {r["problem_id"]: r["source_id"] for r in rows} == {
+        "p1": "gsm8k-test-0017", "p2": None, "p3": None}
