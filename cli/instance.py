@@ -42,6 +42,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -583,7 +584,7 @@ def ui(host: str, port: int) -> int:
 
     # exec keeps this pid: run summaries find the UI while this process lives
     (Path(env["DAGSTER_HOME"]) / UI_STATE).write_text(json.dumps(
-        {"host": host, "port": port, "pid": os.getpid()}))
+        {"host": host, "port": port, "pid": os.getpid(), "loaded_at": time.time()}))
     dagster = _dagster_bin()
     import signal
 
@@ -628,6 +629,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def reload_ui_for_benchmarks(client_factory: Any = None) -> str | None:
+    """When a UI started by `weft ui` is serving and the benchmarks file changed after its code
+    location last loaded, reload that location through the UI's GraphQL endpoint (the UI's
+    **Reload**), so a benchmark just added to the file shows in the running UI; record the
+    reload. Returns the line it printed (None when nothing was to do). A reload that fails
+    says what to do by hand and changes nothing else."""
+    import json
+
+    from pipelines.ingest.benchmark_file import benchmark_file
+
+    path = benchmark_file()
+    state_path = ensure_dagster_home() / UI_STATE
+    try:
+        state = json.loads(state_path.read_text())
+        os.kill(int(state["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if path is None or not path.is_file() or path.stat().st_mtime <= float(
+            state.get("loaded_at") or 0):
+        return None
+    from cli.launcher import location_name_for
+
+    location = location_name_for(DEFINITIONS_MODULE)
+    try:
+        if client_factory is None:
+            from dagster_graphql import DagsterGraphQLClient
+
+            client_factory = DagsterGraphQLClient
+        info = client_factory(str(state["host"]), port_number=int(state["port"]))
+        result = info.reload_repository_location(location)
+        ok = getattr(getattr(result, "status", None), "name", str(result)) == "SUCCESS"
+        why = getattr(result, "message", None) or getattr(result, "failure_type", None)
+    except Exception as exc:  # noqa: BLE001 - any failure leaves the UI as it was
+        ok, why = False, exc
+    if not ok:
+        line = (f"weft: {path} changed after the UI at http://{state['host']}:{state['port']} "
+                f"loaded; reloading it failed ({why}): press Reload on the code location "
+                f"{location!r} (Deployment) or restart `make ui` to see its benchmarks")
+    else:
+        state["loaded_at"] = time.time()
+        state_path.write_text(json.dumps(state))
+        line = (f"weft: {path} changed: reloaded the UI's code location {location!r} at "
+                f"http://{state['host']}:{state['port']}, so its benchmarks show there")
+    print(line, file=sys.stderr)
+    return line
+
+
 def benchmark_file_problems() -> int:
     """Print the configured benchmarks file's problems, one line each, and return 2; 0 when
     it has none (or there is no file)."""
@@ -642,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd not in ("home", "check-port") and benchmark_file_problems():
         return 2
+    if args.cmd in ("materialize", "job", "add-model-partition"):
+        reload_ui_for_benchmarks()
     try:
         if args.cmd == "materialize":
             return materialize(args)

@@ -84,9 +84,43 @@ def test_webserver_lists_assets_and_schedule(tmp_path):
             for s in repo["schedules"]
         ]
         assert ("nightly_eval", "0 2 * * *") in names
+        _added_benchmark_reaches_the_running_ui(tmp_path / "weft", port, proc.pid)
     finally:
         _stop(proc)
     assert proc.returncode is not None
+
+
+def _added_benchmark_reaches_the_running_ui(weft_home: Path, port: int, pid: int) -> None:
+    """A benchmark declared in the benchmarks file after the UI loaded shows in it once `weft`
+    has reloaded the code location (cli.instance.reload_ui_for_benchmarks)."""
+    from cli.instance import UI_STATE, ensure_dagster_home, reload_ui_for_benchmarks
+
+    old = os.environ.get("WEFT_HOME")
+    os.environ["WEFT_HOME"] = str(weft_home)
+    weft_home.mkdir(parents=True, exist_ok=True)
+    try:
+        (weft_home / "late.jsonl").write_text(
+            json.dumps({"question": "What is 2 + 2?", "gold": "4"}) + "\n")
+        (weft_home / "benchmarks.yaml").write_text(
+            "benchmarks:\n  - name: late_arith\n    path: late.jsonl\n"
+            "    fields: {problem: question, answer: gold}\n    grader: math\n"
+            "    prompt: math\n")
+        (ensure_dagster_home() / UI_STATE).write_text(json.dumps(
+            {"host": "127.0.0.1", "port": port, "pid": pid, "loaded_at": time.time() - 60}))
+        query = "{ assetNodes { assetKey { path } } }"
+        before = {"/".join(n["assetKey"]["path"])
+                  for n in _graphql(port, query)["data"]["assetNodes"]}
+        assert "late_arith_problems" not in before
+        line = reload_ui_for_benchmarks()
+        assert line and "reloaded the UI's code location" in line, line
+        after = {"/".join(n["assetKey"]["path"])
+                 for n in _graphql(port, query)["data"]["assetNodes"]}
+        assert "late_arith_problems" in after
+    finally:
+        if old is None:
+            os.environ.pop("WEFT_HOME", None)
+        else:
+            os.environ["WEFT_HOME"] = old
 
 
 CHROMIUM = Path("/usr/bin/chromium")
