@@ -188,16 +188,19 @@ def _ci(value: Any, low: Any, high: Any, signed: bool = False) -> str:
     return f"{fmt.format(value)} [{fmt.format(low)}, {fmt.format(high)}]"
 
 
-def claims_table(rows: Sequence[Mapping[str, Any]], last: str = "verdict"
-                 ) -> dg.TableMetadataValue:
+def claims_table(rows: Sequence[Mapping[str, Any]], last: str = "verdict",
+                 first: int = 1) -> dg.TableMetadataValue:
     """The parts of a claim as a Dagster table (the UI renders tables on the asset page at any
-    length, unlike Markdown): where, metric, both arms and the difference with 95% CIs, n, the
-    units whose scores differ, the verdict (column ``last``: ``verdict`` for claims, ``check``
-    for setup checks, read ``check passed`` / ``check failed``) and why a part is
-    inconclusive."""
-    columns = ["section", "metric", "reference", "treatment", "difference", "n", "differ", last,
-               "why inconclusive"]
+    length, unlike Markdown), the verdict first so that it shows without scrolling at 1,600
+    pixels: the part's number (``first``, ``first + 1``, ...: the ``verdict_<n>`` and
+    ``plot_<n>`` entries of the page), the verdict (column ``last``: ``verdict`` for claims,
+    ``check`` for setup checks, read ``check passed`` / ``check failed``), the difference with
+    its 95% CI, n, the units whose scores differ, the metric and where, both arms, and why a
+    part is inconclusive."""
+    columns = ["part", last, "difference", "n", "differ", "metric", "section", "reference",
+               "treatment", "why inconclusive"]
     records = [dg.TableRecord({
+        "part": str(first + i),
         "section": str(r["section"]), "metric": str(r["metric"]),
         "reference": f"{r['reference']}: " + _ci(r["reference_value"], r["reference_ci_low"],
                                                  r["reference_ci_high"]),
@@ -207,7 +210,7 @@ def claims_table(rows: Sequence[Mapping[str, Any]], last: str = "verdict"
         "n": int(r["n"]),
         "differ": "—" if r.get("n_discordant") is None else str(r["n_discordant"]),
         last: shown_verdict(r, with_reason=False),
-        "why inconclusive": reason_text(r) or "—"}) for r in rows]
+        "why inconclusive": reason_text(r) or "—"}) for i, r in enumerate(rows)]
     schema = dg.TableSchema(columns=[dg.TableColumn(c, "int" if c == "n" else "string")
                                      for c in columns])
     return dg.MetadataValue.table(records=records, schema=schema)
@@ -229,8 +232,11 @@ def overall_verdict(rows: Sequence[Mapping[str, Any]]) -> str:
 def claims_metadata(rows: Sequence[Mapping[str, Any]],
                     plot_path: Any = None) -> dict[str, Any]:
     """The result page: the overall verdict (claim parts only), a short table of the claim
-    parts, a separate table of the setup checks (with how many passed), and one inline plot per
-    part (each small enough for the UI to render on the page itself)."""
+    parts, then of the plumbing runs and of the setup checks (with how many passed), and per
+    part its verdict and an inline plot (each small enough for the UI to render on the page
+    itself). Parts are numbered in the order the tables list them, and the per-part entries use
+    that number (``verdict_1``, ``plot_1``): short keys, which the UI's key column shows whole
+    beside the time stamps; the plot's title names the metric."""
     claims = [r for r in rows if counts(r)]
     checks = [r for r in rows if is_check(r)]
     plumbing = [r for r in rows if is_plumbing(r)]
@@ -238,19 +244,18 @@ def claims_metadata(rows: Sequence[Mapping[str, Any]],
     if claims:
         meta["claims"] = claims_table(claims)
     if plumbing:
-        meta["plumbing"] = claims_table(plumbing, last="plumbing")
+        meta["plumbing"] = claims_table(plumbing, last="plumbing", first=len(claims) + 1)
     if checks:
-        meta["checks"] = claims_table(checks, last="check")
+        meta["checks"] = claims_table(checks, last="check",
+                                      first=len(claims) + len(plumbing) + 1)
         passed = sum(shown_verdict(r, with_reason=False) == "check passed" for r in checks)
         meta["checks_passed"] = f"{passed} of {len(checks)}"
-    many_sections = len({r["section"] for r in rows}) > 1
-    for row in rows:
-        key = _slug(f"{row['section']} {row['metric']}" if many_sections else str(row["metric"]))
-        svg = inline_svg(claim_svg(row), alt=key)
-        if svg is not None:
-            meta[f"plot_{key}"] = dg.MetadataValue.md(svg)
+    for number, row in enumerate([*claims, *plumbing, *checks], start=1):
         kind = "check" if is_check(row) else "plumbing" if is_plumbing(row) else "verdict"
-        meta[f"{kind}_{key}"] = shown_verdict(row)
+        meta[f"{kind}_{number}"] = shown_verdict(row)
+        svg = inline_svg(claim_svg(row), alt=_slug(f"{row['section']} {row['metric']}"))
+        if svg is not None:
+            meta[f"plot_{number}"] = dg.MetadataValue.md(svg)
     if plot_path is not None:
         meta["plot_path"] = dg.MetadataValue.path(str(plot_path))
     return meta

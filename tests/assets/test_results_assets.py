@@ -427,7 +427,15 @@ def test_the_result_page_keeps_setup_checks_out_of_the_verdict():
     assert len(meta["claims"].records) == 2 and len(meta["checks"].records) == 1
     assert meta["checks"].records[0].data["check"] == "check failed"
     assert meta["checks_passed"] == "0 of 1"
-    assert meta["check_down"] == "check failed" and meta["verdict_up"] == "reproduced"
+    # parts numbered as the tables list them (claims, then checks), with short keys
+    assert meta["verdict_1"] == "reproduced" and meta["check_3"] == "check failed"
+    assert meta["verdict_2"].startswith("inconclusive")
+    assert [r.data["part"] for r in meta["claims"].records] == ["1", "2"]
+    assert meta["checks"].records[0].data["part"] == "3"
+    assert {k for k in meta if k.startswith("plot_")} == {"plot_1", "plot_2", "plot_3"}
+    # the verdict comes right after the part number, ahead of the long cells
+    assert [c.name for c in meta["claims"].schema.columns][:2] == ["part", "verdict"]
+    assert max(len(k) for k in meta) <= len("verdict_across_seeds")
     flat = meta["claims"].records[1].data
     assert flat["verdict"] == "inconclusive"
     assert flat["why inconclusive"] == "the arms score the same on every unit"

@@ -203,3 +203,57 @@ def test_ui_pages_in_headless_chromium(tmp_path, weft_home, shared_data, embedde
         _stop(proc)
     for name in ("asset_graph", "train_lineage", "asset_eval_reports", "automation", "runs"):
         assert (shots / f"{name}.png").stat().st_size > 10_000, name
+
+
+@pytest.mark.slow
+def test_a_claim_page_reads_at_1600_pixels(tmp_path, weft_home, monkeypatch):
+    """A result asset's page at 1,600 px: the claims table's verdict column lies inside the
+    viewport without scrolling, and every metadata key is short enough to show whole."""
+    import dagster as dg
+
+    from assets.definitions import defs
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs Playwright: `make test-slow` installs it "
+                    "(or: .venv/bin/pip install playwright==1.65.2)")
+    if not CHROMIUM.is_file():
+        pytest.fail("the browser test needs Debian's chromium: `make test-slow` installs it "
+                    "as root (or: apt-get install -y chromium)")
+    home = _dagster_home(tmp_path / "dagster_home")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    tiny = {"training_seeds": 2, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}
+    job = defs.resolve_job_def("ep_deliberation_claim_job")
+    with dg.DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            run_config={"scale": "cpu", "ops": {"ep_deliberation_claim": {"config": tiny}}},
+            instance=instance)
+    assert result.success
+    shots = weft_home / "screenshots"
+    shots.mkdir(exist_ok=True)
+    port = _free_port()
+    proc = _start_webserver(home, weft_home, port)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=str(CHROMIUM),
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+            page = browser.new_page(viewport={"width": 1600, "height": 1100})
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
+            page.goto(f"http://127.0.0.1:{port}/assets/ep_deliberation_claim",
+                      timeout=PAGE_TIMEOUT_MS)
+            page.get_by_text("why inconclusive", exact=True).filter(
+                visible=True).first.wait_for()
+            page.screenshot(path=str(shots / "claim_page_1600.png"), full_page=True)
+            header = page.get_by_text("verdict", exact=True).filter(visible=True).first
+            box = header.bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1600, box
+            for key in ("verdict_1", "plot_1", "what_limits_it"):
+                cell = page.get_by_text(key, exact=True).filter(visible=True).first
+                cell.wait_for()
+                kbox = cell.bounding_box()
+                assert kbox is not None and kbox["x"] + kbox["width"] <= 1600, (key, kbox)
+            browser.close()
+    finally:
+        _stop(proc)
