@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from training.data import add_budgets, grpo_examples, load_dataset
 from training.errors import DatasetError
 from training.pipes import Reporter, process_rank
-from training.rewards import build_rewards, correctness_reward_index
+from training.rewards import build_rewards, correctness_reward_index, warm_rewards
 from training.rollouts import local_processes, start_rollout_server
 
 if TYPE_CHECKING:  # TRL's config classes: imported when a run starts (training.precheck)
@@ -77,6 +77,9 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     funcs, _weights = build_rewards(specs, num_generations=config.num_generations,
                                     tokenizer=tokenizer)
+    warmed = warm_rewards(funcs)  # pools start while the trainer loads the model
+    if warmed:
+        log.info("started early: %s", ", ".join(warmed))
     try:  # the verifier that defines correctness (degenerate-group filter, its logged share)
         correctness = funcs[correctness_reward_index(specs, config.correctness_reward)].__name__
     except ValueError:  # none: the config already rejected this when the filter is on

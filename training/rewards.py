@@ -888,9 +888,40 @@ def build_rewards(specs: Sequence[RewardSpec], *, num_generations: int,
             args["tokenizer"] = tokenizer
         if "verdicts" in params:
             args["verdicts"] = shared
-        funcs.append(factory(**args))
+        fn = factory(**args)
+        if "verdicts" in params:
+            fn.verdicts = shared  # type: ignore[attr-defined]  (warm_rewards starts its pool)
+        funcs.append(fn)
         weights.append(spec.weight)
     return funcs, weights
+
+
+def warm_rewards(funcs: Sequence[RewardFunc]) -> list[str]:
+    """Start, in the background, what the rewards need on their first call: the grading pool
+    of rewards that grade answers and the jail pool of a code reward, so that they start while
+    the model loads and the first training step costs what a later one does. Returns what was
+    started. A pool that cannot start fails where the reward first uses it, as before."""
+    started: list[str] = []
+    seen: set[int] = set()
+    for fn in funcs:
+        verdicts = getattr(fn, "verdicts", None)
+        if verdicts is not None and id(verdicts) not in seen:
+            seen.add(id(verdicts))
+            if verdicts.warm_up():
+                started.append("grading pool")
+        holder = getattr(fn, "pool", None)
+        if isinstance(holder, WarmSandboxPool) and id(holder) not in seen:
+            seen.add(id(holder))
+
+            def start(h: WarmSandboxPool = holder) -> None:
+                try:
+                    h.get()
+                except Exception as exc:  # noqa: BLE001 - the first reward call raises it
+                    log.warning("the code reward's sandbox pool did not start early: %s", exc)
+
+            threading.Thread(target=start, name="weft-sandbox-warm", daemon=True).start()
+            started.append("sandbox pool")
+    return started
 
 
 def combine_rewards(pairs: Sequence[tuple[RewardFunc, float]], name: str = "combined") -> RewardFunc:

@@ -117,6 +117,17 @@ class Verdicts:
         self._step: Any = None
         self._lock = threading.Lock()
 
+    def warm_up(self, timeout_s: int = DEFAULT_TIMEOUT_S) -> bool:
+        """Start the grading pool that :meth:`verdicts` will use (its workers start in the
+        background; nothing waits), so a training run's first reward call finds it warm.
+        False in a daemonic process, which grades in-process and has no pool."""
+        if multiprocessing.current_process().daemon:
+            return False
+        from eval.grading_pool import shared_pool
+
+        shared_pool(self.processes, item_limit_s(timeout_s)).start(wait=False)
+        return True
+
     def verdicts(self, texts: Sequence[str], golds: Sequence[Any], *, answer_format: str,
                  grader: str = "math", timeout_s: int = DEFAULT_TIMEOUT_S,
                  trainer_state: Any = None) -> list[bool | None]:
