@@ -29,6 +29,7 @@ pure validators of the pipelines modules. Run configs set the agents' decoding a
 """
 
 
+from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
@@ -39,7 +40,7 @@ from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sampling import SamplingConfig
 from assets.sandbox_resource import SandboxResource
 from pipelines.llm import SamplingParams
-from pipelines.mosaic import label_records, session_factory, summarize_records
+from pipelines.mosaic import ProblemInput, label_records, session_factory, summarize_records
 from pipelines.mosaic.expert_data import (
     expert_items,
     masked_steps,
@@ -167,7 +168,8 @@ def _clients(context: dg.AssetExecutionContext, rec: Any, llm: LLMResource,
 
 def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesisConfig,
                       llm: LLMResource, wh: Any, grader: GraderResource, sandbox: SandboxResource,
-                      method: str, source: str, *, partition_suffix: str = ""
+                      method: str, source: str, *, partition_suffix: str = "",
+                      inputs: Sequence[ProblemInput] | None = None
                       ) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
     """Synthesize (``method`` mosaic or baseline) one trajectory per problem of ``source``
     (the deterministic slice ``config.limit`` of ``config.split``), grade them and write them
@@ -175,10 +177,15 @@ def synthesize_source(context: dg.AssetExecutionContext, config: MosaicSynthesis
     ``pipelines.mosaic.synthesis_runs.mosaic_partition`` (the source for the baseline), the
     summary to ``mosaic_summary``; returns (rows, summary, LLM calls). ``partition_suffix`` is
     appended to both partitions, so an experiment that runs its own synthesis
-    (``mosaic_recovery_claim``) keeps its rows apart from the assets'."""
+    (``mosaic_recovery_claim``) keeps its rows apart from the assets'. ``inputs`` gives the
+    problems instead (problems that are not in the warehouse, e.g. built-in ones; ``source``
+    then only names the partition)."""
     started = now()
     try:
-        inputs = problem_inputs(wh, source, config.split, config.limit)
+        if inputs is None:
+            inputs = problem_inputs(wh, source, config.split, config.limit)
+        elif not inputs:
+            raise ValueError(f"no problems given to synthesize for {source!r}")
         plan = _plan(config, method, source, partition_suffix)
         manager_params = _agent_params(config.manager, "manager", config.seed)
         actor_params = _agent_params(config.actor, "actor", config.seed)

@@ -7,11 +7,14 @@ injected failures teaches recovery after an interpreter error).
   newest baseline run of one source, paired by problem: per problem ``correct`` (0/1) and
   ``num_turns`` (steps of the attempt, a failed attempt counting its valid prefix), both
   ``better`` parts.
-- :func:`recovery_counts` / :func:`recovery_claim_row`: a sample *recovers* when its run had at
-  least one interpreter error (``tool_errors >= 1``) and its final answer is still correct.
-  Each arm's rate is recovering / erroring samples over the held-out problems both arms
-  answered (a ratio of aggregates: a problem weighs by its erroring samples), and the
-  difference gets its CI from the paired bootstrap over problems (``eval.claims.judge_ratio``).
+- :func:`recovery_outcome` / :func:`recovery_scores` / :func:`recovery_claim_row`: both arms
+  are evaluated in tool mode with an interpreter error injected into the first code cell of
+  every sample (``eval.modes.tool``, ``inject_first_cell``: one of MOSAIC's environment
+  failures, drawn from the sample's seed and problem, so both arms meet the same error on the
+  same sample). A sample *recovers* when it met the error and its final answer is still
+  correct (MOSAIC's own ``recovered``: correct despite a perturbation; §3.6: "rectifying
+  errors ... rather than terminating upon failure"); per problem the share of its samples
+  that recovered, a sample without a cell counting 0, paired by problem (``judge``).
 
 Failures are :class:`eval.claims.ClaimError` with what to run. Not guaranteed: anything about
 the runs beyond the rows read (how they were synthesized, trained or evaluated is the caller's).
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eval.claims import Claim, ClaimError, judge, judge_ratio
+from eval.claims import Claim, ClaimError, judge
 from eval.claims.paper_reports import paper_value
 from pipelines.mosaic.synthesis_runs import TABLE_BASELINE, TABLE_MOSAIC, mosaic_partition
 
@@ -116,46 +119,99 @@ def synthesis_claims(wh: Any, source: str, rho: float = SFT_RHO, *, partition_su
                   n_boot=n_boot)]
 
 
-def recovery_counts(samples: Sequence[Mapping[str, Any]]) -> tuple[dict[str, tuple[int, int]], int]:
-    """Per problem, ``(recovering samples, erroring samples)``: the samples with at least one
-    interpreter error (``tool_errors >= 1``) whose final answer is correct (a sample with no
-    verdict counts as not correct), and all samples with such an error; every problem of
-    ``samples`` is listed, ``(0, 0)`` when none of its samples erred. Returns (counts, the
-    number of erroring samples). Raises ClaimError when a sample has no ``tool_errors`` (not a
-    tool-mode evaluation)."""
-    counts: dict[str, list[int]] = {}
-    erring = 0
+def recovery_outcome(sample: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    """One injected tool-mode sample as ``(met the error, recovered, ran a later cell)``:
+    it *met* the injected error when it wrote a code cell (the first cell is the one injected,
+    ``injected_failure`` names it); it *recovered* when it met the error and its final answer
+    is still correct (a sample with no verdict is not correct); it *ran a later cell* when,
+    after the injected cell, at least one cell ran without an interpreter error (``cells`` run
+    less ``tool_errors``, the injected one among them, is at least 1). A sample that wrote no
+    cell is ``(False, False, False)``. Raises ClaimError for a sample that is not from a
+    tool-mode evaluation with ``inject_first_cell`` (no ``cells``, or a cell without an
+    injected failure)."""
+    where = f"sample {sample.get('sample_index')} of problem {sample.get('problem_id')!r}"
+    if sample.get("cells") is None or sample.get("tool_errors") is None:
+        raise ClaimError(f"{where} has no cells/tool_errors: the recovery claim needs a "
+                         "tool-mode evaluation (mode: tool, inject_first_cell: true)")
+    cells, errors = int(sample["cells"]), int(sample["tool_errors"])
+    if cells == 0:
+        return False, False, False
+    if not sample.get("injected_failure"):
+        raise ClaimError(f"{where} ran {cells} cell(s) without an injected failure: evaluate "
+                         "with inject_first_cell: true, so both arms meet the same errors")
+    return True, bool(sample.get("correct")), cells - errors >= 1
+
+
+def recovery_scores(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per problem, the share of its samples that recovered (:func:`recovery_outcome`), over
+    ALL its samples: a sample that wrote no cell never met the error and scores 0, so the
+    denominator is the evaluation's k samples of every held-out problem, the same for both
+    arms whatever they learned (how many samples met the error is reported apart)."""
+    hits: dict[str, list[int]] = {}
     for sample in samples:
-        errors = sample.get("tool_errors")
-        if errors is None:
-            raise ClaimError(f"sample of problem {sample.get('problem_id')!r} has no tool_errors: "
-                             "the recovery rate needs a tool-mode evaluation (mode: tool)")
-        cell = counts.setdefault(str(sample["problem_id"]), [0, 0])
-        if int(errors) >= 1:
-            erring += 1
-            cell[1] += 1
-            cell[0] += 1 if sample.get("correct") else 0
-    return {p: (c[0], c[1]) for p, c in counts.items()}, erring
+        _, recovered, _ = recovery_outcome(sample)
+        cell = hits.setdefault(str(sample["problem_id"]), [0, 0])
+        cell[0] += int(recovered)
+        cell[1] += 1
+    return {p: h / n for p, (h, n) in hits.items()}
 
 
-def _recovery_facts(ref: Mapping[str, tuple[int, int]], treat: Mapping[str, tuple[int, int]],
-                    shared: Sequence[str], ref_errors: int, treat_errors: int) -> dict[str, Any]:
-    return {"problems": len(shared),
-            "problems_in_one_arm_only": len(set(ref) ^ set(treat)),
-            "erroring_samples_reference": ref_errors,
-            "erroring_samples_treatment": treat_errors,
-            "recovered_samples_reference": sum(ref[p][0] for p in shared),
-            "recovered_samples_treatment": sum(treat[p][0] for p in shared),
-            "problems_with_errors_reference": sum(1 for p in shared if ref[p][1]),
-            "problems_with_errors_treatment": sum(1 for p in shared if treat[p][1]),
-            "problems_with_errors_in_both": sum(1 for p in shared if ref[p][1] and treat[p][1])}
+def check_same_injection(reference: Sequence[Mapping[str, Any]],
+                         treatment: Sequence[Mapping[str, Any]]) -> int:
+    """ClaimError unless the arms were evaluated on the same held-out problems and samples
+    and every sample that met an injected failure in both arms met the same kind; returns
+    the number of such samples."""
+    def keyed(rows, arm):
+        out: dict[tuple[str, int], Mapping[str, Any]] = {}
+        for row in rows:
+            key = (str(row["problem_id"]), int(row.get("sample_index") or 0))
+            if key in out:
+                raise ClaimError(f"the {arm} arm holds sample {key[1]} of problem {key[0]!r} "
+                                 "twice; evaluate each arm once")
+            out[key] = row
+        return out
+
+    ref, treat = keyed(reference, "reference"), keyed(treatment, "treatment")
+    if set(ref) != set(treat):
+        only_r, only_t = sorted(set(ref) - set(treat)), sorted(set(treat) - set(ref))
+        raise ClaimError(f"the arms were evaluated on different samples ({len(only_r)} only in "
+                         f"the reference, e.g. {only_r[:3]}; {len(only_t)} only in the "
+                         f"treatment, e.g. {only_t[:3]}): evaluate both on the same problems "
+                         "with the same k and seed")
+    both = 0
+    for key, row in ref.items():
+        a, b = row.get("injected_failure"), treat[key].get("injected_failure")
+        if a and b:
+            if a != b:
+                raise ClaimError(f"sample {key[1]} of problem {key[0]!r} met {a!r} in the "
+                                 f"reference and {b!r} in the treatment: the arms must be "
+                                 "evaluated with the same seed")
+            both += 1
+    return both
+
+
+def _recovery_facts(arm: str, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    outcomes = [recovery_outcome(s) for s in samples]
+    kinds: dict[str, int] = {}
+    for sample in samples:
+        if sample.get("injected_failure"):
+            kinds[str(sample["injected_failure"])] = kinds.get(str(sample["injected_failure"]),
+                                                                0) + 1
+    return {f"samples_{arm}": len(outcomes),
+            f"met_error_{arm}": sum(o[0] for o in outcomes),
+            f"wrote_no_cell_{arm}": sum(not o[0] for o in outcomes),
+            f"recovered_{arm}": sum(o[1] for o in outcomes),
+            f"ran_a_later_cell_{arm}": sum(o[2] for o in outcomes),
+            f"correct_{arm}": sum(bool(s.get("correct")) for s in samples),
+            f"injected_kinds_{arm}": dict(sorted(kinds.items()))}
 
 
 def recovery_claim(rho: float = SFT_RHO) -> Claim:
     """The recovery claim of SFT at ``rho`` against SFT at ρ = 0 (DeepTool §3.6; the paper
     states it qualitatively and reports no ρ ablation)."""
     return Claim(paper=PAPER, section="§3.6 robustness (rho ablation)",
-                 metric="recovery after an interpreter error (recovering / erroring samples)",
+                 metric="correct answer after an injected interpreter error in the first cell "
+                        "(share of samples)",
                  reference="SFT rho=0", treatment=f"SFT rho={rho:g}", bounds=(0.0, 1.0),
                  statement="SFT on trajectories with injected failures recovers from "
                            "interpreter errors more often than SFT on failure-free trajectories",
@@ -165,21 +221,13 @@ def recovery_claim(rho: float = SFT_RHO) -> Claim:
 def recovery_claim_row(reference_samples: Sequence[Mapping[str, Any]],
                        treatment_samples: Sequence[Mapping[str, Any]], *, rho: float = SFT_RHO,
                        n_boot: int = 10_000) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The recovery claim judged on two arms' tool-mode samples of the same held-out problems:
-    (claims row, counts behind it). Each arm's rate is recovering / erroring samples over all
-    problems evaluated in both arms; raises ClaimError when an arm has no erroring sample (no
-    rate; no value is made up)."""
-    ref, ref_errors = recovery_counts(reference_samples)
-    treat, treat_errors = recovery_counts(treatment_samples)
-    shared = sorted(set(ref) & set(treat))
-    facts = _recovery_facts(ref, treat, shared, ref_errors, treat_errors)
-    for arm, counts in (("reference (rho=0)", ref), (f"treatment (rho={rho:g})", treat)):
-        if not any(counts[p][1] for p in shared):
-            raise ClaimError(
-                f"the {arm} arm hit no interpreter error on any of the {len(shared)} held-out "
-                "problems both arms answered, so it has no recovery rate (nothing to recover "
-                f"from); counts: {facts}. Evaluate more problems or more samples per problem "
-                "(eval_limit, sampling.k)")
-    row = judge_ratio(recovery_claim(rho), {p: ref[p] for p in shared}, {p: treat[p] for p in shared},
-                      n_boot=n_boot)
-    return row, facts
+    """The recovery claim judged on two arms' injected tool-mode samples of the same held-out
+    problems (:func:`check_same_injection`): per problem, the share of its samples that
+    recovered (:func:`recovery_scores`), paired by problem (``eval.claims.judge``); returns
+    (claims row, counts behind it)."""
+    both = check_same_injection(reference_samples, treatment_samples)
+    ref, treat = recovery_scores(reference_samples), recovery_scores(treatment_samples)
+    facts = {"problems": len(ref), "met_the_same_error_in_both": both,
+             **_recovery_facts("reference", reference_samples),
+             **_recovery_facts("treatment", treatment_samples)}
+    return judge(recovery_claim(rho), ref, treat, n_boot=n_boot), facts

@@ -32,19 +32,29 @@ with the same recipe, seed and step count, trained on MOSAIC trajectories of the
 synthesized with ρ = 0.1 (treatment, §3.1's SFT setting) and with ρ = 0 (reference); both
 evaluated in tool mode (``eval.modes.tool``) on the same held-out problems.
 
-*Recovers after an interpreter error* (our operationalisation of §3.6's "rectifying errors
-... rather than terminating upon failure", and of ``recovered`` in MOSAIC's own records:
-correct despite a failure): a sample recovers when its run had at least one interpreter error
-(``tool_errors >= 1`` in ``eval_samples``: an exception, a timeout or a memory limit in the
-sandbox) and its final answer is still correct. Each arm's *recovery rate* is the ratio of
-aggregates over the held-out problems: recovering samples / erroring samples, so a problem
-weighs by how many erroring samples it has and a problem with none in an arm adds nothing to
-that arm's rate (there is nothing to recover from) but stays in the resampling. The
-difference of the two rates gets its CI from the paired bootstrap over problems
-(``eval.claims.judge_ratio``: both arms' rates recomputed from the same resampled problems).
-This uses every held-out problem; pairing only the problems that erred in both arms would
-leave no pair at all when the arms err on different problems. An arm with no erroring
-sample at all has no rate, and the asset fails and says so instead of inventing a value.
+*The errors both arms meet.* Counting the errors each arm runs into would compare unlike
+units: the ρ = 0.1 arm is trained to imitate injected steps, so it writes failing cells more
+often, and which samples err is then caused by the treatment. Instead the evaluation injects
+the errors itself (``inject_first_cell``): the first code cell of every sample is not run and
+gets the observation of one of MOSAIC's environment failures (Φ_env, §2.1 Eq. 4, through the
+synthesis loop's own injection code), drawn from the sample's seed and problem, so both arms
+meet the same failure on the same sample of the same problem. A sample *recovers* when its
+final answer is still correct (MOSAIC's records call a trajectory ``recovered`` when it is
+correct despite a perturbation). The unit is the held-out problem, paired across the arms; its
+score is the share of its k samples that recovered, over ALL k samples: a sample that wrote no
+cell never met the error and scores 0, so the denominator (k samples of every held-out
+problem) is fixed before either arm is trained. How many samples met the error, wrote no cell,
+or ran a later cell without an error (the other reading of "recovery") is in the metadata.
+
+*The task.* At ``scale: cpu`` both arms learn two-digit arithmetic with a Python cell
+(``source``/``benchmark`` ``builtin:arith``: "What is 47 times 23?", ``training.data``): the
+training and the held-out problems are disjoint slices of one draw seeded by the claim's
+``seed``. On GSM8K the 135M student almost never wrote a working program (1 of 160 samples
+right per arm), so no recovery could show; after the SFT here it writes a cell and answers
+most held-out problems right when nothing is injected (pilot numbers in ``RECOVERY.limits``).
+MOSAIC's scripted agents (``pipelines.mosaic.scripted``) synthesize both arms' data from the
+problems' worked solutions; with ρ = 0.1 about one problem in ten holds an injected failure
+followed by the manager's correction and a rerun of the cell.
 
 The claims are judged by ``eval.mosaic_claims``; the recovery arms' data and overrides come
 from ``training.mosaic_recovery``; the held-out evaluation samples with ``sampling``
@@ -68,7 +78,7 @@ from assets.sampling import SamplingConfig
 from assets.sandbox_resource import SandboxResource
 from assets.training import TrainerLauncher, check_recipe, launch_arm
 from eval.mosaic_claims import PAPER, REFERENCE_RHO, SFT_RHO, recovery_claim_row, synthesis_claims
-from pipelines.mosaic import METHOD_BASELINE, METHOD_MOSAIC
+from pipelines.mosaic import METHOD_BASELINE, METHOD_MOSAIC, ProblemInput
 from training.mosaic_recovery import (
     RecoveryData,
     RecoveryDesignError,
@@ -175,10 +185,17 @@ def mosaic_synthesis_claim(context: dg.AssetExecutionContext, config: SynthesisC
 # ---- robustness: recovery after an interpreter error ------------------------------------------
 
 
+ARITH = "builtin:arith"  # two-digit arithmetic (training.data.builtin_arith), drawn per seed
+ARITH_LABEL = "arith"  # its partitions' and benchmark's name
+
+
 class RecoveryClaimConfig(ResultConfig):
     """The recovery experiment, end to end: synthesis of both arms' data, SFT, evaluation.
-    ``seed`` is the draw's one seed (synthesis, training and the evaluation's sampling; the
-    nested ``sampling.seed`` must be left unset or equal it)."""
+    ``seed`` is the draw's one seed (the built-in problems, synthesis, training and the
+    evaluation's sampling and injected failures; the nested ``sampling.seed`` must be left
+    unset or equal it). ``source`` and ``benchmark`` are MOSAIC sources / benchmarks of the
+    warehouse, or ``builtin:arith``: the first ``limit`` problems of one seeded draw train,
+    the next ``eval_limit`` are held out."""
 
     # synthesis (both arms: the same problems, T_max, seed and agents; only ρ differs)
     source: str = "gsm8k"
@@ -216,12 +233,21 @@ RECOVERY = Experiment(
                 "recovery after an interpreter error on held-out problems in tool mode.",
     scales={
         "cpu": {"mosaic_recovery_claim": {"config": {
-            # the embedded model cannot synthesize (3 of 32 problems complete, none with an
-            # injected failure, in one run): the scripted agents play manager and actor, so
-            # the arms differ only in the injection, which is MOSAIC's own
-            "synthesis_agents": "scripted", "limit": 96, "synthesis_max_steps": 6,
-            "only_correct": True, "recipe": "tir_sft_preserved.cpu", "train_steps": 32,
-            "eval_limit": 40, "sampling": {"k": 4, "max_tokens": 256}, "max_turns": 4}}},
+            # two-digit arithmetic with a Python cell, which the 135M student learns in a few
+            # SFT steps (on GSM8K it wrote almost no working program: 1 of 160 samples right
+            # per arm). The embedded model cannot synthesize (3 of 32 GSM8K problems complete,
+            # none with an injected failure): the scripted agents play manager and actor, so
+            # the arms' data differ only where MOSAIC's own injection fired. Training and
+            # held-out problems are disjoint slices of one draw seeded by `seed`.
+            "source": ARITH, "benchmark": ARITH, "synthesis_agents": "scripted",
+            # (sizes for about 12 minutes on an idle 2-core machine: ~9 s per SFT step of 4
+            # rows on one thread, ~35 s to start each arm's server; one sample per problem,
+            # so the unit count is the problem count; six turns leave room for a failing
+            # rerun of the cell after the injected failure)
+            "limit": 128, "synthesis_max_steps": 6, "only_correct": True,
+            "recipe": "tir_sft_preserved.cpu", "train_steps": 20,
+            "eval_limit": 80, "sampling": {"k": 1, "temperature": 0.7, "max_tokens": 96},
+            "max_turns": 6}}},
         "paper": {"mosaic_recovery_claim": {"config": {
             # §3.1: 8k SFT instances at ρ = 0.1 (OpenR1-Math-220k is not a weft source: the
             # source below stands in), synthesized by DeepSeek-V3.2 (App. A.1: the `llm`
@@ -246,15 +272,71 @@ RECOVERY = Experiment(
                      "OpenR1-Math-220k is not a weft source (deepscaler stands in); the "
                      "evaluation temperature and turn limit are not stated (0.7 and 8 here); "
                      "one benchmark (MATH500) of §3.1's seven",
-            "cpu": "the data comes from scripted agents (a manager that walks the gsm8k "
-                   "reference's calculations, an actor that codes them), not from an LLM: "
-                   "with the embedded model as manager and actor, 3 of 32 problems got a "
-                   "complete trajectory and none held an injected failure. The student is the "
-                   "135M model after 32 SFT steps, which rarely answers gsm8k right at all: "
-                   "in each of two runs each arm answered 1 of 160 tool-mode samples right, "
-                   "14 or 16 (rho 0.1) and 2 (rho 0) samples hit an interpreter error and none "
-                   "recovered, so both recovery rates were 0"},
+            "cpu": "the task is two-digit arithmetic with one Python cell, not competition "
+                   "math: on GSM8K the 135M student answered 1 of 160 tool-mode samples right "
+                   "per arm, so no recovery could show. The data comes from scripted agents "
+                   "(a manager that walks each worked solution's calculation, an actor that "
+                   "codes it), not from an LLM. At rho 0.1 with one cell per problem about "
+                   "one training problem in ten holds an injected failure and its correction "
+                   "(5 of 96 in a pilot), and 20 SFT steps of 4 rows see only a few of them. "
+                   "The injected evaluation errors are MOSAIC's environment failures only "
+                   "(a generation anomaly mutates the model's own code, so two models could "
+                   "not be given the same one). Pilot of one arm (rho 0.1, 32 steps) without "
+                   "injection: a cell in 24 of 24 held-out samples, 23 right"},
 )
+
+
+def arith_problems(n_train: int, n_eval: int, seed: int
+                   ) -> tuple[list[ProblemInput], list[dict[str, Any]]]:
+    """(training problems, held-out problems): the first ``n_train`` and the next ``n_eval``
+    problems of one draw of ``training.data.builtin_arith`` with ``seed`` (its problems are
+    distinct, so the slices share no problem); the worked solution is MOSAIC's reference."""
+    from training.data import builtin_arith
+
+    rows = builtin_arith(n_train + n_eval, seed)
+    train = [ProblemInput(r["problem_id"], ARITH_LABEL, r["problem"], r["answer"], r["solution"])
+             for r in rows[:n_train]]
+    return train, [dict(r, source=ARITH_LABEL) for r in rows[n_train:]]
+
+
+def _counts(config: RecoveryClaimConfig) -> tuple[int, int]:
+    """How many built-in problems train and how many are held out (0 where the warehouse's
+    problems are used); dg.Failure when a built-in side has no number."""
+    sizes = []
+    for field, name, used in (("limit", config.source, config.source == ARITH),
+                              ("eval_limit", config.benchmark, config.benchmark == ARITH)):
+        value = getattr(config, field)
+        if used and (value is None or value < 1):
+            raise dg.Failure(f"{field} must be a number of problems (>= 1) with {name}, got "
+                             f"{value!r}")
+        sizes.append(value if used else 0)
+    return sizes[0], sizes[1]
+
+
+def _training_inputs(config: RecoveryClaimConfig) -> tuple[str, list[ProblemInput] | None]:
+    """(the synthesis' source name, its problems): the built-in training slice, or None to
+    read ``config.source`` from the warehouse."""
+    if config.source != ARITH:
+        return config.source, None
+    n_train, n_eval = _counts(config)
+    return ARITH_LABEL, arith_problems(n_train, n_eval, config.seed)[0]
+
+
+def _heldout(config: RecoveryClaimConfig, wh: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """(benchmark, problems) of the held-out evaluation."""
+    from eval.benchmarks import MATH_INSTRUCTION, Benchmark
+    from eval.benchmarks import get as get_benchmark
+
+    if config.benchmark == ARITH:
+        n_train, n_eval = _counts(config)
+        bench = Benchmark(ARITH_LABEL, ARITH_LABEL, "math", MATH_INSTRUCTION)
+        return bench, arith_problems(n_train, n_eval, config.seed)[1]
+    bench = get_benchmark(config.benchmark)
+    problems = wh.read("problems", partition=bench.source).to_pylist()
+    if not problems:
+        raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
+                         "and `problems` first")
+    return bench, problems
 
 
 def _synthesis_config(config: RecoveryClaimConfig, rho: float) -> MosaicSynthesisConfig:
@@ -264,8 +346,9 @@ def _synthesis_config(config: RecoveryClaimConfig, rho: float) -> MosaicSynthesi
 
 
 def _eval_config(config: RecoveryClaimConfig) -> Any:
-    """The held-out evaluation's ``EvalConfig``: tool mode with the arms' rendering, sampled
-    by ``config.sampling`` with the draw's one seed."""
+    """The held-out evaluation's ``EvalConfig``: tool mode with the arms' rendering and an
+    environment failure injected into each sample's first cell, sampled by ``config.sampling``
+    with the draw's one seed (which also draws the failures)."""
     from eval.modes import build_mode
 
     if config.sampling.seed not in (0, config.seed):
@@ -273,7 +356,7 @@ def _eval_config(config: RecoveryClaimConfig) -> Any:
                          f"({config.seed}): the claim samples with its one seed; set `seed`")
     try:
         mode = build_mode(mode="tool", context_policy=config.rendering,
-                          max_turns=config.max_turns)
+                          max_turns=config.max_turns, inject_first_cell=True)
     except ValueError as exc:
         raise dg.Failure(description=f"bad evaluation settings: {exc}") from exc
     sampling = config.sampling.model_copy(update={"seed": config.seed})
@@ -283,23 +366,20 @@ def _eval_config(config: RecoveryClaimConfig) -> Any:
 def _evaluate(context: dg.AssetExecutionContext, config: RecoveryClaimConfig, ck: str,
               path: str, wh: Any, llm: LLMResource, grader: GraderResource,
               sandbox: SandboxResource) -> list[dict[str, Any]]:
-    """Serve one arm's checkpoint and evaluate it in tool mode on the held-out slice through
-    the one recorded-evaluation path (rows under ``<benchmark>@<checkpoint>``)."""
+    """Serve one arm's checkpoint and evaluate it in tool mode, with injected failures, on
+    the held-out slice through the one recorded-evaluation path (rows under
+    ``<benchmark>|<checkpoint>``)."""
     from functools import partial
 
-    from eval.benchmarks import get as get_benchmark
     from eval.models import ModelSpec
     from eval.recorded import Evaluation, evaluate_recorded
 
-    bench = get_benchmark(config.benchmark)
-    problems = wh.read("problems", partition=bench.source).to_pylist()
-    if not problems:
-        raise dg.Failure(f"no problems for {bench.name}: materialize `{bench.source}_problems` "
-                         "and `problems` first")
+    bench, problems = _heldout(config, wh)
     cfg = _eval_config(config)
     spec = ModelSpec(model_id=ck, kind="local", path=path, served_model=ck, checkpoint_id=ck)
     n = min(len(problems), config.eval_limit or len(problems))
-    context.log.info(f"evaluating {ck} in tool mode on {n} {bench.name} problems x {cfg.k}")
+    context.log.info(f"evaluating {ck} in tool mode, first cells failing, on {n} {bench.name} "
+                     f"problems x {cfg.k}")
     (done,) = evaluate_recorded(
         {ck: spec}, [Evaluation(ck, cfg, ck, checkpoint_id=ck)], bench=bench, problems=problems,
         wh=wh, run_id=context.run_id, config=config.model_dump(),
@@ -316,11 +396,12 @@ def _synthesized(context: dg.AssetExecutionContext, config: RecoveryClaimConfig,
     """Both arms' MOSAIC trajectories (ρ = ``config.rho`` and ρ = 0) of the same problems,
     kept apart from the assets' rows; by ρ."""
     suffix = f"{SEPARATOR}{RECOVERY.name}"
+    source, inputs = _training_inputs(config)
     synthesized = {}
     for rho in (config.rho, REFERENCE_RHO):
         rows, summary, _ = synthesize_source(context, _synthesis_config(config, rho), llm, wh,
-                                             grader, sandbox, METHOD_MOSAIC, config.source,
-                                             partition_suffix=suffix)
+                                             grader, sandbox, METHOD_MOSAIC, source,
+                                             partition_suffix=suffix, inputs=inputs)
         synthesized[rho] = rows
         context.log.info(f"rho={rho:g}: {summary['complete']} complete, {summary['correct']} "
                          f"correct, {summary['perturbed_steps']} perturbed steps")
@@ -350,6 +431,7 @@ def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryC
     try:
         check_settings(config.rendering, config.rho)
         _eval_config(config)  # bad evaluation settings fail before anything runs
+        _counts(config)
         synthesized = _synthesized(context, config, wh, llm, grader, sandbox)
         data = training_data(synthesized[config.rho], synthesized[REFERENCE_RHO],
                              rho=config.rho, rendering=config.rendering,
@@ -366,7 +448,8 @@ def run_recovery_experiment(context: dg.AssetExecutionContext, config: RecoveryC
         samples["rho0"]
     row, facts = recovery_claim_row(ref_samples, treat_samples, rho=config.rho,
                                     n_boot=config.n_boot)
-    facts.update(shared_training_problems=len(data.shared),
+    facts.update(training_source=config.source, heldout_benchmark=config.benchmark,
+                 shared_training_problems=len(data.shared),
                  injected_steps_in_treatment=data.injected,
                  sft_rows_treatment=len(data.treatment_rows),
                  sft_rows_reference=len(data.reference_rows),

@@ -67,6 +67,7 @@ from pipelines.mosaic.synthesize import (
     CodeSession,
     SessionFactory,
     TrackedSession,
+    inject_environment_failure,
     session_factory,
     synthesize_baseline,
     synthesize_many,
@@ -79,8 +80,8 @@ __all__ = [
     "METHOD_BASELINE", "METHOD_MOSAIC", "SIDE_BY_SIDE", "CodeSession", "LLMActor",
     "LLMBaselineActor", "LLMManager", "MosaicConfig", "ProblemInput", "SessionFactory",
     "StepInstance", "StepRecord", "TrackedSession", "TrajectoryRecord", "decompose",
-    "decompose_many", "expert_trajectories", "label_records", "select_rows", "session_factory",
-    "side_by_side", "summarize_instances", "summarize_records", "synthesize_baseline",
+    "decompose_many", "expert_trajectories", "inject_environment_failure", "label_records",
+    "select_rows", "session_factory", "side_by_side", "summarize_instances", "summarize_records", "synthesize_baseline",
     "synthesize_many", "synthesize_mosaic", "training_mask", "validate_instance_rows",
     "validate_trajectory_rows",
 ]

@@ -58,6 +58,10 @@ _LEFT_CHARS = re.compile(r"[0-9.+\-*/()x×÷−–$,%\s]*$")
 _RIGHT_NUMBER = re.compile(r"\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?|-?\.\d+)")
 _BACKTICKED = re.compile(r"`([^`]+)`")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# LaTeX operators a worked solution may write inside $...$ (``15 \times 35 = 525``), read as
+# the plain signs before equations are looked for
+_LATEX_OPERATORS = re.compile(r"\\(times|cdot|div)(?![A-Za-z])")
+_LATEX_SIGNS = {"times": "×", "cdot": "×", "div": "÷"}
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv}
 
@@ -112,7 +116,9 @@ def reference_calculations(reference: str) -> list[str]:
     """The calculations a worked solution states, in order, as Python expressions: every
     ``<left> = <number>`` whose left side is arithmetic (:func:`_normalize`) and evaluates to
     the number on the right (to within 1e-6 relative, or to the right side's own rounding).
-    Equations that do not check out are skipped, never guessed at."""
+    Equations that do not check out are skipped, never guessed at. LaTeX's ``\\times``,
+    ``\\cdot`` and ``\\div`` count as the signs they stand for."""
+    reference = _LATEX_OPERATORS.sub(lambda m: _LATEX_SIGNS[m.group(1)], reference)
     out: list[str] = []
     for eq in re.finditer("=", reference):
         start = max(reference.rfind("\n", 0, eq.start()), reference.rfind("=", 0, eq.start())) + 1

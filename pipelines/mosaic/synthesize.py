@@ -153,6 +153,26 @@ class TrackedSession:
         self.session.close()
 
 
+def inject_environment_failure(session: TrackedSession, code: str, kind: str,
+                               default_timeout_s: float = 10.0) -> ExecResult:
+    """Φ_env (DeepTool §2.1, Eq. 4) on a live session: the result a real ``kind`` failure
+    (``pipelines.mosaic.inject.ENVIRONMENT_KINDS``) would give for ``code``, which is not run,
+    with the session left as that failure leaves it: a kernel restart really restarts it
+    (variables are lost), a timeout or memory error counts the cell the kernel did not finish,
+    a connection reset leaves it as it was. A synthetic timeout quotes the session's own
+    wall-clock limit (``default_timeout_s`` when the session states none). The synthesis loop
+    and the tool-mode evaluation's injected failures both go through here. Blocking: call it
+    in a thread from async code."""
+    limits = getattr(session.session, "limits", None)  # quote the session's real limit
+    result = environment_failure(kind, code, cell_number=session.cells + 1,
+                                 timeout_s=getattr(limits, "timeout_s", default_timeout_s))
+    if kind == KERNEL_RESTART:
+        session.restart()
+    elif kind != CONNECTION_RESET:
+        session.skip_cell()
+    return result
+
+
 # ---------------------------------------------------------------------------------------------
 # The loops
 
@@ -199,13 +219,8 @@ async def _execute_step(session: TrackedSession, step: Step, config: MosaicConfi
         mode = ENVIRONMENT  # nothing to mutate (e.g. blank-ish code): fail the environment
     if mode == ENVIRONMENT:
         kind = choose_environment_failure(rng, config.environment_kinds)
-        limits = getattr(session.session, "limits", None)  # quote the session's real limit
-        result = environment_failure(kind, step.action, cell_number=session.cells + 1,
-                                     timeout_s=getattr(limits, "timeout_s", config.exec_timeout_s))
-        if kind == KERNEL_RESTART:
-            await asyncio.to_thread(session.restart)
-        elif kind != CONNECTION_RESET:
-            await asyncio.to_thread(session.skip_cell)
+        result = await asyncio.to_thread(inject_environment_failure, session, step.action, kind,
+                                         config.exec_timeout_s)
         return step, Perturbation(ENVIRONMENT, kind, step.action, f"synthetic {kind}; code not run"), result
     return step, None, await _run(session, step.action)
 

@@ -23,9 +23,11 @@ from warehouse import Warehouse
 
 
 def _samples(spec):
-    """spec: {problem: [(tool_errors, correct), ...]} -> eval_samples-like rows."""
-    return [{"problem_id": p, "sample_index": i, "tool_errors": e, "correct": c}
-            for p, items in spec.items() for i, (e, c) in enumerate(items)]
+    """spec: {problem: [(cells, tool_errors, correct), ...]} -> injected tool-mode rows (the
+    failure each sample met: one kind per problem)."""
+    return [{"problem_id": p, "sample_index": i, "cells": c, "tool_errors": e, "correct": ok,
+             "injected_failure": "timeout" if c else None}
+            for p, items in spec.items() for i, (c, e, ok) in enumerate(items)]
 
 
 # ---- both assets, really run against the fake server and the real sandbox ---------------------
@@ -145,11 +147,11 @@ class RecordingTrainer(TrainerLauncher):
 
 
 LAUNCHED: list = []
-# tool-mode samples per arm: (tool_errors, correct) per problem, two samples each
-SCRIPTED = {"ck-rho1": {"q0": [(1, True), (1, True)], "q1": [(1, True), (2, False)],
-                        "q2": [(0, True), (0, True)], "q3": [(1, False), (0, True)]},
-            "ck-rho0": {"q0": [(1, False), (1, True)], "q1": [(1, False), (1, False)],
-                        "q2": [(1, False), (0, True)], "q3": [(2, False), (0, False)]}}
+# injected tool-mode samples per arm: (cells, tool_errors, correct) per problem, two each
+SCRIPTED = {"ck-rho1": {"q0": [(2, 1, True), (2, 1, True)], "q1": [(2, 1, True), (3, 2, False)],
+                        "q2": [(0, 0, True), (0, 0, True)], "q3": [(1, 1, False), (2, 1, True)]},
+            "ck-rho0": {"q0": [(1, 1, False), (2, 1, True)], "q1": [(1, 1, False), (1, 1, False)],
+                        "q2": [(1, 1, False), (0, 0, True)], "q3": [(2, 2, False), (1, 1, False)]}}
 
 
 def scripted_evaluation(context, config, ck, path, wh, llm, grader, sandbox):
@@ -172,9 +174,9 @@ def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, s
         defs = dg.Definitions(assets=[rm.mosaic_recovery_claim], jobs=[claim_job(rm.RECOVERY)],
                               resources=_resources(server, RecordingTrainer()))
         # ρ = 1: every code step of the treatment's data is perturbed, so it surely differs
-        cfg = {"limit": 4, "synthesis_max_steps": 4, "rho": 1.0, "concurrency": 2,
-               "train_steps": 3, "n_boot": 500, "synthesis_agents": "llm",
-               "only_correct": False}
+        cfg = {"source": "gsm8k", "limit": 4, "synthesis_max_steps": 4, "rho": 1.0,
+               "concurrency": 2, "train_steps": 3, "n_boot": 500, "synthesis_agents": "llm",
+               "only_correct": False, "benchmark": "gsm8k", "eval_limit": 4}
         result = defs.resolve_job_def("mosaic_recovery_claim_job").execute_in_process(
             run_config={"scale": "cpu", "ops": {"mosaic_recovery_claim": {"config": cfg}}},
             instance=dg.DagsterInstance.ephemeral())
@@ -208,24 +210,25 @@ def test_recovery_claim_trains_both_arms_alike_on_the_same_problems(weft_home, s
     assert problems_of(treat_arm.rows) and len(firsts) == 4
     assert [e[0] for e in EVALUATED] == ["ck-rho1", "ck-rho0"]
     (claim,) = wh.sql("SELECT * FROM claims").to_pylist()
-    # by hand from SCRIPTED: rho=1 recovers 3 of its 5 erroring samples, rho=0 1 of 6
+    # by hand from SCRIPTED, per problem over its 2 samples: rho=1 q0 1, q1 1/2, q2 0 (no
+    # cell), q3 1/2 -> 1/2; rho=0 q0 1/2, q1 0, q2 0, q3 0 -> 1/8
     assert claim["n"] == 4
-    assert claim["treatment_value"] == pytest.approx(3 / 5)
-    assert claim["reference_value"] == pytest.approx(1 / 6)
-    assert claim["diff"] == pytest.approx(3 / 5 - 1 / 6)
+    assert claim["treatment_value"] == pytest.approx(1 / 2)
+    assert claim["reference_value"] == pytest.approx(1 / 8)
+    assert claim["diff"] == pytest.approx(1 / 2 - 1 / 8)
     assert claim["experiment"] == "mosaic_recovery_claim" and claim["treatment"] == "SFT rho=1"
     meta = result.asset_materializations_for_node("mosaic_recovery_claim")[0].metadata
     pairing = meta["pairing"].value
-    assert pairing["problems_with_errors_in_both"] == 3
+    assert pairing["met_the_same_error_in_both"] == 6
+    assert (pairing["wrote_no_cell_treatment"], pairing["wrote_no_cell_reference"]) == (2, 1)
     assert pairing["shared_training_problems"] == 4
     assert pairing["injected_steps_in_treatment"] >= 1
 
 
-def test_recovery_claim_at_cpu_scale_synthesizes_with_the_scripted_agents(weft_home, shared_data,
-                                                                          monkeypatch):
-    """The cpu scale's synthesis makes no LLM call (the scripted agents walk the gsm8k
-    references), keeps only correct trajectories, and the treatment's data holds injected
-    failures followed by a correction of the same cell."""
+def test_recovery_claim_at_cpu_scale_trains_on_builtin_arithmetic(weft_home, monkeypatch):
+    """The cpu scale synthesizes built-in arithmetic with the scripted agents (no LLM call, no
+    ingested source), keeps only correct trajectories, and the arms' data differ only where
+    the treatment's synthesis injected a failure, which a correction then follows."""
     from pipelines.llm.testing import FakeLLMServer
 
     LAUNCHED.clear()
@@ -235,37 +238,65 @@ def test_recovery_claim_at_cpu_scale_synthesizes_with_the_scripted_agents(weft_h
         return scripted_evaluation(context, config, {"ck-rho0.5": "ck-rho1"}.get(ck, ck), *args)
 
     monkeypatch.setattr(rm, "_evaluate", evaluation)
+
+    def no_endpoint(self):  # with base_url unset this would start a local vLLM server
+        raise AssertionError("the scripted synthesis asked for an LLM endpoint")
+
+    monkeypatch.setattr(LLMResource, "endpoint", no_endpoint)
     with FakeLLMServer(models=("scripted",)) as server:
-        _ingest(server, limit=12)
-        before = len(server.requests)
-
-        def no_endpoint(self):  # with base_url unset this would start a local vLLM server
-            raise AssertionError("the scripted synthesis asked for an LLM endpoint")
-
-        monkeypatch.setattr(LLMResource, "endpoint", no_endpoint)
         defs = dg.Definitions(assets=[rm.mosaic_recovery_claim], jobs=[claim_job(rm.RECOVERY)],
                               resources=_resources(server, RecordingTrainer()))
-        cfg = {"limit": 12, "rho": 0.5, "concurrency": 2, "train_steps": 3, "n_boot": 500}
+        cfg = {"limit": 12, "eval_limit": 4, "rho": 0.5, "concurrency": 2, "train_steps": 3,
+               "n_boot": 500}
         result = defs.resolve_job_def("mosaic_recovery_claim_job").execute_in_process(
             run_config={"scale": "cpu", "ops": {"mosaic_recovery_claim": {"config": cfg}}},
             instance=dg.DagsterInstance.ephemeral())
-        assert len(server.requests) == before  # no LLM call
+        assert not server.requests  # no LLM call
     assert result.success
     wh = Warehouse()
     treat = wh.read("mosaic_trajectories",
-                    partition="gsm8k/rho=0.5|mosaic_recovery_claim").to_pylist()
-    ref = wh.read("mosaic_trajectories",
-                  partition="gsm8k/rho=0|mosaic_recovery_claim").to_pylist()
+                    partition="arith/rho=0.5|mosaic_recovery_claim").to_pylist()
+    ref = wh.read("mosaic_trajectories", partition="arith/rho=0|mosaic_recovery_claim").to_pylist()
     assert {r["manager_model"] for r in treat + ref} == {"scripted-reference-walker"}
+    assert len(ref) == 12 and all(r["correct"] for r in ref)  # every reference checks out
     assert sum(r["perturbed_steps"] for r in ref) == 0
-    assert sum(r["perturbed_steps"] for r in treat) >= 1
-    # the reference arm's correct trajectories: most gsm8k references check out
-    assert sum(bool(r["correct"]) for r in ref) >= 6
+    perturbed = {r["problem"] for r in treat if r["perturbed_steps"]}
+    assert perturbed
     treat_arm, ref_arm = LAUNCHED
     assert treat_arm.config.max_steps == 3
-    text = json.dumps(treat_arm.rows)
-    assert "Traceback" in text or "Error" in text  # an injected failure is in the data
+    # the arms differ only on the problems the treatment's synthesis perturbed
+    def by_problem(rows):
+        out = {}
+        for row in rows:
+            out.setdefault(row["prompt"][1]["content"], []).append(json.dumps(row))
+        return out
+
+    t_rows, r_rows = by_problem(treat_arm.rows), by_problem(ref_arm.rows)
+    assert set(r_rows) == {r["problem"] for r in ref}
+    for problem, rows in r_rows.items():
+        assert (t_rows.get(problem) == rows) == (problem not in perturbed), problem
+    corrected = [p for p in perturbed if p in t_rows
+                 and "The last cell failed" in "".join(t_rows[p])]
+    assert corrected  # an injected failure followed by the correction
     assert "Traceback" not in json.dumps(ref_arm.rows)
+    assert [e[0] for e in EVALUATED] == ["ck-rho1", "ck-rho0"]  # (rho0.5 read as rho1)
+
+
+def test_builtin_arithmetic_holds_its_evaluation_problems_out_of_training():
+    train, held = rm.arith_problems(20, 8, seed=3)
+    assert (len(train), len(held)) == (20, 8)
+    assert not {p.problem for p in train} & {h["problem"] for h in held}
+    assert {p.source for p in train} == {h["source"] for h in held} == {"arith"}
+    again, _ = rm.arith_problems(20, 8, seed=3)
+    assert [p.problem for p in again] == [p.problem for p in train]  # one draw per seed
+    other, _ = rm.arith_problems(20, 8, seed=4)
+    assert [p.problem for p in other] != [p.problem for p in train]
+    config = rm.RecoveryClaimConfig(source=rm.ARITH, benchmark=rm.ARITH, limit=20,
+                                    eval_limit=8, seed=3)
+    bench, problems = rm._heldout(config, wh=None)
+    assert problems == held and bench.grader == "math"
+    mode = rm._eval_config(config).mode
+    assert mode.name == "tool" and mode.inject_first_cell is True
 
 
 def test_recovery_claim_config_checks_fail_before_anything_runs(weft_home):

@@ -1,6 +1,6 @@
 """The DeepTool / MOSAIC claims (eval/mosaic_claims.py): Table 2's synthesis claim judged on
 warehouse rows whose differences are known by construction, and the recovery rule on hand-made
-tool-mode samples, against counts worked out by hand."""
+injected tool-mode samples, against counts worked out by hand."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,8 @@ from eval.claims import ClaimError
 from eval.mosaic_claims import (
     newest_run_rows,
     recovery_claim_row,
-    recovery_counts,
+    recovery_outcome,
+    recovery_scores,
     synthesis_claims,
 )
 from warehouse import Lineage, Warehouse
@@ -78,60 +79,91 @@ def test_newest_run_rows_keeps_only_the_last_writer():
     assert newest_run_rows([]) == []
 
 
-# ---- the recovery rule on hand-made samples ---------------------------------------------------
+# ---- the recovery rule on hand-made injected samples --------------------------------------
 
 
-def _samples(spec):
-    """spec: {problem: [(tool_errors, correct), ...]} -> eval_samples-like rows."""
-    return [{"problem_id": p, "sample_index": i, "tool_errors": e, "correct": c}
-            for p, items in spec.items() for i, (e, c) in enumerate(items)]
+def _sample(pid, index, *, cells, errors, correct, kind="timeout"):
+    """An injected tool-mode sample as the evaluation writes it: ``cells`` run, ``errors`` of
+    them failed (the injected first cell among them), the failure it met (none without a
+    cell) and the verdict."""
+    return {"problem_id": pid, "sample_index": index, "cells": cells, "tool_errors": errors,
+            "correct": correct, "injected_failure": kind if cells else None}
 
 
-def test_recovery_counts_the_correct_erroring_samples_per_problem():
-    counts, erring = recovery_counts(_samples({
-        "a": [(1, True), (2, False), (0, True)],  # 2 erroring samples, 1 of them correct
-        "b": [(0, True), (0, False)],  # no error: nothing to recover from
-        "c": [(3, None)],  # an ungraded answer is not a recovery
-        "d": [(1, True)],
-    }))
-    assert counts == {"a": (1, 2), "b": (0, 0), "c": (0, 1), "d": (1, 1)} and erring == 4
+@pytest.mark.parametrize("cells, errors, correct, expected", [
+    (0, 0, True, (False, False, False)),   # answered without a cell: never met the error
+    (1, 1, True, (True, True, False)),     # right anyway, no later cell
+    (1, 1, False, (True, False, False)),   # gave up after the failure
+    (2, 1, True, (True, True, True)),      # reran the cell and answered right
+    (2, 1, False, (True, False, True)),    # reran the cell, answered wrong
+    (3, 3, False, (True, False, False)),   # every later cell failed too
+    (3, 2, None, (True, False, True)),     # no verdict is not correct
+])
+def test_recovery_outcome_of_one_sample(cells, errors, correct, expected):
+    assert recovery_outcome(_sample("p", 0, cells=cells, errors=errors,
+                                    correct=correct)) == expected
+
+
+def test_recovery_outcome_refuses_samples_of_another_evaluation():
     with pytest.raises(ClaimError, match="needs a tool-mode evaluation"):
-        recovery_counts([{"problem_id": "x", "tool_errors": None, "correct": True}])
+        recovery_outcome({"problem_id": "x", "tool_errors": 1, "correct": True})
+    with pytest.raises(ClaimError, match="without an injected failure"):
+        recovery_outcome({"problem_id": "x", "cells": 2, "tool_errors": 0, "correct": True,
+                          "injected_failure": None})
 
 
-def test_recovery_claim_compares_rates_of_recovering_over_erroring_samples():
-    ref = _samples({"a": [(1, False), (1, False)], "b": [(1, True), (0, True)],
-                    "c": [(0, True)], "d": [(2, False)]})
-    treat = _samples({"a": [(1, True), (1, False)], "b": [(1, True)],
-                      "c": [(1, True)], "d": [(0, True)]})
+def test_every_sample_is_in_the_denominator_whatever_the_arm_wrote():
+    """An arm that writes no cell on a sample scores 0 there and keeps the sample in its
+    denominator: each problem's score is over its k samples, the same k in both arms."""
+    samples = [_sample("a", 0, cells=2, errors=1, correct=True),
+               _sample("a", 1, cells=0, errors=0, correct=True),   # no cell: 0, still counted
+               _sample("a", 2, cells=1, errors=1, correct=False),
+               _sample("a", 3, cells=2, errors=1, correct=True),
+               _sample("b", 0, cells=0, errors=0, correct=True),
+               _sample("b", 1, cells=0, errors=0, correct=False)]
+    assert recovery_scores(samples) == {"a": 2 / 4, "b": 0.0}
+
+
+def _arm(spec, kinds=None):
+    """spec: {problem: [(cells, errors, correct), ...]}; kinds: {(problem, sample): kind}."""
+    kinds = kinds or {}
+    return [_sample(p, i, cells=c, errors=e, correct=ok, kind=kinds.get((p, i), "timeout"))
+            for p, items in spec.items() for i, (c, e, ok) in enumerate(items)]
+
+
+def test_recovery_claim_pairs_problems_over_all_their_samples():
+    # the treatment met the error on every sample; the reference skipped the cell on three
+    # (as a model that learned to write cells less would): the denominators stay 2 per problem
+    ref = _arm({"a": [(1, 1, False), (0, 0, True)], "b": [(2, 1, True), (0, 0, False)],
+                "c": [(2, 1, True), (2, 1, True)], "d": [(0, 0, True), (1, 1, False)]})
+    treat = _arm({"a": [(2, 1, True), (1, 1, False)], "b": [(2, 1, True), (2, 1, True)],
+                  "c": [(1, 1, False), (2, 1, True)], "d": [(3, 2, True), (2, 2, False)]})
     row, facts = recovery_claim_row(ref, treat, n_boot=500)
-    # by hand: reference 1 of 4 erroring samples correct, treatment 3 of 4; every problem
-    # counts (c erred only in the treatment, d only in the reference)
-    assert row["reference_value"] == pytest.approx(1 / 4)
-    assert row["treatment_value"] == pytest.approx(3 / 4)
-    assert row["diff"] == pytest.approx(0.5) and row["n"] == 4
-    assert facts["problems"] == 4 and facts["problems_with_errors_in_both"] == 2
-    assert facts["erroring_samples_reference"] == 4 and facts["erroring_samples_treatment"] == 4
-    assert facts["recovered_samples_reference"] == 1 and facts["recovered_samples_treatment"] == 3
+    # by hand, per problem: reference a 0, b 1/2, c 1, d 0 -> mean 3/8;
+    # treatment a 1/2, b 1, c 1/2, d 1/2 -> mean 5/8
+    assert row["reference_value"] == pytest.approx(3 / 8)
+    assert row["treatment_value"] == pytest.approx(5 / 8)
+    assert row["diff"] == pytest.approx(2 / 8) and row["n"] == 4
     assert row["reference"] == "SFT rho=0" and row["treatment"] == "SFT rho=0.1"
-    no_errors = _samples({"a": [(0, True)], "b": [(0, False)], "c": [(0, True)],
-                          "d": [(0, True)]})
-    with pytest.raises(ClaimError, match="reference .rho=0. arm hit no interpreter error"):
-        recovery_claim_row(no_errors, treat, n_boot=100)
+    assert facts["problems"] == 4 and facts["met_the_same_error_in_both"] == 5
+    assert (facts["samples_reference"], facts["samples_treatment"]) == (8, 8)
+    assert (facts["met_error_reference"], facts["met_error_treatment"]) == (5, 8)
+    assert (facts["wrote_no_cell_reference"], facts["wrote_no_cell_treatment"]) == (3, 0)
+    assert (facts["recovered_reference"], facts["recovered_treatment"]) == (3, 5)
+    assert (facts["ran_a_later_cell_reference"], facts["ran_a_later_cell_treatment"]) == (3, 5)
+    assert (facts["correct_reference"], facts["correct_treatment"]) == (5, 5)
 
 
-def test_recovery_claim_judges_arms_that_err_on_different_problems():
-    """The counts of the CPU run that found no problem erring in both arms: 2 erroring samples
-    on 2 problems (reference) and 14 on 12 (treatment), none recovered. Both rates are 0 in
-    every resample, so the part is inconclusive (not 'not reproduced'), with a row to show."""
-    def errors(spec):  # problem -> erroring samples of 4, none correct
-        return _samples({f"p{i}": [(1, False)] * spec.get(i, 0)
-                         + [(0, False)] * (4 - spec.get(i, 0)) for i in range(40)})
-
-    ref = errors({0: 1, 1: 1})
-    treat = errors({2: 3, **{i: 1 for i in range(3, 14)}})
-    row, facts = recovery_claim_row(ref, treat, n_boot=300)
-    assert (facts["erroring_samples_reference"], facts["erroring_samples_treatment"]) == (2, 14)
-    assert facts["problems_with_errors_in_both"] == 0 and row["n"] == 40
-    assert row["reference_value"] == row["treatment_value"] == row["diff"] == 0.0
-    assert row["verdict"] == "inconclusive"
+def test_recovery_claim_refuses_arms_that_met_different_errors_or_samples():
+    ref = _arm({"a": [(2, 1, True)], "b": [(2, 1, True)]})
+    other = _arm({"a": [(2, 1, True)], "b": [(2, 1, True)]}, {("b", 0): "kernel_restart"})
+    with pytest.raises(ClaimError, match="met 'timeout' in the reference and 'kernel_restart'"):
+        recovery_claim_row(ref, other, n_boot=100)
+    with pytest.raises(ClaimError, match="evaluated on different samples"):
+        recovery_claim_row(ref, _arm({"a": [(2, 1, True)]}), n_boot=100)
+    with pytest.raises(ClaimError, match="holds sample 0 of problem 'a' twice"):
+        recovery_claim_row(ref + ref[:1], ref, n_boot=100)
+    # a sample without a cell in one arm meets nothing there: no conflict
+    fine = _arm({"a": [(0, 0, True)], "b": [(2, 1, True)]})
+    row, facts = recovery_claim_row(ref, fine, n_boot=100)
+    assert facts["met_the_same_error_in_both"] == 1 and row["n"] == 2

@@ -30,6 +30,9 @@ from pipelines.tir import KIND_ANSWER, KIND_CODE
     ("Each portion is 16/(3+1) = 4m", ["16 / (3 + 1)"]),
     # rounded on the right: 10/3 = 3.33
     ("Each gets 10/3 = 3.33 cups", ["10 / 3"]),
+    # LaTeX operators, as the built-in arithmetic's worked solutions write products
+    ("We compute $15 \\times 35 = 525$.\n\nThe answer is $\\boxed{525}$.", ["15 * 35"]),
+    ("So $3 \\cdot 4 = 12$ and $8 \\div 2 = 4$", ["3 * 4", "8 / 2"]),
 ])
 def test_reference_calculations_reads_checked_equations(reference, expected):
     assert reference_calculations(reference) == expected
