@@ -2,17 +2,17 @@
 SFT on entailment-aligned interleaved traces discloses content earlier than SFT on the same
 traces in think-then-answer form, and, as the paper reports right after SFT, costs accuracy.
 
-- :func:`claims_of`: the claim's parts from the newest ``interleaved``-mode evaluations of the
-  two arms, per problem (mean over its samples) and paired by problem: ABO (§4.2: mean position
+- :data:`LATENCY_PARTS` and :data:`ACCURACY_PART`: the claim's parts, ABO (§4.2: mean position
   of each speak block's first token) lower, AIRW (§4.2: mean think span before each speak
   block, the wait before the first one included) lower -- both ``better`` with
   ``higher_is_better=False`` -- and accuracy in the paper's direction: Table 1's SFT rows put
   SxS SFT *below* standard-CoT SFT (AIME25 38.3 vs 62.9 on Qwen3-4B, 50.8 vs 76.9 on
   Qwen3-30B-A3B), the "alignment tax" that §4.3 says RL then recovers. The paper makes no
   "keeps accuracy" claim after SFT, so the part states what Table 1 shows: standard-CoT SFT is
-  more accurate than SxS SFT (``better`` with standard-CoT SFT as the treatment).
-  A sample with no speak token has no ABO or AIRW; a problem is paired on a latency metric only
-  when both arms have a value for it, and the coverage says how many each arm lost.
+  more accurate than SxS SFT (``better`` with standard-CoT SFT as the treatment). The latency
+  of each output, with one rule for both arms, is ``eval.latency``'s (only explicit speak
+  blocks are shown; an output that shows nothing scores a block after its whole generation),
+  and the ``sxs_latency_claim`` asset pairs every problem both arms generated for.
 - :func:`judge_quality`: the quality figures of the alignments the arms trained on (App. B's
   judge: collapsed share, visible segments, failed calls, values disclosed before the
   reasoning wrote them).
@@ -30,9 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eval.benchmarks import get as get_benchmark
-from eval.claims import Claim, ClaimError, judge
+from eval.claims import Claim
 from eval.claims.paper_reports import paper_value
-from eval.claims.readers import newest_samples, problem_scores
 from pipelines.ingest import load_source
 from pipelines.sxs_align import segment
 from pipelines.sxs_judge import unsupported_disclosures
@@ -58,45 +57,6 @@ ACCURACY_PART = Claim(paper="SxS", section=SECTION, metric="accuracy", reference
                       statement="right after SFT, standard-CoT SFT is more accurate than SxS "
                                 "SFT (the alignment tax of §4.3, before RL recovers it)",
                       paper_value=paper_value(EXPERIMENT, "accuracy"))
-
-
-def _latency_part(wh: Any, column: str, claim: Claim, reference: str, treatment: str,
-                  benchmark: str, n_boot: int) -> tuple[dict[str, Any], dict[str, int]]:
-    """One latency part's row, judged on the problems where both arms have a value, and its
-    coverage. ClaimError with fewer than two such problems."""
-    ref = problem_scores(wh, reference, benchmark, mode=MODE, column=column)
-    treat = problem_scores(wh, treatment, benchmark, mode=MODE, column=column)
-    both = sorted(set(ref) & set(treat))
-    coverage = {"problems_paired": len(both), "reference_problems": len(ref),
-                "treatment_problems": len(treat)}
-    if len(both) < 2:
-        raise ClaimError(
-            f"{column.upper()}: only {len(both)} held-out problem(s) where both arms showed "
-            f"a speak block ({len(ref)} for {reference}, {len(treat)} for {treatment}); "
-            "raise sampling.max_tokens or train longer so that the arms answer")
-    row = judge(claim, {p: ref[p] for p in both}, {p: treat[p] for p in both}, n_boot=n_boot)
-    return row, coverage
-
-
-def claims_of(wh: Any, reference: str, treatment: str, benchmark: str, *,
-              n_boot: int = 10_000) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The claim's rows (ABO, AIRW, accuracy) from the newest interleaved-mode evaluations of
-    models ``reference`` (standard SFT) and ``treatment`` (SxS SFT) on ``benchmark``, and how
-    many samples and problems each latency metric had to leave out (no speak token). The
-    accuracy row compares the arms the other way round (:data:`ACCURACY_PART`)."""
-    rows, coverage = [], {}
-    for column, claim in LATENCY_PARTS:
-        row, coverage[column] = _latency_part(wh, column, claim, reference, treatment,
-                                              benchmark, n_boot)
-        rows.append(row)
-    # arms swapped: the part's treatment is standard-CoT SFT (the paper's more accurate arm)
-    rows.append(judge(ACCURACY_PART, problem_scores(wh, treatment, benchmark, mode=MODE),
-                      problem_scores(wh, reference, benchmark, mode=MODE), n_boot=n_boot))
-    for arm, model in (("reference", reference), ("treatment", treatment)):
-        samples = [s for s in newest_samples(wh, model, benchmark) if s.get("mode") == MODE]
-        coverage[f"{arm}_samples"] = len(samples)
-        coverage[f"{arm}_samples_without_speak"] = sum(s.get("abo") is None for s in samples)
-    return rows, coverage
 
 
 def judge_quality(alignments: Sequence[Mapping[str, Any]],

@@ -19,9 +19,18 @@ parts, per problem (mean over its samples), paired by problem:
   with the arms swapped (``eval.sxs_claims.ACCURACY_PART``).
 
 Lower ABO and AIRW mean earlier disclosure in both of §4.2's definitions, so both are judged
-with ``higher_is_better=False``. A sample with no speak token within the decoding limit has no
-ABO or AIRW; a problem is paired on a latency metric only when both arms have a value for it,
-and the asset's metadata says how many samples and problems each arm lost that way.
+with ``higher_is_better=False``. The latency parts are measured from the outputs with one rule
+for both arms (``eval.latency.disclosure_latency``): only text inside explicit ``<speak>`` tags
+is shown to the user (SxS Eq. 8), so untagged text is generated but not shown; an output that
+shows nothing -- cut while thinking, or ignoring the format -- scores a block after its whole
+generation (SxS §2.3's convention k* = K+1: ABO = T + 1, AIRW = T, T its generated tokens).
+Every problem both arms generated for is paired; none is dropped for showing nothing, so an arm
+cannot gain by leaving the format. The asset stores, per arm, its output shapes (untagged and
+malformed counts among them), how many outputs showed nothing, and the share that follows the
+arm's own training format (standard CoT: one think block, then one speak block; SxS: a clean
+think/speak stream), in the claim rows' config and on the page. That share is a figure, not a
+setup check: a check compares the two arms and holds by construction, while this is a level
+per arm that the run measures (no arm here is the reference for it).
 
 The paper's own SFT rows do not keep accuracy: Table 1 reports SxS SFT below standard-CoT SFT
 (AIME25, Qwen3-4B 38.3 vs 62.9; Qwen3-30B-A3B 50.8 vs 76.9), the "alignment tax" that §4.3's
@@ -35,8 +44,9 @@ point the resource at it). The judge's quality figures (its name, collapsed shar
 segments, failed calls, values disclosed before the reasoning wrote them) are written with the
 claim rows (``config_json``) and shown beside the verdict.
 
-The claim's computation lives in ``eval.sxs_claims`` (parts, judge quality, held-out problems)
-and ``training.sxs_arms`` (the arms' overrides and data); this module wires them to the trainer,
+The claim's computation lives in ``eval.sxs_claims`` (parts, judge quality, held-out problems),
+``eval.latency`` (each output's latency and shape, per-problem pairing) and
+``training.sxs_arms`` (the arms' overrides and data); this module wires them to the trainer,
 the ``llm`` resource and the grader. Both arms decode with ``sampling`` (``assets.sampling``).
 """
 
@@ -51,7 +61,14 @@ from assets.results.experiments import Experiment, ResultConfig, record_claims
 from assets.sampling import SamplingConfig
 from assets.training import TrainerLauncher, check_recipe, launch_arm
 from eval.claims import ClaimError
-from eval.sxs_claims import ARMS, MODE, claims_of, heldout_problems, judge_quality
+from eval.sxs_claims import (
+    ACCURACY_PART,
+    ARMS,
+    LATENCY_PARTS,
+    MODE,
+    heldout_problems,
+    judge_quality,
+)
 from training.sxs_arms import arm_overrides, same_traces, unlike_settings
 
 SXS = Experiment(
@@ -231,17 +248,77 @@ def _heldout(config: SxsClaimConfig, trace_problems: list[str]
         raise dg.Failure(description=str(exc)) from exc
 
 
-def _judged(wh: Any, arms: Mapping[str, Mapping[str, Any]], benchmark: str, n_boot: int
+def _arm_latency(wh: Any, model: str, benchmark: str, tokenizer: Any) -> Any:
+    """One arm's per-problem latency from its newest interleaved-mode samples (``eval.latency``:
+    only explicit speak blocks are shown; nothing shown scores the full length)."""
+    from eval.claims.readers import newest_samples
+    from eval.latency import arm_latency
+
+    samples = [s for s in newest_samples(wh, model, benchmark) if s.get("mode") == MODE]
+    if not samples:
+        raise ClaimError(f"no {MODE}-mode samples of {model!r} on {benchmark!r}: evaluate "
+                         "that arm first")
+    return arm_latency(samples, tokenizer)
+
+
+def _latency_rows(wh: Any, arms: Mapping[str, Mapping[str, Any]], benchmark: str,
+                  config: SxsClaimConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The ABO and AIRW rows, paired over every problem both arms generated for (a problem
+    whose output shows nothing scores the full length, in either arm), and the format counts
+    per arm (``eval.latency``)."""
+    from eval.claims import judge
+    from eval.latency import paired_latency
+    from eval.modes import load_tokenizer
+
+    tokenizer = load_tokenizer(config.tokenizer_path or None)
+    lat = {v: _arm_latency(wh, str(arms[v]["checkpoint_id"]), benchmark, tokenizer)
+           for v in ARMS}
+    rows = []
+    for column, claim in LATENCY_PARTS:
+        ref, treat = paired_latency(lat["standard"], lat["sxs"], column)
+        if len(ref) < 2:
+            raise ClaimError(f"{column.upper()}: only {len(ref)} held-out problem(s) with a "
+                             "generated sample in both arms; check the evaluation's errors "
+                             "(gen_error) and run it again")
+        rows.append(judge(claim, ref, treat, n_boot=config.n_boot))
+    formats = {v: lat[v].summary(v) for v in ARMS}
+    formats["problems_paired"] = len(paired_latency(lat["standard"], lat["sxs"], "abo")[0])
+    return rows, formats
+
+
+def _judged(wh: Any, arms: Mapping[str, Mapping[str, Any]], benchmark: str,
+            config: SxsClaimConfig
             ) -> tuple[list[dict[str, Any]], dict[str, Any], ClaimError | None]:
-    """The claim's rows and coverage, or the ClaimError that stops them (judged before the
-    claims run opens so that its config carries the coverage; the error is re-raised inside
-    ``record_claims``, which records the failed run)."""
+    """The claim's rows and each arm's output formats, or the ClaimError that stops them
+    (judged before the claims run opens so that its config carries the counts; the error is
+    re-raised inside ``record_claims``, which records the failed run)."""
+    from eval.claims import judge
+    from eval.claims.readers import problem_scores
+
     try:
-        rows, coverage = claims_of(wh, arms["standard"]["checkpoint_id"],
-                                   arms["sxs"]["checkpoint_id"], benchmark, n_boot=n_boot)
-        return rows, coverage, None
-    except ClaimError as exc:
-        return [], {}, exc
+        rows, formats = _latency_rows(wh, arms, benchmark, config)
+        reference, treatment = (str(arms[v]["checkpoint_id"]) for v in ARMS)
+        # arms swapped: the part's treatment is standard-CoT SFT (the paper's more accurate arm)
+        rows.append(judge(ACCURACY_PART, problem_scores(wh, treatment, benchmark, mode=MODE),
+                          problem_scores(wh, reference, benchmark, mode=MODE),
+                          n_boot=config.n_boot))
+        return rows, formats, None
+    except ValueError as exc:  # ClaimError is one
+        return [], {}, exc if isinstance(exc, ClaimError) else ClaimError(str(exc))
+
+
+def _format_metadata(formats: Mapping[str, Any]) -> dict[str, Any]:
+    """Per arm: the share of outputs in its own format, and the untagged and malformed
+    counts (shown on the page beside the verdict)."""
+    out: dict[str, Any] = {}
+    for v in ARMS:
+        arm = formats.get(v) or {}
+        rate = arm.get("format_following")
+        out[f"format_following_{v}"] = None if rate is None else round(float(rate), 3)
+        out[f"untagged_outputs_{v}"] = arm.get("untagged")
+        out[f"malformed_outputs_{v}"] = arm.get("malformed")
+        out[f"outputs_showing_nothing_{v}"] = arm.get("without_shown_block")
+    return {k: v for k, v in out.items() if v is not None}
 
 
 @dg.asset(name=SXS.name, group_name="results", deps=["sxs_sft_dataset"],
@@ -260,7 +337,12 @@ def sxs_latency_claim(context: dg.AssetExecutionContext, config: SxsClaimConfig,
         raise dg.Failure(description=f"the arms trained different step counts: "
                                      f"{ {v: a['steps'] for v, a in arms.items()} }")
     evaluate_arms(context, arms, bench, problems, config, wh, llm, grader)
-    rows, coverage, error = _judged(wh, arms, bench.name, config.n_boot)
+    rows, formats, error = _judged(wh, arms, bench.name, config)
+    for v in ARMS:
+        rate = (formats.get(v) or {}).get("format_following")
+        if rate is not None and rate < 0.5:
+            context.log.warning(f"arm {v}: only {rate:.0%} of its outputs follow its own "
+                                "format; train more steps before reading the latency parts")
 
     def compute() -> list[dict[str, Any]]:
         if error is not None:
@@ -271,14 +353,15 @@ def sxs_latency_claim(context: dg.AssetExecutionContext, config: SxsClaimConfig,
                         for v, a in arms.items()},
                "training_traces": len(trace_ids), "heldout_problems": len(problems),
                "heldout_left_out_as_training": overlap, "judge_quality": quality,
-               "latency_coverage": coverage}
+               "output_formats": formats}
     result = record_claims(context, wh, SXS, config.scale, compute,
                            {**config.model_dump(), **details}, derived=tuple(details))
     return dg.MaterializeResult(metadata={
         **(result.metadata or {}),
         "judge_quality": dg.MetadataValue.json(quality),
         "judge": ", ".join(quality["judge"]),
-        "latency_coverage": dg.MetadataValue.json(coverage),
+        "output_formats": dg.MetadataValue.json(formats),
+        **_format_metadata(formats),
         "arms": dg.MetadataValue.json(details["arms"]),
         "training_traces": len(trace_ids), "heldout_problems": len(problems),
         "benchmark": bench.name,

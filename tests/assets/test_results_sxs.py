@@ -69,6 +69,64 @@ def test_a_conflicting_sampling_seed_fails_before_training(weft_home):
                            "sampling": {"seed": 3}}}}})
 
 
+def _word_tokenizer(folder):
+    """A tokenizer.json that makes one token of every whitespace-separated word."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+def test_the_pairing_keeps_every_problem_and_counts_format_failures(weft_home, tmp_path):
+    """The standard arm writes untagged text on 4 problems and never shows anything on 2: all
+    12 problems are paired, each failure scored as its full length (hand-counted words)."""
+    from assets.results.sxs_results import _judged
+    from warehouse import Lineage
+
+    def words(n):
+        return " ".join(f"w{i}" for i in range(n))
+
+    standard, sxs = {}, {}
+    for i in range(12):
+        if i < 4:  # untagged: 4 words, none shown -> ABO 5, AIRW 4
+            standard[f"p{i}"] = ("the answer is 5", 5.0, 4.0)
+        elif i < 6:  # thinks 20 words, never speaks -> ABO 21, AIRW 20
+            standard[f"p{i}"] = (f"<think>{words(20)}</think>", 21.0, 20.0)
+        else:  # 10 + i think words, then a 2-word answer -> ABO 11 + i, AIRW 10 + i
+            standard[f"p{i}"] = (f"<think>{words(10 + i)}</think><speak>x y</speak>",
+                                 11.0 + i, 10.0 + i)
+        # i + 1 think words, 1 shown, 3 more think words, 1 shown: blocks at i+2 and i+6
+        text = (f"<think>{words(i + 1)}</think><speak>s</speak><think>{words(3)}</think>"
+                "<speak>t</speak>")
+        sxs[f"p{i}"] = (text, i + 4.0, (i + 1 + 3) / 2)
+    for model, arm, run in (("ck-std", standard, "r1"), ("ck-sxs", sxs, "r2")):
+        Warehouse().write("eval_samples", [
+            {"model": model, "benchmark": "gsm8k", "problem_id": p, "sample_index": 0,
+             "mode": "interleaved", "correct": i % 3 == 0, "output": text, "gen_error": None}
+            for i, (p, (text, _, _)) in enumerate(arm.items())],
+            lineage=Lineage(run_id=run, asset="eval_samples", partition=f"gsm8k@{model}"))
+    config = SxsClaimConfig(tokenizer_path=_word_tokenizer(tmp_path / "tok"), n_boot=500)
+    arms = {"standard": {"checkpoint_id": "ck-std"}, "sxs": {"checkpoint_id": "ck-sxs"}}
+    rows, formats, error = _judged(Warehouse(), arms, "gsm8k", config)
+    assert error is None
+    abo, airw, acc = rows
+    for row, index in ((abo, 1), (airw, 2)):
+        assert row["n"] == 12
+        diffs = [sxs[p][index] - standard[p][index] for p in standard]
+        assert row["diff"] == pytest.approx(sum(diffs) / 12)
+        assert row["reference_value"] == pytest.approx(
+            sum(v[index] for v in standard.values()) / 12)
+    assert acc["n"] == 12
+    assert formats["problems_paired"] == 12
+    assert (formats["standard"]["untagged"], formats["standard"]["without_shown_block"]) == (4, 6)
+    assert formats["standard"]["shapes"] == {"untagged": 4, "no_speak": 2, "think_then_speak": 6}
+    assert formats["standard"]["format_following"] == 0.5
+    assert formats["sxs"]["format_following"] == 1.0 and formats["sxs"]["untagged"] == 0
+
+
 @pytest.mark.slow
 def test_tiny_real_claim_job(weft_home, shared_data, embedded_model_dir):
     """Two real SFT arms (1 step each) on 2 real traces, both served on vLLM and evaluated in
@@ -112,10 +170,11 @@ def test_tiny_real_claim_job(weft_home, shared_data, embedded_model_dir):
         stored = json.loads(rows[0]["config_json"])
         assert stored["judge_quality"]["judge"] == ["evidence"]
         assert stored["judge_quality"]["share_early_blocks_unsupported"] == 0.0
+        assert stored["output_formats"]["problems_paired"] == 4  # every problem paired
         meta = result.asset_materializations_for_node("sxs_latency_claim")[0].metadata
-        assert meta["judge"].value == "evidence" and "latency_coverage" in meta
-    else:  # an arm that showed no speak block on enough problems: a recorded, explained failure
+        assert meta["judge"].value == "evidence" and "output_formats" in meta
+        assert "format_following_standard" in meta and "untagged_outputs_sxs" in meta
+    else:  # a recorded, explained failure
         failed = wh.sql("SELECT status, error FROM runs WHERE asset = 'sxs_latency_claim'"
                         ).to_pylist()
-        assert failed and failed[0]["status"] == "failed"
-        assert "showed a speak block" in failed[0]["error"]
+        assert failed and failed[0]["status"] == "failed" and failed[0]["error"]
