@@ -6,6 +6,14 @@ it -- the RLVR-8K / RLVR-16K analogues) on the same prompts, budget assignments,
 then evaluate the base model and every checkpoint in budgeted mode on the same held-out
 problems with the same budgets and decoding limit.
 
+Budgets: the EP recipe's, or, when ``budget_percentiles`` is set, measured at run time from the
+start (``training.ep_budget.measure_budgets``: the start sampled once per training prompt at the
+EP recipe's sampling settings, the budgets fixed percentiles of its answer lengths). The
+measured budgets become the EP arm's ``budgets`` override (its prompts' budget assignments and
+urgency words, which the RLVR arms read as stored rows, and its reward's limits) and the
+evaluation's budgets; the lengths, percentiles and budgets are in the metadata and in every
+``ep_budget_scores`` row.
+
 The plan, data, table and tests are plain functions of ``training.ep_budget`` (one run's checks,
 data and rows: ``training.ep_budget_table``); the evaluation samples with ``sampling``
 (``assets.sampling``: k, temperature 0.6, top-p 0.95 as in App. F); training runs
@@ -24,6 +32,7 @@ p-values in the metadata say what the rows can support.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -40,13 +49,17 @@ from training.ep_budget import (
     TABLE,
     TESTS_TABLE,
     TRAIN_TABLE,
+    BudgetMeasure,
     EvaluatedArm,
     TablePlan,
+    budget_rule_columns,
+    measure_budgets,
     paired_tests,
     plan_arms,
     plot_table,
     table_rows,
     wide_rows,
+    with_budgets,
 )
 from training.ep_budget_table import (
     TESTS_COLUMNS,
@@ -88,7 +101,11 @@ class EpBudgetTableConfig(dg.Config):
     heldout_dataset: str = ""  # test problems; "" = the EP recipe's dataset (training's left out)
     heldout_seed: int = 1000
     heldout_n: int = 32
-    budgets: list[int] = []  # evaluation budgets; [] = the EP recipe's
+    budgets: list[int] = []  # evaluation budgets; [] = the EP arm's (recipe's or measured)
+    # [] = the EP recipe's budgets; else the budgets are these percentiles (ascending, 0-100)
+    # of the start's answer lengths on the training prompts, measured at run time
+    # (training.ep_budget.measure_budgets), for training and evaluation alike
+    budget_percentiles: list[float] = []
     budget_limit: int | None = None  # one decoding limit for every budget; None = 4 x largest
     # k samples per problem and budget; App. F: temperature 0.6, top-p 0.95
     sampling: SamplingConfig = SamplingConfig(k=1, temperature=0.6, top_p=0.95)
@@ -154,13 +171,17 @@ def evaluate_model(context: dg.AssetExecutionContext, spec: Any, problems: list[
     return done.result.samples
 
 
-def _setup(config: EpBudgetTableConfig) -> tuple[TablePlan, Any, TableData, list[Arm],
-                                                  list[int]]:
+def _setup(config: EpBudgetTableConfig, budgets: tuple[int, ...] | None = None,
+           ) -> tuple[TablePlan, Any, TableData, list[Arm], list[int]]:
     """(plan, the EP recipe resolved, the data, the arms, the evaluation budgets), every check
-    done before anything trains."""
+    done before anything trains; ``budgets`` (measured) replace the EP recipe's."""
+    if config.budget_percentiles and config.budgets:
+        raise dg.Failure(description="set budgets or budget_percentiles, not both: measured "
+                                     "budgets are also the evaluation's")
     with _failures():
-        plan = table_plan(config)
-    ep_config = check_recipe("grpo", plan.ep_recipe, ep_arm(plan).override_args())
+        plan = replace(table_plan(config), budgets=budgets)
+    ep_config = check_recipe("grpo", plan.ep_recipe,
+                             with_budgets(ep_arm(plan), plan.budgets).override_args())
     with _failures():
         check_ep_budgets(plan, ep_config)
         data = table_data(ep_config, config.heldout_dataset, config.heldout_n,
@@ -170,6 +191,20 @@ def _setup(config: EpBudgetTableConfig) -> tuple[TablePlan, Any, TableData, list
         budgets = eval_budgets(config.budgets, ep_config.budgets)
     _sampling(config, decoding_limit(config.budget_limit, budgets))
     return plan, ep_config, data, arms, budgets
+
+
+def start_budgets(context: dg.AssetExecutionContext, config: EpBudgetTableConfig,
+                  ep_config: Any) -> BudgetMeasure:
+    """The budgets measured from the start ``ep_config`` trains from (its model, training
+    prompts and sampling settings) at ``config.budget_percentiles``."""
+    context.log.info(f"measuring the start's answer lengths ({ep_config.model_name_or_path}) "
+                     f"for budgets at percentiles {config.budget_percentiles}")
+    with _failures():
+        measure = measure_budgets(ep_config, config.budget_percentiles)
+    context.log.info(f"budgets {list(measure.budgets)} from percentiles "
+                     f"{[round(v, 2) for v in measure.values]} of {len(measure.lengths)} answers "
+                     f"({measure.truncated} cut at {measure.cap} tokens)")
+    return measure
 
 
 def _evaluated(context: dg.AssetExecutionContext, config: EpBudgetTableConfig, ep_config: Any,
@@ -193,7 +228,8 @@ def _evaluated(context: dg.AssetExecutionContext, config: EpBudgetTableConfig, e
 
 
 def _metadata(rows: list[dict[str, Any]], tests: list[dict[str, Any]], skipped: list,
-              trained: list, data: TableData, budgets: list[int], table: str) -> dict[str, Any]:
+              trained: list, data: TableData, budgets: list[int], table: str,
+              measure: BudgetMeasure | None) -> dict[str, Any]:
     from pipelines.settings import weft_home
 
     plot = plot_table(rows, weft_home() / "reports" / "ep_budget_table" / f"{table}.png")
@@ -208,6 +244,8 @@ def _metadata(rows: list[dict[str, Any]], tests: list[dict[str, Any]], skipped: 
         "plot_path": dg.MetadataValue.path(str(plot)),
         "checkpoint_ids": dg.MetadataValue.json({a.label: ck for a, ck, _, _ in trained}),
         "train_data": data.train_spec, "tests_skipped": len(skipped),
+        "budget_rule": dg.MetadataValue.json(
+            measure.summary() if measure else {"budget_source": "recipe"}),
         **smallest_budget_figures(rows, budgets),
     }
 
@@ -228,6 +266,10 @@ def ep_budget_table(context: dg.AssetExecutionContext, config: EpBudgetTableConf
         config = config.model_copy(update={"overrides": start_from_overrides(
             context, config.start_from, list(config.overrides))})
     plan, ep_config, data, arms, budgets = _setup(config)
+    measure = None
+    if config.budget_percentiles:
+        measure = start_budgets(context, config, ep_config)
+        plan, ep_config, data, arms, budgets = _setup(config, measure.budgets)
     wh = warehouse.get()
     table = table_id(plan.ep_recipe, config.model_dump())
     # the table's own `runs` row (failed when an arm fails); each evaluation records its own
@@ -247,13 +289,13 @@ def ep_budget_table(context: dg.AssetExecutionContext, config: EpBudgetTableConf
             tests, skipped = paired_tests(evaluated, n_boot=config.n_boot, seed=config.seed)
         rows = stamped_rows(rows, table, data.train_spec,
                             f"{data.heldout_spec}#seed={config.heldout_seed}")
-        rec.write(TABLE, typed_scores(rows))
+        rec.write(TABLE, budget_rule_columns(typed_scores(rows), measure))
         if tests:
             rec.write(TESTS_TABLE, [dict(t, table_id=table) for t in tests], counted=False)
     for s in skipped:
         context.log.warning(f"paired test skipped: {s}")
     return dg.MaterializeResult(metadata=_metadata(rows, tests, skipped, trained, data,
-                                                   budgets, table))
+                                                   budgets, table, measure))
 
 
 EP_TRAINING_ASSETS = [ep_budget_table]

@@ -30,6 +30,13 @@ Here (``assets.ep_training`` runs it through the trainer launcher and the evalua
   (``greater``) and fewer tokens (``less``).
 - :func:`wide_rows` / :func:`plot_table`: the Table 5 layout and a picture of BS@B and Tok@B
   against the budget per arm.
+- :func:`measure_budgets`: budgets from the start model's own answer lengths (a run-time rule,
+  fixed before any run: sample the start once per training prompt, budget words included, at
+  the EP recipe's sampling settings, count each answer's tokens as the budget reward does, and take fixed percentiles,
+  :func:`percentile_budgets`). The paper's budgets (1K-8K tokens) suit an 8B thinking model; a
+  small start's answers are tens of tokens, so fixed numbers either never bind or are never
+  met. The percentiles put the smallest budget where the start answers within it sometimes but
+  not always, which is where a budget reward has something to teach.
 
 Departures: evaluation prompts are the budgeted mode's (``eval.modes``: one user message, the
 benchmark template + problem + urgency words), while training prompts put the boxed instruction
@@ -40,9 +47,11 @@ numbers -- the CIs say how much the table can tell.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from training.arms import Arm
@@ -65,6 +74,9 @@ SHARED_FIELDS = ("model_name_or_path", "answer_format", "learning_rate", "num_ge
 PLAN_FIELDS = ("seed", "max_steps", "dataset_limit")
 # (statistic, per-problem metric of eval.budget.per_problem_at_b, claimed direction for EP)
 CLAIMS = (("budgeted_success", "success", "greater"), ("mean_tokens", "tokens", "less"))
+# the percentiles of the start's answer lengths that become the budgets (smallest first; the
+# claim compares at the smallest): a quarter of the start's answers fit the tightest budget
+BUDGET_PERCENTILES = (25.0, 50.0, 75.0)
 
 
 def arm_label(factor: float) -> str:
@@ -98,6 +110,7 @@ class TablePlan:
     dataset_limit: int | None = 64
     max_completion_length: int | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    budgets: tuple[int, ...] | None = None  # the EP arm's budgets; None keeps the recipe's
 
     def __post_init__(self) -> None:
         factors = self.rlvr_cap_factors
@@ -109,6 +122,9 @@ class TablePlan:
             (self.dataset_limit is None or self.dataset_limit >= 1, "dataset_limit", ">= 1"),
             (self.max_completion_length is None or self.max_completion_length >= 1,
              "max_completion_length", ">= 1"),
+            (self.budgets is None or (len(self.budgets) >= 1 and all(
+                isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in self.budgets)),
+             "budgets", "None or positive whole token counts"),
         ]
         for ok, name, rule in checks:
             if not ok:
@@ -136,7 +152,8 @@ def plan_arms(plan: TablePlan, ep_config: Any, train_spec: str) -> list[Arm]:
     common: dict[str, Any] = {**plan.overrides, "seed": plan.seed, "max_steps": plan.max_steps}
     if plan.dataset_limit is not None:
         common["dataset_limit"] = plan.dataset_limit
-    arms = [Arm(ARM_EP, plan.ep_recipe, {**common, "max_completion_length": cap})]
+    arms = [with_budgets(Arm(ARM_EP, plan.ep_recipe, {**common, "max_completion_length": cap}),
+                         plan.budgets)]
     shared = {name: getattr(ep_config, name) for name in SHARED_FIELDS
               if hasattr(ep_config, name) and _simple(getattr(ep_config, name))}
     for factor in plan.rlvr_cap_factors:
@@ -144,6 +161,15 @@ def plan_arms(plan: TablePlan, ep_config: Any, train_spec: str) -> list[Arm]:
             **shared, **common, "dataset": train_spec, "dataset_fallback": "",
             "max_completion_length": max(1, round(cap * factor))}))
     return arms
+
+
+def with_budgets(arm: Arm, budgets: Sequence[int] | None) -> Arm:
+    """``arm`` with ``budgets`` as its ``budgets`` override (the EP recipe's ``budgets``: the
+    prompts' budget assignments, urgency words and the budget reward's limits all come from it);
+    ``arm`` itself when ``budgets`` is None."""
+    if budgets is None:
+        return arm
+    return Arm(arm.label, arm.recipe, {**arm.overrides, "budgets": [int(b) for b in budgets]})
 
 
 def config_mismatches(configs: Mapping[str, Any]) -> list[str]:
@@ -208,6 +234,191 @@ def heldout_problems(spec: str, n: int, seed: int,
     raise ValueError(f"held-out dataset {spec!r} (seed {seed}) has only {len(kept)} problems that "
                      f"are not in the training data; asked for {n}: lower heldout_n or use "
                      "another spec or seed")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values`` by linear interpolation between the two
+    nearest order statistics: rank ``(n - 1) q / 100`` of the sorted values (Hyndman and Fan's
+    type 7, the usual default of statistics packages)."""
+    if not values:
+        raise ValueError("percentile of no values: the start produced no answers to measure")
+    if not 0 <= q <= 100:
+        raise ValueError(f"a percentile is between 0 and 100, got {q}")
+    ordered = sorted(float(v) for v in values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (rank - low) * (ordered[high] - ordered[low])
+
+
+def percentile_budgets(lengths: Sequence[int], percentiles: Sequence[float]) -> tuple[int, ...]:
+    """One budget per percentile of the answer ``lengths`` (tokens), ascending: the percentile
+    rounded up to a whole token (at least 1), each budget at least one token above the one
+    before (budgets must be distinct: every one has its own prompts and urgency words)."""
+    if not percentiles or list(percentiles) != sorted(set(percentiles)):
+        raise ValueError(f"budget percentiles must be distinct and ascending, got "
+                         f"{list(percentiles)}")
+    out: list[int] = []
+    for q in percentiles:
+        budget = max(1, math.ceil(percentile(lengths, q) - 1e-9))
+        out.append(max(budget, out[-1] + 1) if out else budget)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BudgetMeasure:
+    """What :func:`measure_budgets` measured: the start ``model``, one answer length per
+    training prompt (tokens, the end-of-sequence token not counted; an answer cut at ``cap``
+    counts ``cap``, ``truncated`` of them), the ``percentiles``, their raw ``values`` and the
+    resulting ``budgets``."""
+
+    model: str
+    lengths: tuple[int, ...]
+    percentiles: tuple[float, ...]
+    values: tuple[float, ...]
+    budgets: tuple[int, ...]
+    cap: int
+    truncated: int
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """The figures as plain values (metadata and warehouse columns)."""
+        return {"budget_model": self.model, "budget_percentiles": list(self.percentiles),
+                "budget_percentile_values": [round(v, 3) for v in self.values],
+                "budgets": list(self.budgets), "start_lengths": list(self.lengths),
+                "start_length_cap": self.cap, "start_truncated": self.truncated,
+                "start_sampling": dict(self.sampling)}
+
+
+def start_prompts(ep_config: Any, n_budgets: int) -> list[Any]:
+    """The EP arm's training prompts as it will train on them, before its budgets are known:
+    :func:`training_examples` with the ranks ``1..n_budgets`` standing in for the budgets. A
+    prompt's budget words depend only on its budget's rank among the budgets, and
+    ``add_budgets`` assigns budgets by position (a seeded shuffle of the list), so any
+    ascending budgets give these same prompts."""
+    stand_in = SimpleNamespace(**{name: getattr(ep_config, name) for name in (
+        "dataset", "dataset_fallback", "dataset_limit", "seed", "answer_format")},
+        budgets=list(range(1, n_budgets + 1)))
+    return [row["prompt"] for row in training_examples(stand_in)]
+
+
+def answer_length(ids: Sequence[int], end_ids: Sequence[int]) -> int:
+    """Tokens of one sampled answer before its first end id (the budget reward's count)."""
+    ends = set(end_ids)
+    return next((i for i, tok in enumerate(ids) if tok in ends), len(ids))
+
+
+def sample_answer_lengths(model: str, prompts: Sequence[Any], *, max_new_tokens: int,
+                          temperature: float, top_p: float = 1.0, top_k: int | None = None,
+                          seed: int = 0, threads: int | None = None,
+                          batch_size: int = 16) -> list[int]:
+    """One sampled answer per prompt from ``model`` (a folder or ``embedded``) with
+    transformers' ``generate`` as TRL's GRPO samples on CPU (chat template with the generation
+    prompt, left padding, temperature / top-p / top-k, ``max_new_tokens``); returns each
+    answer's token count (:func:`answer_length`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from training.model_path import resolve_model
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    path = resolve_model(model)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    end_ids = [tokenizer.eos_token_id]
+    gen = GenerationConfig(max_new_tokens=int(max_new_tokens), do_sample=True,
+                           temperature=float(temperature), top_p=float(top_p),
+                           top_k=int(top_k or 0), pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=end_ids)
+    torch.manual_seed(seed)
+    lengths: list[int] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start:start + batch_size]
+        texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(
+            list(p), tokenize=False, add_generation_prompt=True) for p in chunk]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = lm.generate(**enc, generation_config=gen)
+        width = enc["input_ids"].shape[1]
+        lengths += [answer_length(row[width:].tolist(), end_ids) for row in out]
+    return lengths
+
+
+def measure_budgets(ep_config: Any, percentiles: Sequence[float] = BUDGET_PERCENTILES,
+                    sample: Any = None) -> BudgetMeasure:
+    """Budgets from the start: sample ``ep_config``'s model once on each of its training prompts
+    (:func:`start_prompts`, budget words included) at its sampling settings (temperature,
+    top-p, top-k, generation cap
+    ``max_completion_length``, seed, threads) and take :func:`percentile_budgets` of the answer
+    lengths. ``sample`` replaces :func:`sample_answer_lengths` (tests). ValueError when a budget
+    would not be below the cap (the start's answers are cut there: raise the cap)."""
+    sample = sample or sample_answer_lengths
+    percentile_budgets([1], percentiles)  # bad percentiles fail before any sampling
+    settings = {"temperature": float(ep_config.temperature),
+                "top_p": float(getattr(ep_config, "top_p", 1.0) or 1.0),
+                "top_k": int(getattr(ep_config, "top_k", 0) or 0),
+                "max_new_tokens": int(ep_config.max_completion_length),
+                "seed": int(ep_config.seed)}
+    lengths = [int(n) for n in sample(
+        ep_config.model_name_or_path, start_prompts(ep_config, len(percentiles)),
+        threads=getattr(ep_config, "torch_threads", None), **settings)]
+    budgets = percentile_budgets(lengths, percentiles)
+    cap = settings["max_new_tokens"]
+    if budgets[-1] >= cap:
+        raise ValueError(f"the start's answer lengths put budget {budgets[-1]} (percentile "
+                         f"{percentiles[-1]:g}) at or above the generation cap {cap}, so the "
+                         "budgets would not bind in training: raise max_completion_length")
+    return BudgetMeasure(model=str(ep_config.model_name_or_path), lengths=tuple(lengths),
+                         percentiles=tuple(float(q) for q in percentiles),
+                         values=tuple(percentile(lengths, q) for q in percentiles),
+                         budgets=budgets, cap=cap, truncated=sum(n >= cap for n in lengths),
+                         sampling=settings)
+
+
+BUDGET_RULE_COLUMNS = ("budget_source", "budget_percentile", "budget_percentile_value",
+                       "start_model", "start_lengths", "start_truncated")
+
+
+def budget_rule_columns(table: Any, measure: BudgetMeasure | None) -> Any:
+    """The score rows (a pyarrow table with a ``budget`` column) with where their budgets came
+    from: ``budget_source`` (``start_percentiles`` or ``recipe``); for measured budgets the
+    percentile that gave the row's budget and its raw value, the start model, its answer lengths
+    (a JSON list, one per training prompt) and how many were cut at the cap (null for the
+    recipe's budgets). Every column typed, so a run of either kind reads back alike."""
+    import json
+
+    import pyarrow as pa
+
+    n = table.num_rows
+    if measure is None:
+        columns = {"budget_source": ["recipe"] * n, "budget_percentile": [None] * n,
+                   "budget_percentile_value": [None] * n, "start_model": [None] * n,
+                   "start_lengths": [None] * n, "start_truncated": [None] * n}
+    else:
+        by_budget = {b: (q, v) for b, q, v in
+                     zip(measure.budgets, measure.percentiles, measure.values)}
+        budgets = table.column("budget").to_pylist()
+        unknown = sorted({b for b in budgets if b not in by_budget})
+        if unknown:
+            raise ValueError(f"score rows at budget(s) {unknown} that the start's percentiles did "
+                             f"not give (measured budgets {list(measure.budgets)}): evaluate at "
+                             "the measured budgets (leave `budgets` empty)")
+        columns = {"budget_source": ["start_percentiles"] * n,
+                   "budget_percentile": [by_budget[b][0] for b in budgets],
+                   "budget_percentile_value": [by_budget[b][1] for b in budgets],
+                   "start_model": [measure.model] * n,
+                   "start_lengths": [json.dumps(list(measure.lengths))] * n,
+                   "start_truncated": [measure.truncated] * n}
+    types = {"budget_source": pa.string(), "budget_percentile": pa.float64(),
+             "budget_percentile_value": pa.float64(), "start_model": pa.string(),
+             "start_lengths": pa.string(), "start_truncated": pa.int64()}
+    for name in BUDGET_RULE_COLUMNS:
+        table = table.append_column(pa.field(name, types[name]),
+                                    pa.array(columns[name], types[name]))
+    return table
 
 
 @dataclass
