@@ -153,7 +153,12 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     which sets the t interval's degrees of freedom. ``n_discordant`` is likewise the most units
     that differ in any one run (null when a run did not count them): rules 2 and 4 of the
     verdict (:mod:`eval.claims`) then ask whether at least one run could tell the arms apart,
-    never crediting k runs of 2 discordant units with 6."""
+    never crediting k runs of 2 discordant units with 6.
+
+    A run with an ``invalid_arm`` (the experiment found an arm unfit for the part: rule 0 of
+    the verdict) is left out of the pool when at least two valid runs remain
+    (``seeds_left_out`` names it); with fewer, the pooled part carries every left-out run's
+    ``invalid_arm`` and is inconclusive for that reason."""
     parts: dict[tuple[Any, ...], dict[int, Mapping[str, Any]]] = {}
     for row in history:
         seed = run_seed(row)
@@ -169,6 +174,12 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if len(by_seed) < 2:
             continue
         seeds = sorted(by_seed)
+        # a run whose experiment found an arm unfit for this part (``invalid_arm``) is no
+        # evidence: pooled without it when two valid runs remain, else the part is invalid
+        left_out = [s for s in seeds if by_seed[s].get("invalid_arm")]
+        valid = [s for s in seeds if s not in left_out]
+        if len(valid) >= 2:
+            seeds = valid
         runs = [by_seed[s] for s in seeds]
         first = runs[-1]
         pooled: dict[str, Any] = {c: first.get(c) for c in (
@@ -195,7 +206,10 @@ def pooled_rows(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "k": diff.k, "tau2": diff.tau2,
             "seeds": ", ".join(str(s) for s in seeds),
             "run_ids": ", ".join(str(r.get("run_id")) for r in runs),
-            "per_seed": [(s, float(r["diff"]), str(r["verdict"])) for s, r in zip(seeds, runs)]})
+            "per_seed": [(s, float(r["diff"]), str(r["verdict"])) for s, r in zip(seeds, runs)],
+            "seeds_left_out": ", ".join(str(s) for s in left_out if s not in seeds),
+            "invalid_arm": ("; ".join(f"seed {s}: {by_seed[s]['invalid_arm']}" for s in left_out)
+                            if len(valid) < 2 and left_out else None)})
         pooled["verdict"], pooled["inconclusive_reason"] = row_judgement(pooled)
         out.append(pooled)
     out.sort(key=lambda r: (str(r["paper"]), str(r["experiment"]), str(r["scale"]),

@@ -102,6 +102,8 @@ _CLAIM = (
     ("config_json", pa.string()),
     ("seed", pa.int64()),  # the seed that drew the run (training and sampling); null: none
     ("design", pa.string()),  # hash of the run config without its seed (replicates share it)
+    # an arm the experiment found unfit for this part (e.g. collapsed), in words; null: none
+    ("invalid_arm", pa.string()),
 )
 
 TABLES: dict[str, pa.Schema] = {

@@ -34,23 +34,47 @@ The claim's four parts, each one ``claims`` row, paired by held-out problem:
    the mean over the problem's completion positions (§5.3 averages per-problem measurements
    before testing), lower is ``better``.
 
-The CPU task (``heldout_arith`` > 0): the start is the demo's SFT checkpoint (recipe
-``demo_sft``: format SFT on built-in two-digit arithmetic), the arms train on ``demo_grpo``'s
-prompts (``builtin:arith1``), and the held-out problems are one-digit problems neither recipe
-trains on (``training.heldout.heldout_arith``), prompted with the training prompt's instruction
-(the boxed-answer instruction, then the problem, in the one user turn an evaluation sends).
-The SFT data's solutions read ``We compute $a + b = v$.`` blank line ``The answer is
-$\\boxed{v}$.``: two reasoning steps, so the alternate schedule (a handoff at every blank
-line) has one handoff per answer: junior first, the junior computes and the senior boxes;
-senior first, the other way round. Checked on the demo's SFT checkpoint before this module
-was written: of 96 answers (24 held-out problems x 4 at temperature 1) under this prompt, 89%
-wrote the blank line (80% exactly once) and 92% a boxed answer; under weft's standard math
-instruction 86% wrote it. The handoff part is about that one handoff.
+Validity of the drift and cross-entropy parts (fixed before any run;
+``training.tandem.study.COLLAPSE_FRACTION``): an arm whose mean solo pass@1 on the held-out
+problems is below half of its start's (the junior's solo pass@1, evaluated on the same
+problems in the same run) has collapsed. Its token marginals and the junior's surprise at its
+outputs then measure the collapse, not the drift of a working senior, so when either arm
+collapsed both parts are ``inconclusive`` with reason ``invalid_arm`` and the row's
+``invalid_arm`` column names the arm and its figures. Solo accuracy and handoff pass@k stay
+judged: a senior that lost its accuracy is what they measure. The page shows the start's and
+each arm's solo pass@1, the threshold and the arm ruled out (``solo_vs_start``,
+``invalid_arm``), and the handoffs per team answer (``handoffs_per_team_answer``, by arm and
+start in ``handoffs_by_team``).
 
-Not guaranteed: anything beyond the embedded 135M model at CPU scale (8 steps of each arm,
-32-token answers: the senior moves little from the start, so every part may be inconclusive);
-the jackknife treats the statistic as smooth in the counts (the token set is fixed; the
-absolute value is not smooth at 0, which matters only for tokens whose log-ratio is ~0).
+The CPU task (``heldout_chain`` > 0): multi-step arithmetic chains (``builtin:chain``: a
+one-digit start, then 2 to 5 one-digit operations; the worked solution writes one operation
+per paragraph, then ``The answer is $\\boxed{v}$.``). The start is ``chain_sft_checkpoint``
+(recipe ``chain_sft.cpu``: SFT on 128 chains of the seed-0 draw), the arms train with
+``demo_grpo``'s settings on 64 chains of the seed-2 draw, and the held-out problems are chains
+of the seed-3 draw whose text neither the arms nor the start's lineage trained on
+(``training.tandem.study.heldout_chain``), prompted with the training prompt's instruction (the
+boxed-answer instruction, then the problem, in the one user turn an evaluation sends). Each
+paragraph is a reasoning step, so under the alternate schedule a team answer to a chain of m
+operations has m handoffs when written the way the SFT data is (m operation steps and the
+answer step): the senior and the junior take turns several times within one answer.
+Checked on the chain SFT checkpoint before the first run of this design (a pilot through
+this module's own evaluation path, one vLLM server of the start playing senior and junior, 24
+held-out chains x 2 at temperature 1, 128 tokens): solo, 0.31 right, 57 tokens on average, 86
+at most, none capped; as a team, 4.9 handoffs per answer on average (every answer at least 2,
+38 of 48 between 2 and 5) and 0.21 right, with 12.5% of the team answers reaching 128 tokens. The
+team loses accuracy against the same model alone because the handoff is at the text level: a
+prefix that ends in a blank line is re-tokenized by the server into one two-newline token,
+which the SFT data never has before a next step (mid-answer the two newlines are two tokens),
+so the incoming model often writes a third newline or an empty step; 34 of the 48 team
+answers have a triple newline, none of the solo ones. Both arms' teams go through the same
+boundary with the same junior.
+
+Not guaranteed: anything beyond the embedded 135M model at CPU scale (12 steps of each
+arm: the senior may move little from the start, so every part may be inconclusive); the
+jackknife treats the statistic as smooth in the counts (the token set is fixed; the absolute
+value is not smooth at 0, which matters only for tokens whose log-ratio is ~0); the collapse
+rule catches an arm that lost most of its accuracy, not one that degenerated in style while
+staying accurate.
 """
 
 import json
@@ -73,9 +97,14 @@ from training.heldout import (
 )
 from training.model_path import resolve_model
 from training.tandem.study import (
+    ARM_NAMES,
     ARMS,
+    COLLAPSE_PARTS,
     PAPER,
     arm_differences,
+    chain_benchmark,
+    heldout_chain,
+    invalid_arm_text,
     recipe_method,
     solo_rows,
     tandem_claims,
@@ -91,20 +120,25 @@ TANDEM = Experiment(
                 "the junior, lower junior cross-entropy, on the same held-out problems.",
     upstream=(),
     scales={
-        # From the demo's SFT checkpoint (`make demo`, or sft_checkpoint with recipe
-        # demo_sft). Estimate for an idle 2-core machine, about 23 min: two arms x 8 steps
-        # about 9 min (demo: ~20 s per GRPO step on both cores; the tiny run of
-        # tests/assets/test_results_tandem.py took 120 s for a GRPO step and 78 s for a Tandem
-        # step at load 10-15 on one thread), three vLLM CPU servers about 3 min, 7 evaluations
-        # of 96 problems x 2 samples (~35k tokens at the ~65 tokens/s the demo measured) about
-        # 9 min, legibility and drift of 2 x 192 answers about 2 min. The tiny run (1 step per
-        # arm, 4 problems x 2) took 742 s at load 5-15.
+        # From the chain SFT checkpoint (chain_sft_checkpoint, recipe chain_sft.cpu: answers
+        # of one step per paragraph), both arms on chain problems of another draw than the
+        # SFT's (builtin:chain?seed=2; demo_grpo's settings otherwise), evaluated on held-out
+        # chains of a third draw. 12 steps of 4 prompts x 4 rollouts per arm (the earlier
+        # one-digit design trained 8). Estimate for an idle 2-core machine, about 35 min, well
+        # over the 12 min a seed was meant to take: chain answers are about 57 tokens (86 at
+        # most) against about 20, rollouts decode about 90 steps, so a GRPO step is about 50 s
+        # and a Tandem step (two lockstep models, bench/tandem.py: about 2.3x the generation)
+        # about 85 s: 12 x 135 s = 27 min of training; vLLM servers about 2 min; 7 evaluations
+        # of 64 chains x 1 sample, about 29k tokens (team answers about 71 tokens) at 80-100
+        # tokens/s, 5-6 min; legibility under a minute. Measured in a pilot at load 10-17:
+        # 41 tokens/s solo, 37 tokens/s as a team on one server.
         "cpu": {"tandem_claim": {"config": {
-            "start_from": "sft_checkpoint", "start_recipe": "demo_sft",
-            "recipe": "demo_grpo", "max_steps": 8, "seed": 0,
-            "overrides": ["torch_threads=2"],
-            "heldout_arith": 96,
-            "sampling": {"k": 2, "temperature": 1.0, "top_p": 1.0, "max_tokens": 32},
+            "start_from": "chain_sft_checkpoint", "start_recipe": "chain_sft.cpu",
+            "recipe": "demo_grpo", "max_steps": 12, "seed": 0,
+            "overrides": ["torch_threads=2", "dataset=builtin:chain?seed=2",
+                          "dataset_limit=64", "max_completion_length=96"],
+            "heldout_chain": 64, "heldout_arith": 0,
+            "sampling": {"k": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 128},
             "handoff_k": 1, "min_count": 20}}},
         "paper": {"tandem_claim": {"config": {
             # §4.1 and App. A.2-A.3: Qwen3-4B-Instruct-2507 trained on DeepScaleR with the boxed
@@ -118,16 +152,20 @@ TANDEM = Experiment(
             "max_steps": 200, "seed": 0,
             # §4.1 / App. A.2: AMC 23-25, AIME 24-26 and Minerva Math (weft's amc23, aime24,
             # aime25 and minerva_math), pooled per problem as §5.3 pools benchmarks
-            "heldout_arith": 0, "benchmarks": ["amc23", "aime24", "aime25", "minerva_math"],
+            "heldout_chain": 0, "heldout_arith": 0,
+            "benchmarks": ["amc23", "aime24", "aime25", "minerva_math"],
             # Table 4's validation temperature, top-p and samples per problem are illegible in
             # our copy: 16 samples at the model's recommended temperature 0.7 / top-p 0.8;
             # §4.3 reports handoff pass@k up to large k, tested at four k in §5.3: k = 1 here
             "sampling": {"k": 16, "temperature": 0.7, "top_p": 0.8, "max_tokens": 8192},
             "handoff_k": 1, "min_count": 20, "max_concurrency": 64}}},
     },
-    limits={"cpu": "135M embedded model, 8 GRPO steps per arm on one-digit arithmetic from a "
-                   "3-step format SFT, 32-token answers with one reasoning-step handoff, 96 "
-                   "held-out problems x 2 samples: the arms move little from their start",
+    limits={"cpu": "135M embedded model, 12 GRPO steps per arm on multi-step arithmetic "
+                   "chains from a 16-step chain SFT (right on about 0.3 of held-out chains at "
+                   "T = 1), answers of 3 to 6 paragraphs so a team answer has about 4 to 5 "
+                   "handoffs; the text-level handoff re-tokenizes a trailing blank line, which "
+                   "costs the team accuracy even with one model in both seats; 64 held-out "
+                   "chains x 1 sample: the arms may move little from their start",
             "paper": "Table 4's batch size, group size, learning rate and validation "
                      "temperature are lost in our copy (the recipe's and the model's "
                      "recommended sampling stand in); both arms train for GRPO's best step "
@@ -140,19 +178,21 @@ TANDEM = Experiment(
 class TandemClaimConfig(ResultConfig):
     # a checkpoint asset whose latest materialization both arms start from (and the junior
     # is, §3.2); "": the recipe's model (set it with a model_name_or_path override)
-    start_from: str = "sft_checkpoint"
-    start_recipe: str = "demo_sft"  # the start must have been trained with it ("": any)
+    start_from: str = "chain_sft_checkpoint"
+    start_recipe: str = "chain_sft.cpu"  # the start must have been trained with it ("": any)
     recipe: str = "demo_grpo"  # a plain GRPO recipe; the treatment adds kind=tandem
-    max_steps: int = 8
+    max_steps: int = 12
     seed: int = 0
     overrides: list[str] = []  # key=value for both arms
-    # > 0: this many held-out one-digit problems (the CPU task); 0: `benchmarks`
-    heldout_arith: int = 96
+    # > 0: this many held-out multi-step chain problems (the CPU task) or one-digit problems;
+    # both 0: `benchmarks`
+    heldout_chain: int = 64
+    heldout_arith: int = 0
     benchmarks: list[str] = []
     eval_limit: int | None = None  # problems per benchmark (deterministic slice); None: all
     # k samples per problem, solo and in each handoff start; max_tokens per answer, a handoff
     # team shares it
-    sampling: SamplingConfig = SamplingConfig(k=2, temperature=1.0, top_p=1.0, max_tokens=32)
+    sampling: SamplingConfig = SamplingConfig(k=1, temperature=1.0, top_p=1.0, max_tokens=128)
     handoff_k: int = 1  # pass@k of the handoff part (<= k)
     schedule: str = "alternate"  # §4.3 (bernoulli: App. B.3)
     handoff_p: float = 0.5
@@ -180,7 +220,7 @@ def start_checkpoint(context: dg.AssetExecutionContext, config: TandemClaimConfi
             raise dg.Failure(description=(
                 f"the latest {config.start_from} was trained with recipe {recipe or '?'!r}, "
                 f"not {config.start_recipe!r}: materialize {config.start_from} with recipe "
-                f"{config.start_recipe} (`make demo` does), or set start_recipe"))
+                f"{config.start_recipe}, or set start_recipe"))
     return path, checkpoint_id
 
 
@@ -219,13 +259,19 @@ def heldout_sets(config: TandemClaimConfig, arm_args: list[str], start_id: str, 
     from eval.benchmarks import get as get_benchmark
     from pipelines.ingest import load_source
     try:
-        if config.heldout_arith > 0:
+        if config.heldout_chain > 0 and config.heldout_arith > 0:
+            raise ValueError("set one of heldout_chain and heldout_arith (the other 0): the "
+                             "claim is evaluated on one held-out task")
+        if config.heldout_chain > 0 or config.heldout_arith > 0:
             seen = training_problems([(config.recipe, arm_args)])
             if start_id:
                 seen |= checkpoint_problems(checkpoint_chain(wh, start_id))
+            if config.heldout_chain > 0:
+                return [(chain_benchmark(), heldout_chain(config.heldout_chain, exclude=seen))]
             return [(heldout_benchmark(), heldout_arith(config.heldout_arith, exclude=seen))]
         if not config.benchmarks:
-            raise ValueError("no held-out problems: set heldout_arith > 0 or list benchmarks")
+            raise ValueError("no held-out problems: set heldout_chain or heldout_arith > 0, or "
+                             "list benchmarks")
         out = []
         for name in config.benchmarks:
             bench = get_benchmark(name)
@@ -352,11 +398,39 @@ def record_tandem_claim(context: dg.AssetExecutionContext, wh: Any, config: Tand
         **(result.metadata or {}),
         "arms": dg.MetadataValue.json(json.loads(json.dumps(setup["arms"]))),
         "junior": junior_id,
+        **validity_metadata(details),
         "details": dg.MetadataValue.json(json.loads(json.dumps(details, default=str))),
     })
 
 
-@dg.asset(name=TANDEM.name, group_name="results", deps=["sft_checkpoint"],
+def validity_metadata(details: Mapping[str, Any]) -> dict[str, Any]:
+    """The page's entries for the collapse rule (each arm's solo pass@1 against the start's,
+    the threshold, which parts an invalid arm makes inconclusive) and the handoffs per team
+    answer (how many times the junior and the senior changed hands, §4.3)."""
+    check, handoffs = details["collapse"], details["handoffs_per_answer"]
+    rule = (f"an arm whose mean solo pass@1 is below {check['fraction']:g} x the start's "
+            f"(the junior's, same problems, same run) has collapsed; then the "
+            f"{' and '.join(COLLAPSE_PARTS)} parts are inconclusive")
+    records = [dg.TableRecord({"model": name, "solo pass@1": f"{value:.3f}",
+                               "collapsed": "—" if name == "start (junior)" else
+                               ("yes" if arm in check["collapsed"] else "no")})
+               for arm, name, value in [("start", "start (junior)", check["start"]),
+                                        *((a, ARM_NAMES[a], check["arms"][a]) for a in ARMS)]]
+    all_handoffs = handoffs.get("all")
+    return {
+        "collapse_rule": rule,
+        "collapse_threshold": float(check["threshold"]),
+        "solo_vs_start": dg.MetadataValue.table(records=records, schema=dg.TableSchema(
+            columns=[dg.TableColumn(c, "string")
+                     for c in ("model", "solo pass@1", "collapsed")])),
+        "invalid_arm": invalid_arm_text(check) or "none",
+        "handoffs_per_team_answer": (float(all_handoffs) if all_handoffs is not None
+                                     else "no answered team samples"),
+        "handoffs_by_team": dg.MetadataValue.json(json.loads(json.dumps(handoffs))),
+    }
+
+
+@dg.asset(name=TANDEM.name, group_name="results", deps=["chain_sft_checkpoint"],
           kinds={"pytorch", "python"}, description=TANDEM.description)
 def tandem_claim(context: dg.AssetExecutionContext, config: TandemClaimConfig,
                  trainer: TrainerLauncher, warehouse: WarehouseResource, llm: LLMResource,

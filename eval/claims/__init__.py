@@ -33,6 +33,10 @@ Before the CI rule, a comparison that cannot inform the claim is ``inconclusive`
 kind, and the row says why in ``inconclusive_reason`` (:func:`uninformative`; checked in this
 order):
 
+0. ``invalid_arm``: the experiment found an arm unfit for this part and named it in the row's
+   ``invalid_arm`` column (Tandem RL: an arm whose solo accuracy collapsed below half of its
+   start's is no evidence about drift from the junior; the rule is the experiment's, fixed
+   before its runs). Whatever the CI says, the part is not evidence.
 1. ``no_variation``: every unit scores one and the same value in both arms (both arms' CIs are
    that single point, e.g. accuracy 0 against 0 with a model too small to solve anything).
 2. ``no_discordant_units``: the arms score the same on every unit (``n_discordant == 0``). The
@@ -110,12 +114,13 @@ PLUMBING = "plumbing"
 ROLES = (CLAIM, CHECK, PLUMBING)
 
 # why a comparison is uninformative (the ``inconclusive_reason`` column), in the order checked
+INVALID_ARM = "invalid_arm"
 NO_VARIATION = "no_variation"
 NO_DISCORDANT = "no_discordant_units"
 FLOOR = "floor"
 CEILING = "ceiling"
 FEW_DISCORDANT = "few_discordant_units"
-REASONS = (NO_VARIATION, NO_DISCORDANT, FLOOR, CEILING, FEW_DISCORDANT)
+REASONS = (INVALID_ARM, NO_VARIATION, NO_DISCORDANT, FLOOR, CEILING, FEW_DISCORDANT)
 
 # The fewest discordant units (units where the arms differ) a comparison needs. With m of them,
 # the exact two-sided paired sign test's smallest p-value is 2 * 0.5**m (all m in one direction):
@@ -291,6 +296,8 @@ def uninformative(row: Mapping[str, Any]) -> str | None:
     """Why a ``claims`` row's comparison cannot inform its claim (one of :data:`REASONS`, rules
     1-4 of the module docstring in order), or None when the CI rule decides. Rules whose
     columns the row lacks (null) are not applied."""
+    if row.get("invalid_arm"):
+        return INVALID_ARM
     if no_variation(row):
         return NO_VARIATION
     discordant = _n_discordant(row)
@@ -331,6 +338,8 @@ def reason_text(row: Mapping[str, Any]) -> str:
     reason = row.get("inconclusive_reason")
     if not reason:
         return ""
+    if reason == INVALID_ARM:
+        return f"an arm is not valid for this part: {row.get('invalid_arm') or 'see the run'}"
     if reason == NO_VARIATION:
         return "both arms score one value on every unit"
     if reason == NO_DISCORDANT:

@@ -34,14 +34,14 @@ RUN_COLUMNS = (
     "margin", "bound_low", "bound_high", "paper_value", "reference", "reference_value",
     "reference_ci_low", "reference_ci_high", "treatment", "treatment_value", "treatment_ci_low",
     "treatment_ci_high", "diff", "diff_ci_low", "diff_ci_high", "n", "n_discordant", "verdict",
-    "inconclusive_reason", "scale", "seed", "design", "run_id", "created_at")
+    "inconclusive_reason", "invalid_arm", "scale", "seed", "design", "run_id", "created_at")
 # the same part pooled over the newest run of each seed of that design (empty without seeds)
 POOLED_COLUMNS = (
     "seeds", "k", "pooled_reference_value", "pooled_reference_ci_low",
     "pooled_reference_ci_high", "pooled_treatment_value", "pooled_treatment_ci_low",
     "pooled_treatment_ci_high", "pooled_diff", "pooled_diff_ci_low", "pooled_diff_ci_high",
     "pooled_n", "pooled_n_discordant", "pooled_verdict", "pooled_inconclusive_reason",
-    "pooled_run_ids")
+    "pooled_run_ids", "pooled_seeds_left_out", "pooled_invalid_arm")
 COLUMNS = RUN_COLUMNS + POOLED_COLUMNS
 _NUMBERS = {"margin", "bound_low", "bound_high", "reference_value", "reference_ci_low",
             "reference_ci_high", "treatment_value", "treatment_ci_low", "treatment_ci_high",
@@ -77,6 +77,8 @@ def export_rows(wh: Any) -> list[dict[str, Any]]:
                 "pooled_n_discordant": p["n_discordant"], "pooled_verdict": p["verdict"],
                 "pooled_inconclusive_reason": p["inconclusive_reason"],
                 "pooled_run_ids": p["run_ids"],
+                "pooled_seeds_left_out": p.get("seeds_left_out") or None,
+                "pooled_invalid_arm": p.get("invalid_arm"),
                 **{f"pooled_{c}": p[c] for c in (
                     "reference_value", "reference_ci_low", "reference_ci_high",
                     "treatment_value", "treatment_ci_low", "treatment_ci_high", "diff",
@@ -145,14 +147,17 @@ def shown_row(row: Mapping[str, Any]) -> dict[str, Any]:
     shown = dict(row)
     for c in ("reference_value", "reference_ci_low", "reference_ci_high", "treatment_value",
               "treatment_ci_low", "treatment_ci_high", "diff", "diff_ci_low", "diff_ci_high",
-              "n", "n_discordant", "verdict", "inconclusive_reason"):
+              "n", "n_discordant", "verdict", "inconclusive_reason", "invalid_arm"):
         shown[c] = row[f"pooled_{c}"]
     return shown
 
 
 def _seeds_cell(row: Mapping[str, Any]) -> str:
     if row.get("pooled_verdict") is not None:
-        return f"{row['k']} pooled ({row['seeds']})"
+        out = f"{row['k']} pooled ({row['seeds']})"
+        if row.get("pooled_seeds_left_out"):
+            out += f"; left out (invalid arm): {row['pooled_seeds_left_out']}"
+        return out
     return "1 (seed —)" if row.get("seed") is None else f"1 (seed {row['seed']})"
 
 

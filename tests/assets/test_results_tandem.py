@@ -22,7 +22,14 @@ from eval.claims import ClaimError
 from eval.handoff_team import handoff_label
 from eval.tandem_metrics import drift_by_problem
 from training.heldout import HELDOUT_BENCHMARK, heldout_benchmark
-from training.tandem.study import ARM_NAMES, TANDEM_SOLO_MARGIN, tandem_claims
+from training.tandem.study import (
+    ARM_NAMES,
+    TANDEM_SOLO_MARGIN,
+    collapse_check,
+    heldout_chain,
+    invalid_arm_text,
+    tandem_claims,
+)
 from warehouse import Lineage, Warehouse
 from warehouse.partitions import eval_partition, partition_key
 
@@ -88,11 +95,17 @@ def _write(wh, label: str, rows: list[dict], run: str) -> None:
                                                    partition=eval_partition(HELDOUT_BENCHMARK, label)))
 
 
-def _samples(label: str, correct: dict, outputs: dict | None = None, mode: str = "single"):
+def _samples(label: str, correct: dict, outputs: dict | None = None, mode: str = "single",
+             handoffs: list[int] | None = None):
     return [{"model": label, "benchmark": HELDOUT_BENCHMARK, "problem_id": p,
              "sample_index": i, "correct": bool(c), "mode": mode, "gen_error": None,
-             "output": (outputs or {}).get(p, ["0"] * K)[i]}
+             "output": (outputs or {}).get(p, ["0"] * K)[i],
+             "handoffs": None if handoffs is None else handoffs[i]}
             for p, cs in correct.items() for i, c in enumerate(cs)]
+
+
+# handoffs of each team sample, by sample index: GRPO's teams 0, 1, 2, 3; Tandem's 2 each
+HANDOFFS = {"grpo": [0, 1, 2, 3], "tandem": [2, 2, 2, 2]}
 
 
 def _world(wh, rng):
@@ -113,7 +126,8 @@ def _world(wh, rng):
     for arm, model in MODELS.items():
         for starts in ("senior", "junior"):
             label = handoff_label(model, JUNIOR, starts)
-            _write(wh, label, _samples(label, team[arm], mode="handoff"), f"{arm}-{starts}")
+            _write(wh, label, _samples(label, team[arm], mode="handoff",
+                                       handoffs=HANDOFFS[arm]), f"{arm}-{starts}")
     ce = {}
     for arm, model in MODELS.items():
         ce[arm] = {p: [(1.0 + 0.1 * i - (0.4 if arm == "tandem" else 0.0), 2 + i)
@@ -169,6 +183,84 @@ def test_tandem_claims_from_rows_known_by_construction(weft_home):
                                                    for k in keys]))
     assert drift["treatment_value"] == pytest.approx(0.0, abs=1e-12)
     assert drift["verdict"] == "reproduced" and details["drift_frequent_tokens"] == 4
+    # every arm scores the start's solo accuracy: no collapse, no part marked invalid
+    assert details["collapse"]["collapsed"] == []
+    assert all(r["invalid_arm"] is None for r in rows)
+    # handoffs per team answer: GRPO's teams (0+1+2+3)/4 = 1.5 from each start, Tandem's 2
+    per_answer = details["handoffs_per_answer"]
+    assert per_answer["grpo/senior"] == per_answer["grpo/junior"] == pytest.approx(1.5)
+    assert per_answer["tandem/senior"] == per_answer["tandem/junior"] == pytest.approx(2.0)
+    assert per_answer["all"] == pytest.approx(1.75)
+    assert per_answer["share_with_one"] == pytest.approx((3 / 4 + 1) / 2)
+    assert per_answer["answers"] == 4 * len(PIDS) * K
+
+
+# ---- the validity rule: a collapsed arm says nothing about drift or cross-entropy ----------------
+
+def test_collapse_rule_on_constructed_scores():
+    """Means over the problems all three were scored on, threshold half the start's mean,
+    strictly below it collapses; worked out by hand."""
+    start = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0, "extra": 0.0}  # 3/4 on a-d; "extra" unscored
+    grpo = {"a": 1.0, "b": 1.0, "c": 0.5, "d": 0.5}  # 3/4
+    tandem = {"a": 0.5, "b": 0.0, "c": 0.0, "d": 0.0}  # 1/8, below 3/8
+    check = collapse_check({"grpo": grpo, "tandem": tandem}, start)
+    assert check["problems"] == 4
+    assert check["start"] == pytest.approx(0.75) and check["threshold"] == pytest.approx(0.375)
+    assert check["arms"] == {"grpo": pytest.approx(0.75), "tandem": pytest.approx(0.125)}
+    assert check["collapsed"] == ["tandem"]
+    text = invalid_arm_text(check)
+    assert text.startswith("Tandem RL collapsed") and "0.125" in text and "0.750" in text
+    assert "GRPO" not in text and "4 problems" in text
+    # exactly at the threshold (3/8 = 0.5 x 3/4) is not below it
+    at = {"a": 0.5, "b": 0.5, "c": 0.5, "d": 0.0}
+    assert collapse_check({"grpo": grpo, "tandem": at}, start)["collapsed"] == []
+    # both arms below it; the reference named first
+    both = collapse_check({"grpo": tandem, "tandem": tandem}, start)
+    assert both["collapsed"] == ["grpo", "tandem"]
+    assert invalid_arm_text(both).startswith("GRPO collapsed") and "Tandem RL collapsed" in \
+        invalid_arm_text(both)
+    # a start that solves nothing: nothing can fall below 0
+    zero = {p: 0.0 for p in start}
+    assert collapse_check({"grpo": tandem, "tandem": zero}, zero)["collapsed"] == []
+    assert invalid_arm_text(collapse_check({"grpo": grpo, "tandem": grpo}, start)) is None
+    with pytest.raises(ClaimError, match="evaluate the junior alone"):
+        collapse_check({"grpo": grpo, "tandem": tandem}, {"z": 1.0})
+
+
+def _collapse(wh, arm: str) -> None:
+    """A newer solo evaluation of ``arm``'s senior, wrong on every sample (same outputs)."""
+    model = MODELS[arm]
+    outputs = {p: ["5 5 5 1"] * K for p in PIDS} if arm == "grpo" else None
+    _write(wh, model, _samples(model, {p: [0] * K for p in PIDS}, outputs), f"collapsed-{arm}")
+
+
+@pytest.mark.parametrize("arm", ["tandem", "grpo"])
+def test_a_collapsed_arm_makes_drift_and_cross_entropy_inconclusive(weft_home, arm):
+    """The world of the test above, where drift and cross-entropy favour Tandem RL, with one
+    senior's newest solo run wrong everywhere (the start is right on about half): those two
+    parts turn inconclusive for the invalid arm, named in the row; solo and handoff are judged
+    as before (a collapse is what they measure)."""
+    wh = Warehouse()
+    solo, _team, _ce, _out = _world(wh, np.random.default_rng(0))
+    start_mean = np.mean([np.mean(solo[p]) for p in PIDS])
+    assert start_mean > 0.2  # so an arm right nowhere is below half of it
+    _collapse(wh, arm)
+    rows, details = tandem_claims(wh, MODELS, JUNIOR, [HELDOUT_BENCHMARK], tokenize=_tokens,
+                                  vocab_size=VOCAB, handoff_k=1, min_count=4, n_boot=500)
+    by = {r["section"].split()[0]: r for r in rows}
+    assert details["collapse"]["collapsed"] == [arm]
+    assert details["collapse"]["start"] == pytest.approx(start_mean)
+    for part in ("§4.4", "§4.5"):
+        assert (by[part]["verdict"], by[part]["inconclusive_reason"]) == ("inconclusive",
+                                                                          "invalid_arm")
+        assert by[part]["invalid_arm"].startswith(f"{ARM_NAMES[arm]} collapsed")
+    assert by["§4.2"]["invalid_arm"] is None and by["§4.3"]["invalid_arm"] is None
+    assert by["§4.3"]["verdict"] == "reproduced"  # the handoff rows did not change
+    # the collapsed arm's accuracy is the solo part's evidence: a drop of the start's mean
+    sign = -1 if arm == "tandem" else 1
+    assert by["§4.2"]["diff"] == pytest.approx(sign * start_mean)
+    if arm == "tandem":
+        assert by["§4.2"]["verdict"] == "not reproduced"
 
 
 def test_the_wrong_direction_is_not_reproduced(weft_home):
@@ -206,18 +298,57 @@ def test_arms_differ_in_the_method_only_and_the_reference_must_be_plain_grpo(emb
     args = arm_overrides(config, str(embedded_model_dir), "demo_sft-x")
     assert args["tandem"] == [*args["grpo"], "kind=tandem"]
     assert f"model_name_or_path={embedded_model_dir}" in args["grpo"]
-    assert "seed=0" in args["grpo"] and "max_steps=8" in args["grpo"]
+    assert "seed=0" in args["grpo"] and f"max_steps={config.max_steps}" in args["grpo"]
     with pytest.raises(dg.Failure, match="not plain GRPO"):
         arm_overrides(config.model_copy(update={"recipe": "tandem_grpo.cpu"}), "", "")
     paper = TandemClaimConfig(**TANDEM.run_config("paper")["ops"]["tandem_claim"]["config"])
     assert paper.start_from == "" and paper.benchmarks and paper.max_steps == 200
 
 
+def test_heldout_chains_leave_out_what_the_arms_and_the_start_train_on(weft_home):
+    """The CPU task: held-out chain problems of another draw, none of them in the arms'
+    training set or in the start's SFT set (read through its ``checkpoints`` row), each with
+    several steps, prompted with the boxed instruction then the problem."""
+    from training.config import load_config
+    from training.data import builtin_chain, load_dataset
+
+    config = TandemClaimConfig(**TANDEM.run_config("cpu")["ops"]["tandem_claim"]["config"])
+    args = arm_overrides(config, "", "")["grpo"]
+    sft = load_config(config.start_recipe, [])
+    wh = Warehouse()
+    wh.write("checkpoints", [{"checkpoint_id": "chain_sft.cpu-x", "kind": "sft",
+                              "recipe": config.start_recipe, "parent_checkpoint": None,
+                              "config_json": json.dumps({"dataset": sft.dataset,
+                                                         "dataset_limit": sft.dataset_limit,
+                                                         "seed": sft.seed})}])
+    ((bench, rows),) = heldout_sets(config, args, "chain_sft.cpu-x", wh)
+    assert bench.name == "chain_heldout" and len(rows) == config.heldout_chain
+    grpo = load_config(config.recipe, args)
+    trained = {r["problem"] for r in load_dataset(grpo.dataset, limit=grpo.dataset_limit,
+                                                  seed=grpo.seed).rows}
+    sft_rows = load_dataset(sft.dataset, limit=sft.dataset_limit, seed=sft.seed).rows
+    started = {r["prompt"][-1]["content"] for r in sft_rows}
+    assert grpo.dataset.startswith("builtin:chain") and sft.dataset == "builtin:chain_sft"
+    assert len(trained) == grpo.dataset_limit and len(started) == sft.dataset_limit
+    texts = [r["problem"] for r in rows]
+    assert len(set(texts)) == len(texts) and not (trained | started) & set(texts)
+    assert all(2 <= r["steps"] <= 5 for r in rows)
+    prompt = bench.render(rows[0])
+    assert prompt.endswith("\n\n" + rows[0]["problem"]) and "\\boxed{}" in prompt
+    # the draw of another seed, in its order, with the excluded texts skipped
+    drawn = builtin_chain(3 + 10, 3)
+    assert [r["problem"] for r in heldout_chain(10, exclude={d["problem"] for d in drawn[:3]})
+            ] == [d["problem"] for d in drawn[3:]]
+    with pytest.raises(dg.Failure, match="set one of heldout_chain and heldout_arith"):
+        heldout_sets(config.model_copy(update={"heldout_arith": 8}), args, "", None)
+
+
 def test_heldout_problems_leave_out_what_either_recipe_trains_on():
     from training.config import load_config
     from training.data import load_dataset
 
-    config = TandemClaimConfig(heldout_arith=60)
+    config = TandemClaimConfig(heldout_arith=60, heldout_chain=0, start_recipe="demo_sft",
+                               start_from="sft_checkpoint", recipe="demo_grpo")
     ((bench, rows),) = heldout_sets(config, ["seed=0", "max_steps=8"], "", None)
     assert bench.name == HELDOUT_BENCHMARK and len(rows) == 60
     trained = set()
@@ -236,35 +367,39 @@ def test_heldout_problems_leave_out_what_either_recipe_trains_on():
 @pytest.mark.slow
 @pytest.mark.server
 def test_tiny_real_claim_job(weft_home, embedded_model_dir):
-    """A one-step demo SFT, then the claim job: both arms one real GRPO step (plain and
-    Tandem) through Pipes, both seniors and the junior on real local vLLM servers, solo and in
-    handoff mode on 4 held-out problems x 2 samples, legibility on the real models."""
+    """A one-step chain SFT, then the claim job at its CPU settings but smaller: both arms one
+    real GRPO step (plain and Tandem) on chain problems through Pipes, both seniors and the
+    junior on real local vLLM servers, solo and in handoff mode on 4 held-out chains x 2
+    samples, legibility on the real models."""
     import time
 
     from assets.resources import GraderResource, LLMResource, WarehouseResource
     from assets.results.experiments import claim_job
     from assets.results.tandem_results import tandem_claim
-    from assets.training import TrainerLauncher, sft_checkpoint
+    from assets.training import CHECKPOINT_ASSETS, TrainerLauncher
 
+    chain_sft = CHECKPOINT_ASSETS["chain_sft_checkpoint"]
     resources = {"trainer": TrainerLauncher(), "warehouse": WarehouseResource(),
                  "llm": LLMResource(max_concurrency=4), "grader": GraderResource(processes=1)}
     instance = dg.DagsterInstance.ephemeral()
     t0 = time.perf_counter()
-    sft = dg.materialize([sft_checkpoint], resources=resources, instance=instance,
-                         run_config={"ops": {"sft_checkpoint": {"config": {
-                             "recipe": "demo_sft",
+    sft = dg.materialize([chain_sft], resources=resources, instance=instance,
+                         run_config={"ops": {"chain_sft_checkpoint": {"config": {
+                             "recipe": "chain_sft.cpu",
                              "overrides": [f"model_name_or_path={embedded_model_dir}",
                                            "max_steps=1"]}}}})
     assert sft.success
     t1 = time.perf_counter()
-    defs = dg.Definitions(assets=[sft_checkpoint, tandem_claim], jobs=[claim_job(TANDEM)],
+    defs = dg.Definitions(assets=[chain_sft, tandem_claim], jobs=[claim_job(TANDEM)],
                           resources=resources)
+    cpu = TANDEM.run_config("cpu")["ops"]["tandem_claim"]["config"]
     result = defs.resolve_job_def("tandem_claim_job").execute_in_process(
         instance=instance, raise_on_error=False, run_config={"scale": "cpu", "ops": {
             "tandem_claim": {"config": {
-                "max_steps": 1, "heldout_arith": 4, "sampling": {"k": 2}, "min_count": 2,
+                "max_steps": 1, "heldout_chain": 4, "sampling": {"k": 2}, "min_count": 2,
                 "n_boot": 200,
-                "overrides": ["torch_threads=1"]}}}})
+                "overrides": [*(o for o in cpu["overrides"] if not o.startswith("torch_")),
+                              "torch_threads=1"]}}}})
     t2 = time.perf_counter()
     print(f"[timing] sft {t1 - t0:.0f}s, claim job {t2 - t1:.0f}s")
     wh = Warehouse()
@@ -278,9 +413,11 @@ def test_tiny_real_claim_job(weft_home, embedded_model_dir):
     teams = wh.sql("SELECT handoff_starts, segment_authors FROM eval_samples WHERE mode = "
                    "'handoff'").to_pylist()
     assert all(r["segment_authors"][0] == r["handoff_starts"][0].upper() for r in teams)
-    share = wh.sql("SELECT avg(CASE WHEN handoffs >= 1 THEN 1.0 ELSE 0.0 END) AS s FROM "
-                   "eval_samples WHERE mode = 'handoff'").to_pylist()[0]["s"]
-    print(f"[handoff] share of team answers with at least one handoff: {share:.2f}")
+    share, mean = wh.sql("SELECT avg(CASE WHEN handoffs >= 1 THEN 1.0 ELSE 0.0 END) AS s, "
+                         "avg(handoffs) AS m FROM eval_samples WHERE mode = 'handoff' AND "
+                         "gen_error IS NULL").to_pylist()[0].values()
+    print(f"[handoff] share of team answers with at least one handoff: {share:.2f}, "
+          f"mean handoffs {mean:.2f}")
     assert wh.sql("SELECT count(DISTINCT model) AS n FROM tandem_summary").to_pylist()[0]["n"] == 2
     if result.success:
         rows = wh.sql("SELECT * FROM claims").to_pylist()
@@ -288,6 +425,11 @@ def test_tiny_real_claim_job(weft_home, embedded_model_dir):
         assert all(r["n"] >= 2 and r["experiment"] == TANDEM.name for r in rows)
         stored = json.loads(rows[0]["config_json"])
         assert stored["arms"]["grpo"]["steps"] == stored["arms"]["tandem"]["steps"] == 1
+        assert all("invalid_arm" in r for r in rows)
+        (mat,) = result.asset_materializations_for_node("tandem_claim")
+        page = mat.metadata
+        assert page["handoffs_per_team_answer"].value == pytest.approx(mean)
+        assert "solo_vs_start" in page and "collapse_rule" in page
         print("[claims]", [(r["section"], r["diff"], r["verdict"]) for r in rows])
     else:  # too few answered problems for a part: a recorded, explained failure
         failed = wh.sql("SELECT status, error FROM runs WHERE asset = 'tandem_claim'"

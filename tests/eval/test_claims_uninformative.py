@@ -201,3 +201,25 @@ def test_bounds_are_checked():
         no_worse(margin=2.0, bounds=(0.0, 1.0))
     with pytest.raises(ClaimError, match=r"outside its bounds \(0.0, 1.0\) \(e.g. 1.5\)"):
         judge(better(bounds=(0.0, 1.0)), [0.5] * 10, [1.5] + [0.5] * 9, n_boot=100)
+
+
+def test_an_invalid_arm_makes_the_part_inconclusive_whatever_its_ci():
+    from eval.claims import (
+        INCONCLUSIVE,
+        INVALID_ARM,
+        REPRODUCED,
+        Claim,
+        judge,
+        reason_text,
+        row_judgement,
+    )
+
+    claim = Claim(paper="P", section="S", statement="t drifts less", metric="drift",
+                  reference="r", treatment="t", higher_is_better=False)
+    ref = [float(i % 5) + 1.0 for i in range(40)]
+    row = judge(claim, ref, [r - 1.0 for r in ref], n_boot=300)
+    assert row["verdict"] == REPRODUCED
+    marked = dict(row, invalid_arm="t collapsed (solo pass@1 0.1 < 0.5 x the start's 0.8)")
+    assert row_judgement(marked) == (INCONCLUSIVE, INVALID_ARM)
+    shown = dict(marked, verdict=INCONCLUSIVE, inconclusive_reason=INVALID_ARM)
+    assert reason_text(shown).startswith("an arm is not valid for this part: t collapsed")

@@ -175,3 +175,17 @@ def test_pooled_rows_keep_the_role_and_the_most_units_that_differ_in_one_run():
            enumerate([rows[0], rows[1], rows[0]])]
     (p3,) = pooled_rows(few)
     assert p3["n_discordant"] == 2 and p3["inconclusive_reason"] == "few_discordant_units"
+
+
+def test_a_run_with_an_invalid_arm_is_left_out_of_the_pool():
+    rows = [_row(0.5, 0, "a", "2026-01-01"), _row(0.4, 1, "b", "2026-01-02"),
+            dict(_row(-3.0, 2, "c", "2026-01-03"), invalid_arm="t collapsed")]
+    (p,) = pooled_rows(rows)
+    assert p["seeds"] == "0, 1" and p["seeds_left_out"] == "2" and p["invalid_arm"] is None
+    expected = pool([r["diff"] for r in rows[:2]],
+                    [se_from_ci(r["diff_ci_low"], r["diff_ci_high"]) for r in rows[:2]])
+    assert p["diff"] == pytest.approx(expected.value)
+    # fewer than two valid runs: the pooled part is invalid, naming the seeds
+    (q,) = pooled_rows([rows[0], rows[2], dict(rows[1], invalid_arm="r collapsed")])
+    assert q["invalid_arm"] == "seed 1: r collapsed; seed 2: t collapsed"
+    assert (q["verdict"], q["inconclusive_reason"]) == ("inconclusive", "invalid_arm")

@@ -14,6 +14,11 @@ functions; the ``tandem_*`` assets and ``tandem_claim`` wire them.
   mean of both starts), drift (the survival-curve area made per problem by the jackknife,
   ``eval.tandem_metrics.drift_by_problem``) and junior legibility (per-problem junior
   cross-entropy). The design is written out in the ``tandem_claim`` asset's module.
+- :func:`collapse_check`, :func:`invalid_arm_text`: the validity rule of the drift and
+  cross-entropy parts (an arm that lost most of its start's solo accuracy has collapsed, and
+  its drift and legibility say nothing about the paper's constructs).
+- :func:`heldout_chain`, :func:`chain_benchmark`: held-out multi-step chain problems (the CPU
+  task) and the benchmark that prompts them.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eval.claims import Claim, ClaimError, judge
+from eval.benchmarks import Benchmark
+from eval.claims import INCONCLUSIVE, INVALID_ARM, Claim, ClaimError, judge
 from eval.claims.paper_reports import paper_value
 from eval.claims.readers import newest_samples, problem_scores
 from eval.handoff_team import handoff_label
 from eval.modes import build_mode
 from eval.recorded import Evaluation
 from eval.runner import EvalConfig
+from pipelines.formats import BOXED_SYSTEM_PROMPT
 from warehouse.partitions import partition_key
 
 STARTS = ("senior", "junior")
@@ -38,6 +45,27 @@ STARTS = ("senior", "junior")
 # calls a drop of less than 10 points of held-out accuracy "keeps", and the same margin is used
 # here so that both read the same on one task and one held-out set.
 TANDEM_SOLO_MARGIN = 0.10
+# Fixed before any run: the validity rule of the drift (§4.4) and cross-entropy (§4.5) parts.
+# An arm whose mean solo pass@1 on the held-out problems is below this fraction of its start's
+# (the junior's, evaluated on the same problems in the same run) has collapsed: RL is meant to
+# keep or raise the start's accuracy, and a senior that lost over half of it writes something
+# else than the task's reasoning (in one CPU draw a collapsed Tandem senior answered 0.24
+# against plain GRPO's 0.84 and wrote vector notation instead of arithmetic). Its token
+# marginals and the junior's surprise at its outputs then measure that failure, not how far a
+# working senior drifted, so either arm collapsing makes both parts inconclusive, with the
+# arm named. Solo accuracy and handoff pass@k stay judged: a collapse is what they measure.
+# The fraction is not tuned to any run: half is where most of what the start could do is gone.
+# At the CPU scale (64 held-out chains, one sample each, a start right on about 0.3 of them)
+# the threshold sits about 0.15 below the start, some 2.5 standard errors of an arm's mean, so
+# sampling noise alone rarely crosses it; seed 2's collapse of the earlier design (0.24
+# against GRPO's 0.84, start about 0.5) was far beyond it.
+COLLAPSE_FRACTION = 0.5
+# The row column that names an arm ruled invalid for a part (null: both valid) and the reason
+# such a part is inconclusive for (the ``inconclusive_reason`` column).
+INVALID_ARM_COLUMN = "invalid_arm"
+INVALID_ARM_REASON = INVALID_ARM  # eval.claims' reason: the verdict rule's rule 0
+# Parts the validity rule applies to (keys of :func:`claim_parts`).
+COLLAPSE_PARTS = ("drift", "legibility")
 ARMS = ("grpo", "tandem")  # reference, treatment
 ARM_NAMES = {"grpo": "GRPO", "tandem": "Tandem RL"}
 PAPER = "Tandem RL"
@@ -116,6 +144,80 @@ def arm_differences(grpo: Any, tandem: Any) -> list[str]:
     return [k for k in differ if k not in RUN_NAMES]
 
 
+HELDOUT_CHAIN_BENCHMARK = "chain_heldout"
+HELDOUT_CHAIN_SEED = 3  # the draw of held-out chains (training sets use other seeds)
+
+
+def chain_benchmark() -> Benchmark:
+    """The held-out chain problems as a benchmark: the math grader, the boxed-answer
+    instruction training prompts carry followed by the problem, in the one user turn an
+    evaluation sends."""
+    instruction = BOXED_SYSTEM_PROMPT.replace("{", "{{").replace("}", "}}")
+    return Benchmark(HELDOUT_CHAIN_BENCHMARK, HELDOUT_CHAIN_BENCHMARK, "math",
+                     instruction + "\n\n{problem}")
+
+
+def heldout_chain(n: int, seed: int = HELDOUT_CHAIN_SEED,
+                  exclude: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """``n`` multi-step chain problems (``training.data.builtin_chain``, drawn in the order of
+    ``seed``) whose text is not in ``exclude`` (the training problems). The first ``n +
+    len(exclude)`` chains of the draw are enough: at most ``len(exclude)`` of them are left
+    out, and a draw's first m chains do not depend on how many are drawn."""
+    from training.data import builtin_chain
+
+    if n < 2:
+        raise ValueError(f"held-out chain problems: need at least 2 for a paired test, got {n}")
+    rows = [r for r in builtin_chain(n + len(exclude), seed) if r["problem"] not in exclude]
+    return rows[:n]
+
+
+def collapse_check(solo: Mapping[str, Mapping[str, float]], start: Mapping[str, float], *,
+                   fraction: float = COLLAPSE_FRACTION) -> dict[str, Any]:
+    """The validity rule (:data:`COLLAPSE_FRACTION`) on per-problem solo pass@1 of each arm
+    (``solo``: ``{arm: {problem: score}}``) and of the start (the junior), over the problems
+    all of them were scored on: each mean, the threshold ``fraction`` x the start's mean, and
+    the arms below it (``collapsed``, in :data:`ARMS` order)."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"collapse fraction must be in (0, 1), got {fraction!r}")
+    shared = set(start)
+    for scores in solo.values():
+        shared &= set(scores)
+    if not shared:
+        raise ClaimError("the collapse rule needs solo scores of both arms and of the start "
+                         "(the junior) on the same problems; evaluate the junior alone too")
+    problems = sorted(shared)
+
+    def mean(scores: Mapping[str, float]) -> float:
+        return sum(float(scores[p]) for p in problems) / len(problems)
+
+    start_mean = mean(start)
+    arms = {arm: mean(solo[arm]) for arm in ARMS}
+    threshold = fraction * start_mean
+    return {"fraction": fraction, "problems": len(problems), "start": start_mean,
+            "threshold": threshold, "arms": arms,
+            "collapsed": [arm for arm in ARMS if arms[arm] < threshold]}
+
+
+def invalid_arm_text(check: Mapping[str, Any]) -> str | None:
+    """The ``invalid_arm`` value of a part the rule applies to: which arm collapsed, with its
+    figures; None when no arm did."""
+    if not check["collapsed"]:
+        return None
+    named = "; ".join(f"{ARM_NAMES[a]} collapsed (solo pass@1 {check['arms'][a]:.3f} < "
+                      f"{check['fraction']:g} x the start's {check['start']:.3f})"
+                      for a in check["collapsed"])
+    return f"{named}, on {check['problems']} problems"
+
+
+def mark_invalid(row: dict[str, Any], text: str | None) -> dict[str, Any]:
+    """``row`` with its ``invalid_arm`` column; a part with an invalid arm is inconclusive
+    for :data:`INVALID_ARM_REASON`, whatever its CI says."""
+    row[INVALID_ARM_COLUMN] = text
+    if text:
+        row["verdict"], row["inconclusive_reason"] = INCONCLUSIVE, INVALID_ARM_REASON
+    return row
+
+
 def claim_parts(handoff_k: int) -> dict[str, Claim]:
     """The claim's four parts (``solo``, ``handoff``, ``drift``, ``legibility``), each with the
     paper's figures (``eval.claims.paper_reports``); pass@k parts are bounded by 0 and 1."""
@@ -158,14 +260,21 @@ def solo_rows(wh: Any, model: str, bench: str) -> list[dict[str, Any]]:
 
 
 def handoff_scores(wh: Any, senior: str, junior: str, bench: str, *, k: int,
-                   schedule: str = "alternate", p: float = 0.5) -> dict[str, dict[str, float]]:
+                   schedule: str = "alternate", p: float = 0.5,
+                   handoffs: dict[str, list[int]] | None = None
+                   ) -> dict[str, dict[str, float]]:
     """Per-problem handoff pass@k of ``senior`` with ``junior`` on ``bench``, for each start
-    (``{"senior": {...}, "junior": {...}}``; newest evaluation of each team)."""
+    (``{"senior": {...}, "junior": {...}}``; newest evaluation of each team). ``handoffs``,
+    when given, receives per start the handoff count of every answered team sample."""
     from eval.tandem_metrics import per_problem
 
     out = {}
     for starts in ("senior", "junior"):
         rows = newest_samples(wh, handoff_label(senior, junior, starts, schedule, p), bench)
+        if handoffs is not None:
+            handoffs.setdefault(starts, []).extend(
+                int(r["handoffs"]) for r in rows
+                if r.get("gen_error") is None and r.get("handoffs") is not None)
         out[starts] = per_problem(rows, "pass@k", k)
         if not out[starts]:
             raise ClaimError(f"handoff pass@{k}: no problem of {bench} has {k} answered team "
@@ -204,14 +313,18 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
     team: dict[str, dict[str, float]] = {a: {} for a in ARMS}
     legible: dict[str, dict[str, float]] = {a: {} for a in ARMS}
     counts: dict[str, dict[str, Any]] = {a: {} for a in (*ARMS, "junior")}
+    start_solo: dict[str, float] = {}
+    handoffs: dict[str, dict[str, list[int]]] = {a: {} for a in ARMS}
     details: dict[str, Any] = {"handoff_by_start": {}}
     for bench in benchmarks:
+        start_solo.update({_key(bench, p): v for p, v in
+                           problem_scores(wh, junior, bench, mode="single").items()})
         for arm in ARMS:
             model = models[arm]
             solo[arm].update({_key(bench, p): v for p, v in
                               problem_scores(wh, model, bench, mode="single").items()})
             starts = handoff_scores(wh, model, junior, bench, k=handoff_k, schedule=schedule,
-                                    p=handoff_p)
+                                    p=handoff_p, handoffs=handoffs[arm])
             both = set(starts["senior"]) & set(starts["junior"])
             team[arm].update({_key(bench, p): (starts["senior"][p] + starts["junior"][p]) / 2
                               for p in both})
@@ -234,13 +347,33 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
         drift[arm], theta[arm], frequent = drift_by_problem(
             counts[arm], counts["junior"], problems=shared, min_count=min_count,
             smoothing=smoothing)
+    collapse = collapse_check(solo, start_solo)
     details.update({"drift_theta": theta, "drift_frequent_tokens": frequent,
-                    "drift_problems": len(shared)})
-    rows = [judge(claims["solo"], solo["grpo"], solo["tandem"], n_boot=n_boot),
-            judge(claims["handoff"], team["grpo"], team["tandem"], n_boot=n_boot),
-            judge(claims["drift"], drift["grpo"], drift["tandem"], n_boot=n_boot),
-            judge(claims["legibility"], legible["grpo"], legible["tandem"], n_boot=n_boot)]
+                    "drift_problems": len(shared), "collapse": collapse,
+                    "handoffs_per_answer": handoffs_per_answer(handoffs)})
+    invalid = invalid_arm_text(collapse)
+    scores = {"solo": solo, "handoff": team, "drift": drift, "legibility": legible}
+    rows = [mark_invalid(judge(claims[part], scores[part]["grpo"], scores[part]["tandem"],
+                               n_boot=n_boot), invalid if part in COLLAPSE_PARTS else None)
+            for part in ("solo", "handoff", "drift", "legibility")]
     return rows, details
+
+
+def handoffs_per_answer(handoffs: Mapping[str, Mapping[str, Sequence[int]]]
+                        ) -> dict[str, Any]:
+    """Mean handoffs per answered team sample: per ``<arm>/<start>`` and over all of them
+    (``all``), with the share of team answers that have at least one (``share_with_one``);
+    None where there are no samples."""
+    def mean(values: Sequence[int]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    out: dict[str, Any] = {f"{arm}/{start}": mean(list(v))
+                           for arm, by_start in handoffs.items() for start, v in by_start.items()}
+    pooled = [h for by_start in handoffs.values() for v in by_start.values() for h in v]
+    out["all"] = mean(pooled)
+    out["share_with_one"] = mean([int(h >= 1) for h in pooled])
+    out["answers"] = len(pooled)
+    return out
 
 
 def evaluation_summary(done: Sequence[Any], k: int) -> list[dict[str, Any]]:
