@@ -11,7 +11,12 @@ the path ``eval_samples`` uses (``eval.recorded.evaluate_recorded``: served on a
 server, generated and graded by ``eval.runner.evaluate``, and recorded as ``llm_calls``,
 ``eval_samples``, ``eval_scores`` and a `runs` row under ``<benchmark>@<checkpoint>``) like
 any evaluation. The per-step diagnostics are also a SQL view, ``duet_steps``
-(``warehouse/views/duet_steps.sql``).
+(``warehouse/views/duet_steps.sql``), and their means per arm are ``duet_sweep`` columns.
+
+``start_from`` names the checkpoint asset every arm starts from. Its one upstream edge besides
+``problems`` is ``chain_sft_checkpoint``, the start of the DUET claim's CPU run
+(``assets.results.budget_results``), so that claim's job trains the start before the sweep;
+a sweep started from another asset still shows the edge.
 
 Not guaranteed: checkpoints are not registered as models (the models sensor would evaluate
 each on the whole suite); speedups are only comparable within one sweep (one machine, one load).
@@ -28,7 +33,13 @@ from assets.common import md_table, now, run_record
 from assets.ingest import problems
 from assets.resources import GraderResource, LLMResource, WarehouseResource
 from assets.sampling import SamplingConfig
-from assets.training import TrainerLauncher, check_recipe, launch_arm, start_from_overrides
+from assets.training import (
+    TrainerLauncher,
+    check_recipe,
+    latest_checkpoint,
+    launch_arm,
+    start_from_overrides,
+)
 from training.duet.sweep import (
     DEFAULT_BUDGETS,
     SWEEP_TABLE,
@@ -42,13 +53,18 @@ from training.duet.sweep import (
 )
 from warehouse import config_hash
 
-DIAGNOSTIC_COLUMNS = ["step", "lambda", "k1", "k2", "n_q_min", "n_q_mean", "n_q_max",
-                      "marker_rate", "abort_rate", "eps_kept", "is_weight_mean",
-                      "tokens_generated", "token_budget", "budget_used", "calibration_chi2",
-                      "k_refit"]
+DIAGNOSTIC_COLUMNS = ["step", "lambda", "k1", "k2", "abort_at", "n_q_min", "n_q_mean",
+                      "n_q_max", "marker_rate", "abort_rate", "cap_cut_rate", "eps_kept",
+                      "is_weight_mean", "tokens_generated", "token_budget", "budget_used",
+                      "calibration_chi2", "k_refit"]
 SWEEP_COLUMNS = ["arm", "budget_fraction", "steps", "train_wall_s", "speedup", "tokens_per_step",
                  "token_ratio", "accuracy", "accuracy_ci_low", "accuracy_ci_high",
-                 "mean_n_q_mean", "mean_abort_rate", "checkpoint_id"]
+                 "mean_n_q_mean", "mean_abort_rate", "mean_marker_rate", "mean_budget_used",
+                 "checkpoint_id"]
+# The start of the DUET claim's CPU run (assets.results.budget_results): multi-step chains, so
+# answers are long and variable enough for the marker-gated abort to act. The edge orders it
+# before the sweep in the claim's job, which materializes it.
+CPU_START = "chain_sft_checkpoint"
 
 
 class DuetSweepConfig(dg.Config):
@@ -62,8 +78,12 @@ class DuetSweepConfig(dg.Config):
     max_completion_length: int | None = None  # None: the recipe's
     seed: int = 0
     overrides: list[str] = []  # key=value for every arm (e.g. "learning_rate=1e-5")
-    # a checkpoint asset (e.g. "sft_checkpoint") whose latest materialization every arm starts
-    # from; "" = the recipe's model
+    # key=value DUET settings for every DUET arm, over the recipe's `duet` mapping (e.g.
+    # "grace=16"); budget_fraction and full_rollouts are the sweep's own
+    duet_settings: list[str] = []
+    # a checkpoint asset (e.g. "sft_checkpoint", "chain_sft_checkpoint") whose latest
+    # materialization every arm starts from (recorded as each arm's parent_checkpoint, so the
+    # held-out problems leave out what the start trained on too); "" = the recipe's model
     start_from: str = ""
     evaluate: bool = True
     benchmark: str = "gsm8k"
@@ -77,6 +97,7 @@ def sweep_plan(config: DuetSweepConfig) -> SweepPlan:
 
     try:
         extra = parse_overrides(list(config.overrides))
+        duet = parse_overrides(list(config.duet_settings))
     except RecipeError as exc:
         raise dg.Failure(description=f"bad sweep overrides: {exc}") from exc
     try:
@@ -85,9 +106,27 @@ def sweep_plan(config: DuetSweepConfig) -> SweepPlan:
                          prompts_per_step=config.prompts_per_step, max_steps=config.max_steps,
                          dataset_limit=config.dataset_limit,
                          max_completion_length=config.max_completion_length, seed=config.seed,
-                         overrides=extra)
+                         overrides=extra, duet=duet)
     except ValueError as exc:
         raise dg.Failure(description=str(exc)) from exc
+
+
+def start_overrides(context: dg.AssetExecutionContext, start_from: str,
+                    overrides: list[str]) -> list[str]:
+    """``overrides`` plus the start: ``model_name_or_path`` and ``parent_checkpoint`` of the
+    latest materialization of the checkpoint asset ``start_from`` (the parent puts the start's
+    training problems in each arm's lineage, ``training.heldout.checkpoint_chain``). A start
+    never materialized fails naming the asset and the command that makes it."""
+    if context.instance.get_latest_materialization_event(dg.AssetKey(start_from)) is None:
+        hint = " (`make demo` also trains it)" if start_from == "sft_checkpoint" else ""
+        raise dg.Failure(description=(
+            f"start_from={start_from!r}: {start_from} has no materialization yet; materialize "
+            f"it first: `.venv/bin/weft materialize --select {start_from}`{hint} (the "
+            f"duet_budget_claim_job does so itself), or set start_from to '' to start from the "
+            "recipe's model"))
+    _, parent = latest_checkpoint(context, start_from)
+    return [*start_from_overrides(context, start_from, list(overrides)),
+            f"parent_checkpoint={parent}"]
 
 
 def checked_arms(plan: SweepPlan) -> list[SweepArm]:
@@ -183,7 +222,7 @@ def sweep_metadata(rows: list[dict], outcomes: list[ArmOutcome], plot: Path) -> 
 
 
 @dg.asset(
-    deps=[problems],
+    deps=[problems, dg.AssetKey(CPU_START)],
     group_name="train",
     kinds={"pytorch", "python"},
     description="DUET budget sweep: GRPO at full budget vs DUET at full, half and quarter "
@@ -197,7 +236,7 @@ def duet_sweep(context: dg.AssetExecutionContext, config: DuetSweepConfig,
 
     started = now()
     if config.start_from:
-        config = config.model_copy(update={"overrides": start_from_overrides(
+        config = config.model_copy(update={"overrides": start_overrides(
             context, config.start_from, list(config.overrides))})
     plan = sweep_plan(config)
     arms = checked_arms(plan)

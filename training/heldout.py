@@ -1,13 +1,17 @@
-"""The held-out one-digit arithmetic benchmark: problems no checkpoint of a run trained on,
-evaluated like any other benchmark (``eval.recorded``, against the served checkpoints), and the
-claims of the demo's learning check computed from those evaluations.
+"""The held-out arithmetic benchmarks: problems no checkpoint of a run trained on, evaluated
+like any other benchmark (``eval.recorded``, against the served checkpoints), and the claims of
+the demo's learning check computed from those evaluations.
 
 - :func:`heldout_arith` draws problems of ``training.data.builtin_arith1`` whose text is not in
-  a given set (all 207 in the order of one seed).
+  a given set (all 207 in the order of one seed); :func:`heldout_chain` does the same for the
+  multi-step chains of ``training.data.builtin_chain`` (benchmark ``chain_heldout``), and
+  :func:`heldout_problems` picks either by task name (:data:`HELDOUT_TASKS`).
 - :func:`training_problems` (recipes and overrides) and :func:`checkpoint_problems` (the
   ``checkpoints`` rows of a lineage, read through their recorded dataset specs) give that set.
 - :func:`heldout_benchmark` is the benchmark: the math grader, the boxed-answer instruction GRPO
-  trains on followed by the problem, in one user turn (evaluation modes send one user turn).
+  trains on followed by the problem, in one user turn (evaluation modes send one user turn);
+  named ``arith1_heldout`` by default, ``chain_heldout`` for the chains (one name per task, so
+  their ``eval_samples`` rows never mix).
 - :func:`learning_claims`: the trained model against the base model and against its SFT start,
   per-problem avg@k, judged by ``eval.claims.judge``.
 
@@ -27,17 +31,19 @@ from pipelines.formats import BOXED_SYSTEM_PROMPT
 
 DEMO_SFT_RECIPE = "demo_sft"  # the demo's SFT recipe: its problems are never held out
 HELDOUT_BENCHMARK = "arith1_heldout"
+HELDOUT_CHAIN_BENCHMARK = "chain_heldout"
 HELDOUT_SEED = 1
 HELDOUT_TEMPERATURE = 1.0  # the GRPO sampling temperature: the score GRPO's reward estimates
 HELDOUT_MAX_TOKENS = 32  # = demo_grpo's max_completion_length
 LEARNING_PAPER = "weft demo"
 
 
-def heldout_benchmark() -> Benchmark:
-    """The held-out one-digit arithmetic as a benchmark (not an ingestion source: its problems
-    depend on what was trained, :func:`heldout_arith`)."""
+def heldout_benchmark(name: str = HELDOUT_BENCHMARK) -> Benchmark:
+    """The held-out one-digit arithmetic (or, with ``name`` :data:`HELDOUT_CHAIN_BENCHMARK`,
+    the held-out chains) as a benchmark (not an ingestion source: its problems depend on what
+    was trained, :func:`heldout_arith`, :func:`heldout_chain`)."""
     instruction = BOXED_SYSTEM_PROMPT.replace("{", "{{").replace("}", "}}")
-    return Benchmark(HELDOUT_BENCHMARK, HELDOUT_BENCHMARK, "math", instruction + "\n\n{problem}")
+    return Benchmark(name, name, "math", instruction + "\n\n{problem}")
 
 
 def problem_text(row: Mapping[str, Any]) -> str:
@@ -122,6 +128,40 @@ def heldout_arith(n: int, seed: int = HELDOUT_SEED, exclude: set[str] | frozense
         raise ValueError(f"only {len(rows)} one-digit problems are left after excluding the "
                          f"{len(exclude)} training problems; ask for at most {len(rows)}")
     return rows[:n]
+
+
+def heldout_chain(n: int, seed: int = HELDOUT_SEED,
+                  exclude: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+    """``n`` multi-step chain problems (``training.data.builtin_chain``: a one-digit start and 2
+    to 5 one-digit operations) in the order of ``seed`` whose text is not in ``exclude`` (the
+    training problems). The chains are drawn one after another from the seed, so the rows are
+    the first ``n`` kept ones of that one sequence whatever ``exclude`` holds (a larger
+    ``exclude`` only skips more of it)."""
+    from training.data import builtin_chain
+
+    if n < 2:
+        raise ValueError(f"held-out problems: need at least 2 for a paired test, got {n}")
+    # every excluded problem can remove at most one of the first n + len(exclude) chains
+    rows = [r for r in builtin_chain(n + len(exclude), seed) if r["problem"] not in exclude]
+    return rows[:n]
+
+
+# task name -> (draw(n, seed, exclude), benchmark name); the training dataset each stands for
+HELDOUT_TASKS = {
+    "arith1": (heldout_arith, HELDOUT_BENCHMARK),  # builtin:arith1
+    "chain": (heldout_chain, HELDOUT_CHAIN_BENCHMARK),  # builtin:chain
+}
+
+
+def heldout_problems(task: str, n: int, seed: int = HELDOUT_SEED,
+                     exclude: set[str] | frozenset[str] = frozenset()
+                     ) -> tuple[Benchmark, list[dict]]:
+    """(the benchmark, ``n`` held-out problems) of ``task`` (a key of :data:`HELDOUT_TASKS`:
+    ``arith1`` one-digit problems, ``chain`` multi-step chains), none of them in ``exclude``."""
+    if task not in HELDOUT_TASKS:
+        raise ValueError(f"no held-out task {task!r}; tasks are {sorted(HELDOUT_TASKS)}")
+    draw, name = HELDOUT_TASKS[task]
+    return heldout_benchmark(name), draw(n, seed=seed, exclude=exclude)
 
 
 def learning_claims(base: Mapping[str, float], sft: Mapping[str, float],

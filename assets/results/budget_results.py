@@ -2,9 +2,11 @@
 evaluates: DUET's budget claim (``duet_sweep``; the claim in ``training.duet.budget_claim``) and the
 Engagement Process paper's Table 5 (``ep_budget_table``; ``training.ep_budget_claims``). Each
 result asset reads the newest run of its experiment from the warehouse and judges the claim;
-its job runs the experiment first, at the chosen scale. At CPU scale DUET's accuracy is measured
-on held-out one-digit arithmetic, both arms' checkpoints served and evaluated through the
-recorded path (``training.heldout``).
+its job runs the experiment first, at the chosen scale. At CPU scale both train from
+``chain_sft_checkpoint`` on multi-step arithmetic chains, whose answers are long and variable
+enough for DUET's abort to act and for a budget reward to shorten; DUET's accuracy is measured
+on held-out chains, both arms' checkpoints served and evaluated through the recorded path
+(``training.heldout``).
 """
 
 from typing import Any
@@ -24,8 +26,7 @@ from training.heldout import (
     HELDOUT_TEMPERATURE,
     checkpoint_chain,
     checkpoint_problems,
-    heldout_arith,
-    heldout_benchmark,
+    heldout_problems,
 )
 from training.model_path import serving_spec
 
@@ -35,21 +36,47 @@ DUET = Experiment(
     description="DUET Table 1 / Figure 3: DUET at half budget vs full-budget GRPO from one "
                 "start (accuracy within a margin, less wall clock per step; fewer tokens per "
                 "step is a setup check: half the rollouts).",
-    upstream=("duet_sweep",),
+    # the job trains the CPU run's start first (a finished start is reused, not retrained;
+    # the selection is the same at paper scale, where it is trained once and unused)
+    upstream=("chain_sft_checkpoint", "duet_sweep"),
     scales={
-        # from the demo's SFT checkpoint (right some of the time on one-digit arithmetic; run
-        # `make demo` first): full budget 6 rollouts so half budget (3) is above n_min, 40
-        # prompts at 4 per step for 20 steps (two epochs, so the surrogate warms up); accuracy
-        # on 96 held-out one-digit problems, avg@4 at temperature 1
-        "cpu": {"duet_sweep": {"config": {
+        # Multi-step chains (builtin:chain: 2 to 5 one-digit operations, one step a paragraph)
+        # from chain_sft_checkpoint (recipe chain_sft.cpu; this job materializes it), so
+        # answers are long and vary in length and the marker-gated abort has something to act
+        # on (on one-digit arithmetic with a 32-token cap it acted at ~30 tokens, then at or
+        # past the cap: an allocator with half the rollouts, not DUET). 40 training chains
+        # (seed 2, the same for every run seed), 4 prompts a step for 20 steps (two epochs, so
+        # the surrogate warms up); full budget 6 rollouts so half budget (3) is above n_min;
+        # the sweep's `seed` seeds training, rollouts and the held-out sampling.
+        # Cap and grace, from the start's answer lengths (pilot: the chain_sft.cpu start on the
+        # 40 training chains, 3 samples each at the recipe's T 0.9 / top-p 0.95, uncapped:
+        # every answer ended with a box, 43% right; lengths p30 37, p50 52, p80 64, p95 77,
+        # p99 86, max 90 tokens):
+        # - cap (max_completion_length) = the p95, rounded up to a multiple of 8: 80, so about
+        #   5% of the start's answers are cut;
+        # - grace G = half the gap between the p80 (where K2 refits to, §3.2) and the cap,
+        #   rounded down to the poll interval (4): 8. A marker-less rollout is then aborted at
+        #   K2 + G = 0.7 x 80 + 8 = 64 tokens before the first refit and near 64 + 8 = 72
+        #   after it, both below the cap, so the abort, not the cap, stops long answers.
+        # Accuracy on 96 held-out chains none of the lineage trained on, avg@4 at the training
+        # rollouts' sampling (T 0.9, top-p 0.95, up to the cap)
+        "cpu": {"chain_sft_checkpoint": {"config": {"recipe": "chain_sft.cpu"}},
+                "duet_sweep": {"config": {
             "recipe": "duet_grpo.cpu", "budgets": [0.5], "full_rollouts": 6, "slots": 12,
             "prompts_per_step": 4, "max_steps": 20, "dataset_limit": 40,
-            "max_completion_length": 32, "seed": 0, "evaluate": False,
-            "start_from": "sft_checkpoint",
-            "overrides": ["learning_rate=2e-5", "lr_scheduler_type=constant", "warmup_steps=0",
-                          "torch_threads=2"]}},
-                "duet_budget_claim": {"config": {"heldout_arith": 96, "sampling": {"k": 4}}}},
-        "paper": {"duet_sweep": {"config": {
+            "max_completion_length": 80, "seed": 0, "evaluate": False,
+            "start_from": "chain_sft_checkpoint", "duet_settings": ["grace=8"],
+            # one torch thread: two are faster on an idle machine but many times slower on a
+            # loaded one (rlvr_grpo.cpu), and the claim compares wall clock per step
+            "overrides": ["dataset=builtin:chain?seed=2", "learning_rate=2e-5",
+                          "lr_scheduler_type=constant", "warmup_steps=0", "torch_threads=1"]}},
+                "duet_budget_claim": {"config": {
+                    "heldout_chain": 96,
+                    "sampling": {"k": 4, "temperature": 0.9, "top_p": 0.95,
+                                 "max_tokens": 80}}}},
+        # the CPU start is in the job at both scales (one selection); unused here
+        "paper": {"chain_sft_checkpoint": {"config": {"recipe": "chain_sft.cpu"}},
+                  "duet_sweep": {"config": {
             # DUET §4.1 / App. A.3: Qwen3-1.7B-base, full-parameter, on the Hendrycks MATH 7.5k
             # training set (weft's math_train, decontaminated from MATH-500 as App. A.3 does);
             # 8 rollouts per prompt at full budget, half and quarter budget; 128 prompts per
@@ -68,9 +95,11 @@ DUET = Experiment(
             "eval_sampling": {"k": 4, "temperature": 0.9, "top_p": 0.95,
                               "max_tokens": 3072}}}},
     },
-    limits={"cpu": "135M embedded model, 20 CPU steps on one-digit arithmetic, 96 held-out "
-                   "problems: the accuracy CI is wide, and wall clock on a shared 2-core machine "
-                   "is noisy (the paper's speedups are measured on GPUs with vLLM)",
+    limits={"cpu": "135M embedded model, 20 CPU steps on 40 multi-step arithmetic chains "
+                   "(answers 33 to 90 tokens, cap 80), 96 held-out chains: the accuracy CI is "
+                   "wide, the abort thresholds K1/K2 refit from at most 64 rollouts, and wall "
+                   "clock on a shared 2-core machine is noisy (the paper's speedups are measured "
+                   "on GPUs with vLLM and 3,072-token rollouts)",
             "paper": "the sweep evaluates the final checkpoint of each arm on MATH-500 only: "
                      "the paper reports the best mean@4 over checkpoints evaluated every 30 "
                      "steps, with a shift to a common step-0 reference, on MATH-500, GSM8K, "
@@ -138,36 +167,112 @@ TABLE5 = Experiment(
 
 class DuetClaimConfig(ResultConfig):
     budget: float = 0.5  # the DUET arm compared with full-budget GRPO
-    # > 0: accuracy on this many held-out one-digit problems (the CPU task: problems no
-    # checkpoint of either arm's lineage trained on), each arm's checkpoint served and evaluated
-    # at the GRPO sampling settings; 0: the sweep's own benchmark evaluation
+    # > 0: accuracy on this many held-out one-digit problems (problems no checkpoint of either
+    # arm's lineage trained on, benchmark arith1_heldout), each arm's checkpoint served and
+    # evaluated at the sampling settings below; 0: see heldout_chain
     heldout_arith: int = 0
+    # > 0: the same on this many held-out multi-step chains (training.heldout.heldout_chain,
+    # benchmark chain_heldout: the CPU task, none of the chains the start or either arm trained
+    # on); both 0: the sweep's own benchmark evaluation; at most one of the two is set
+    heldout_chain: int = 0
+    # the held-out sampling; its seed is the judged sweep's `seed` where the sweep recorded one
+    # (so one seed drives a replicate's training, rollouts and evaluation), else sampling.seed
     sampling: SamplingConfig = SamplingConfig(k=4, temperature=HELDOUT_TEMPERATURE, top_p=1.0,
                                               max_tokens=HELDOUT_MAX_TOKENS)
     max_concurrency: int = 8
 
 
+def heldout_task(config: DuetClaimConfig) -> tuple[str, int] | None:
+    """(``training.heldout`` task, problems) the claim measures accuracy on: ``("chain", n)``
+    for ``heldout_chain``, ``("arith1", n)`` for ``heldout_arith``, None for the sweep's own
+    benchmark; dg.Failure when both are set."""
+    if config.heldout_arith > 0 and config.heldout_chain > 0:
+        raise dg.Failure(description=f"{DUET.name}: set one of heldout_arith "
+                                     f"({config.heldout_arith}) and heldout_chain "
+                                     f"({config.heldout_chain}), not both")
+    if config.heldout_chain > 0:
+        return "chain", config.heldout_chain
+    if config.heldout_arith > 0:
+        return "arith1", config.heldout_arith
+    return None
+
+
 def heldout_accuracy(context: dg.AssetExecutionContext, config: DuetClaimConfig, wh: Any,
                      llm: LLMResource, grader: GraderResource):
-    """``accuracy(arm row) -> {problem: avg@k}`` on held-out one-digit arithmetic: both arms'
-    checkpoints evaluated through the recorded path on problems none of their lineage trained
-    on (``training.heldout``)."""
+    """``accuracy(arm row) -> {problem: avg@k}`` on held-out problems of the task of
+    :func:`heldout_task` (one-digit arithmetic or multi-step chains): both arms' checkpoints
+    evaluated through the recorded path on problems none of their lineage (the arm, the start
+    it was trained from) trained on (``training.heldout``)."""
+    task, n = heldout_task(config)
     try:
         arms = compared_arms(wh, config.budget)
         chains = [checkpoint_chain(wh, a["checkpoint_id"]) for a in arms]
-        rows = heldout_arith(config.heldout_arith,
-                             exclude=checkpoint_problems([r for c in chains for r in c]))
+        bench, rows = heldout_problems(
+            task, n, exclude=checkpoint_problems([r for c in chains for r in c]))
         specs = {a["checkpoint_id"]: serving_spec(a["checkpoint_path"], a["checkpoint_id"])
                  for a in arms}
     except ValueError as exc:
         raise dg.Failure(description=f"{DUET.name}: {exc}") from exc
-    cfg = config.sampling.eval_config()
+    sampling = config.sampling
+    if arms[0].get("seed") is not None:
+        sampling = sampling.model_copy(update={"seed": int(arms[0]["seed"])})
+    cfg = sampling.eval_config()
     done = evaluate_models(context, specs,
                            [Evaluation(ck, cfg, ck, checkpoint_id=ck) for ck in specs],
-                           heldout_benchmark(), rows, config.model_dump(), wh, llm, grader,
+                           bench, rows, config.model_dump(), wh, llm, grader,
                            max_tokens=cfg.max_tokens, max_concurrency=config.max_concurrency)
     scores = {d.evaluation.model: correct_by_problem(d.result.samples) for d in done}
     return lambda arm: scores[arm["checkpoint_id"]]
+
+
+def _shown(value: Any) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+# (page column, figure of training.duet.budget_claim.arm_summary / arm_steps)
+_ARM_COLUMNS = (("abort rate", "abort_rate"), ("marker rate", "marker_rate"), ("K1", "k1"),
+                ("K2", "k2"), ("abort at K2+G", "abort_at"), ("n_q mean", "n_q_mean"),
+                ("cut by cap", "cap_cut_rate"), ("tokens/step", "tokens_generated"),
+                ("spend/budget", "spend_over_budget"))
+_STEP_COLUMNS = (("abort rate", "abort_rate"), ("marker rate", "marker_rate"), ("K1", "k1"),
+                 ("K2", "k2"), ("cut by cap", "cap_cut_rate"),
+                 ("spend/budget", "budget_used"))
+
+
+def abort_metadata(diag: dict[str, Any]) -> dict[str, Any]:
+    """The claim page's view of what DUET's gate did (``training.duet.budget_claim
+    .abort_diagnostics``): ``duet_arms``, one row per compared arm with its means over steps
+    (abort rate, marker rate, K1, K2, the abort point K2 + G, rollouts per prompt n_q, the share
+    cut by the length cap, tokens per step, all tokens over all budgets; "—" where the arm has
+    no such figure, e.g. GRPO's gate figures); ``duet_abort_per_step``, the DUET arm's figures
+    per step beside both arms' tokens; and the DUET arm's means as numbers
+    (``duet_mean_abort_rate`` ...), which the UI can plot across runs."""
+    summaries, steps = diag["summaries"], diag["steps"]
+    grpo, duet = summaries[0], summaries[-1]
+    arm_records = [dg.TableRecord({"arm": str(a["arm"]), "steps": int(a["steps"]),
+                                   **{c: _shown(a.get(k)) for c, k in _ARM_COLUMNS}})
+                   for a in summaries]
+    arm_schema = dg.TableSchema(columns=[
+        dg.TableColumn("arm", "string"), dg.TableColumn("steps", "int"),
+        *[dg.TableColumn(c, "string") for c, _ in _ARM_COLUMNS]])
+    grpo_tokens = {s["step"]: s.get("tokens_generated") for s in steps[grpo["arm"]]}
+    step_records = [dg.TableRecord({
+        "step": int(s["step"]), **{c: _shown(s.get(k)) for c, k in _STEP_COLUMNS},
+        f"tokens {duet['arm']}": _shown(s.get("tokens_generated")),
+        f"tokens {grpo['arm']}": _shown(grpo_tokens.get(s["step"]))})
+        for s in steps[duet["arm"]]]
+    step_schema = dg.TableSchema(columns=[
+        dg.TableColumn("step", "int"), *[dg.TableColumn(c, "string") for c, _ in _STEP_COLUMNS],
+        dg.TableColumn(f"tokens {duet['arm']}", "string"),
+        dg.TableColumn(f"tokens {grpo['arm']}", "string")])
+    meta: dict[str, Any] = {
+        "duet_arms": dg.MetadataValue.table(records=arm_records, schema=arm_schema),
+        "duet_abort_per_step": dg.MetadataValue.table(records=step_records, schema=step_schema),
+    }
+    for name in ("abort_rate", "marker_rate", "k1", "k2", "spend_over_budget"):
+        if duet.get(name) is not None:
+            meta[f"duet_mean_{name}"] = float(duet[name])
+    return meta
 
 
 @dg.asset(name=DUET.name, group_name="results", deps=["duet_sweep"], kinds={"python"},
@@ -175,18 +280,26 @@ def heldout_accuracy(context: dg.AssetExecutionContext, config: DuetClaimConfig,
 def duet_budget_claim(context: dg.AssetExecutionContext, config: DuetClaimConfig,
                       warehouse: WarehouseResource, llm: LLMResource,
                       grader: GraderResource) -> dg.MaterializeResult:
+    """The claim's rows (``training.duet.budget_claim.duet_claims``) and, on its page, what
+    the abort did in each arm (:func:`abort_metadata`; the same figures are SQL-readable per
+    step in the ``duet_steps`` view and as means per arm in ``duet_sweep``)."""
+    from training.duet.budget_claim import abort_diagnostics
+
     wh = warehouse.get()
-    accuracy = (heldout_accuracy(context, config, wh, llm, grader) if config.heldout_arith > 0
-                else None)
+    accuracy = (heldout_accuracy(context, config, wh, llm, grader)
+                if heldout_task(config) is not None else None)
+    diag: dict[str, Any] = {}
 
     def compute():
         rows = duet_claims(wh, config.budget, accuracy)
+        diag.update(abort_diagnostics(wh, config.budget))
         sweep = newest_rows(wh, "duet_sweep", "sweep")[0]
         draw = upstream_draw(wh, "duet_sweep", sweep["sweep"],
                              {"scale": config.scale, **config.model_dump()})
         return [dict(r, **draw) for r in rows]
 
-    return record_claims(context, wh, DUET, config.scale, compute, config.model_dump())
+    result = record_claims(context, wh, DUET, config.scale, compute, config.model_dump())
+    return dg.MaterializeResult(metadata={**(result.metadata or {}), **abort_metadata(diag)})
 
 
 @dg.asset(name=TABLE5.name, group_name="results", deps=["ep_budget_table"], kinds={"python"},

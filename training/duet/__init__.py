@@ -4,9 +4,9 @@ Algorithm 1 in App. A.10), as one package:
 - :mod:`training.duet.core`: the controller, plain functions and small state objects (numpy
   only): Neyman rollout allocation, stratification factors, per-prompt state, K1/K2 length
   quantiles, the marker-gated abort gate, importance weights, Phase 3's advantages and loss
-  weights, Phase 4's per-rollout updates, and :class:`DuetSettings` (a recipe's ``duet``
-  mapping). Its public names are this package's API, importable as
-  ``from training.duet import ...``.
+  weights, Phase 4's per-rollout updates, each step's marker, abort and cap-cut rates, and
+  :class:`DuetSettings` (a recipe's ``duet`` mapping). Its public names are this package's
+  API, importable as ``from training.duet import ...``.
 - :mod:`training.duet.config`: ``DuetGRPOConfig``, the GRPO config of a ``duet`` recipe (its
   ``duet`` field is a :class:`DuetSettings`) and the checks of those settings against the GRPO
   fields (imported from its module: it builds on TRL's config).
@@ -50,14 +50,17 @@ from training.duet.core import (
     LossWeights,
     PromptState,
     RolloutGate,
+    RolloutOutcome,
     answer_marker,
     calibration_chi2,
     coin_draws,
     group_advantages,
     is_weight,
     loss_weights,
+    marker_reached,
     neyman_allocation,
     observe_step,
+    step_rates,
     stratification_factors,
     within_step_sigma,
 )
@@ -66,8 +69,8 @@ __all__ = [
     "BISECTION_STEPS", "COLD_K1", "COLD_K2", "EPS_ABORT", "EPS_PRE", "FLOOR_PERCENTILE", "GRACE",
     "POLL_EVERY", "Q_ABORT", "Q_POLL", "REFIT_EVERY", "S_FLOOR", "TAIL_TOKENS", "WINDOW",
     "Allocation", "DuetSettings", "GateParams", "LengthQuantiles",
-    "LossWeights", "PromptState", "RolloutGate",
+    "LossWeights", "PromptState", "RolloutGate", "RolloutOutcome",
     "answer_marker", "calibration_chi2", "coin_draws", "group_advantages", "is_weight",
-    "loss_weights", "neyman_allocation", "observe_step", "stratification_factors",
-    "within_step_sigma",
+    "loss_weights", "marker_reached", "neyman_allocation", "observe_step", "step_rates",
+    "stratification_factors", "within_step_sigma",
 ]

@@ -10,6 +10,16 @@ The paper reports budgets 1, 0.5 and 0.25 (Table 1, Table 6, Figure 3); others a
 
 Plain functions over the warehouse (``duet_sweep`` arms, ``train_metrics`` per step,
 ``eval_samples`` per problem); the ``duet_budget_claim`` asset wires them.
+
+What the abort did is shown beside the verdict (:func:`arm_steps`, :func:`arm_summary`): per
+step of each compared arm, the marker rate (the share of rollouts whose text reached the
+answer marker by the abort gate, ``p_marker`` of Theorem 3), the abort rate (the share aborted
+at ``K2 + G`` and masked out), DUET's two length thresholds K1 (the polling threshold: the
+earliest token the marker check turns on, p30 of natural stopping lengths) and K2 (the abort
+threshold, p80; DUET §3.2), the mean rollouts per prompt ``n_q`` (the allocator's counts, Eq.
+4), the share cut by the length cap, and the tokens generated against the step's budget
+(``budget_used`` = generated / B); and their means per arm. Plain GRPO has no gate: its
+DUET-only figures are None; its tokens are every completion token.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from typing import Any
 from eval.claims import CHECK, CLAIM, Claim, ClaimError, judge
 from eval.claims.paper_reports import paper_value
 from eval.claims.readers import newest_rows, problem_scores
+from training.arms import finite_mean, metrics_logs
+from training.duet.sweep import duet_diagnostics
 
 DUET_ACCURACY_MARGIN = 0.10
 EXPERIMENT = "duet_budget_claim"
@@ -116,3 +128,57 @@ def duet_claims(wh: Any, budget: float = 0.5,
         judge(parts["tokens"], g_steps["tokens"], d_steps["tokens"]),
         judge(parts["wall"], g_steps["wall"], d_steps["wall"]),
     ]
+
+
+# per-step figures shown and averaged per arm (training.duet.sweep.DIAGNOSTIC_KEYS names)
+STEP_FIGURES = ("marker_rate", "abort_rate", "k1", "k2", "abort_at", "n_q_mean", "cap_cut_rate",
+                "tokens_generated", "token_budget", "budget_used")
+
+
+def arm_steps(wh: Any, arm: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per logged step of one ``duet_sweep`` arm (ascending): ``step`` and
+    :data:`STEP_FIGURES` from its ``train_metrics`` rows. A DUET arm's come from its ``duet/*``
+    logs (None where a step did not log one); a GRPO arm has only ``tokens_generated`` (every
+    completion token) and ``cap_cut_rate`` (TRL's ``completions/clipped_ratio``), the rest
+    None."""
+    rows = wh.sql("SELECT step, tokens_generated, logs_json FROM train_metrics "
+                  "WHERE checkpoint_id = $ck AND step IS NOT NULL ORDER BY step",
+                  {"ck": arm["checkpoint_id"]}).to_pylist()
+    if arm["method"] == "duet":
+        return [{"step": d["step"], **{k: d.get(k) for k in STEP_FIGURES}}
+                for d in duet_diagnostics(rows)]
+    out = []
+    for r in rows:
+        clipped = metrics_logs(r).get("completions/clipped_ratio")
+        item: dict[str, Any] = {"step": int(r["step"]), **dict.fromkeys(STEP_FIGURES)}
+        item["tokens_generated"] = (None if r["tokens_generated"] is None
+                                    else float(r["tokens_generated"]))
+        item["cap_cut_rate"] = float(clipped) if isinstance(clipped, (int, float)) else None
+        out.append(item)
+    return out
+
+
+def arm_summary(arm: Mapping[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's means over its steps of :data:`STEP_FIGURES` (None where no step has one),
+    with ``arm``, ``method``, ``budget_fraction``, ``checkpoint_id`` and ``steps``. The spend
+    against the budget is also given as a sum: ``spend_over_budget`` = all tokens generated
+    / the sum of the steps' budgets."""
+    out: dict[str, Any] = {"arm": arm["arm"], "method": arm["method"],
+                           "budget_fraction": arm.get("budget_fraction"),
+                           "checkpoint_id": arm["checkpoint_id"], "steps": len(steps)}
+    for name in STEP_FIGURES:
+        out[name] = finite_mean([s.get(name) for s in steps])
+    budgets = [(s["tokens_generated"], s["token_budget"]) for s in steps
+               if s.get("tokens_generated") is not None and s.get("token_budget")]
+    out["spend_over_budget"] = (sum(t for t, _ in budgets) / sum(b for _, b in budgets)
+                                if budgets else None)
+    return out
+
+
+def abort_diagnostics(wh: Any, budget: float = 0.5) -> dict[str, Any]:
+    """What the claim's page shows of the compared arms' rollouts: ``summaries`` (one
+    :func:`arm_summary` per arm, GRPO first) and ``steps`` (arm label -> :func:`arm_steps`),
+    from the newest ``duet_sweep``."""
+    arms = compared_arms(wh, budget)
+    steps = {a["arm"]: arm_steps(wh, a) for a in arms}
+    return {"summaries": [arm_summary(a, steps[a["arm"]]) for a in arms], "steps": steps}

@@ -29,6 +29,9 @@ What is here, with the part of the paper each piece implements:
   aborted rewards in the baseline, aborted rows out of the loss, the weights of the kept ones.
 - :func:`observe_step` (lines 46-52): one batch's updates of ``sigma_obs``, ``L_hat`` and the
   K1/K2 window; :func:`calibration_chi2` (App. A.4): the surrogate-vs-within-step gap.
+- :func:`marker_reached` and :func:`step_rates`: what each step logs of its rollouts: the
+  marker rate (``p_marker`` of Theorem 3: the text reached the marker by the abort gate), the
+  abort rate, the eps-kept count, the share cut by the length cap and the tokens generated.
 - :class:`DuetSettings`: a GRPO recipe's ``duet`` mapping (defaults from App. A.3), used by
   ``training.duet.trainer`` and checked by ``training.duet.config``.
 
@@ -741,3 +744,58 @@ def coin_draws(seed: int, step: int, count: int) -> list[float]:
     reproducible from (seed, step)."""
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(step) & 0xFFFFFFFF])
     return [float(x) for x in rng.random(count)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-step rates (what each step logs; §3.2, Theorem 3's p_marker)
+
+
+def marker_reached(gate: RolloutGate, text: Callable[[], str],
+                   marker: Callable[[str], bool]) -> bool:
+    """Whether a finished rollout's text reached the answer marker by the abort gate, the
+    ``M_{q,i} = 1{tau_marker <= tau_abort}`` of the paper's Theorem 3 (App. A.2.6), whose rate
+    over rollouts is ``p_marker``. A rollout whose coin was drawn had no marker by ``K2 + G``
+    as far as the gate saw: not reached, even when it writes one afterwards (eps-kept, run on
+    to EOS, where the gate's polls still set ``tau``). Otherwise it is reached when the gate saw
+    the marker at a poll, or when its whole text holds the marker: that counts rollouts that
+    ended (at their own EOS or the length cap) before the gate polled their marker, before
+    ``K1`` or between two polls. ``text`` is called only in that last case (it decodes)."""
+    if gate.coin_drawn:
+        return False
+    return gate.marker_seen or bool(marker(text()))
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """One allocated rollout's outcome, as a step's rates count it: generated tokens, whether
+    its text reached the marker (:func:`marker_reached`), the gate saw the marker at a poll
+    (``RolloutGate.marker_seen``; before any coin, it may trim ``G`` tokens after it), the
+    coin was drawn (no marker by ``K2 + G``), it was aborted (coin drawn and said abort), and
+    it was cut by the length cap (ran to ``max_completion_length`` without the gate stopping
+    it and without its own EOS)."""
+
+    length: int
+    marker: bool
+    marker_seen: bool
+    coin_drawn: bool
+    aborted: bool
+    cap_cut: bool
+
+
+def step_rates(outcomes: Sequence[RolloutOutcome]) -> dict[str, float]:
+    """A step's rates over its allocated rollouts (``outcomes``; unallocated slots are not
+    rollouts): ``marker_rate`` (text reached the marker, ``p_marker``), ``marker_seen_rate``
+    (the gate saw it at a poll before any coin: the rollouts it may trim), ``abort_rate``
+    (aborted and masked out), ``eps_kept`` (how many coin-drawn rollouts the coin kept),
+    ``cap_cut_rate`` (cut by the length cap) and ``tokens_generated`` (every generated token,
+    aborted rollouts included). Rates are 0 for a step without rollouts."""
+    n = len(outcomes)
+    share = (lambda k: k / n) if n else (lambda k: 0.0)
+    return {
+        "marker_rate": share(sum(o.marker for o in outcomes)),
+        "marker_seen_rate": share(sum(o.marker_seen and not o.coin_drawn for o in outcomes)),
+        "abort_rate": share(sum(o.aborted for o in outcomes)),
+        "eps_kept": float(sum(o.coin_drawn and not o.aborted for o in outcomes)),
+        "cap_cut_rate": share(sum(o.cap_cut for o in outcomes)),
+        "tokens_generated": float(sum(o.length for o in outcomes)),
+    }

@@ -10,14 +10,16 @@ in ``training.arms``):
   arm shares the recipe, seed, dataset, step count, length cap and the number of prompts per
   step; GRPO gets ``full_rollouts`` rollouts per prompt (``kind=grpo``: the recipe as plain
   GRPO), DUET arm ``b`` gets the recipe's ``duet`` settings with ``budget_fraction = b`` and
-  ``full_rollouts`` set, and
+  ``full_rollouts`` set (the sweep's own ``duet`` settings over the recipe's), and
   ``slots`` rollout slots per prompt (its cap ``n_max``). Equal prompts per generation batch
   and equal seeds give TRL's sampler the same prompt order in every arm.
 - :func:`duet_diagnostics`: the per-step ``duet/*`` values of a run's ``train_metrics`` rows.
 - :func:`sweep_rows`: one ``duet_sweep`` row per arm: training wall clock (sum of the logged
   ``seconds_per_step``), rollout tokens (GRPO: every completion token; DUET: allocated
   rollouts only, ``duet/tokens_generated``), accuracy with its CI, and the ratios against the
-  GRPO arm (``speedup`` = GRPO wall clock / arm wall clock; ``token_ratio`` likewise).
+  GRPO arm (``speedup`` = GRPO wall clock / arm wall clock; ``token_ratio`` likewise), and a
+  DUET arm's per-step diagnostics averaged over its steps (``mean_abort_rate``,
+  ``mean_marker_rate``, ``mean_k1``, ``mean_k2``, ``mean_budget_used``, ...; NULL for GRPO).
 - :func:`plot_sweep`: the two panels of the paper's comparison (speedup against budget,
   accuracy against wall clock) as a PNG.
 
@@ -50,8 +52,11 @@ DIAGNOSTIC_KEYS: dict[str, str] = {
     "duet/n_q_min": "n_q_min",
     "duet/n_q_mean": "n_q_mean",
     "duet/n_q_max": "n_q_max",
+    "duet/abort_at": "abort_at",
     "duet/marker_rate": "marker_rate",
+    "duet/marker_seen_rate": "marker_seen_rate",
     "duet/abort_rate": "abort_rate",
+    "duet/cap_cut_rate": "cap_cut_rate",
     "duet/eps_kept": "eps_kept",
     "duet/is_weight_mean": "is_weight_mean",
     "duet/tokens_generated": "tokens_generated",
@@ -82,6 +87,9 @@ class SweepPlan:
     max_completion_length: int | None = None
     seed: int = 0
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    # DUET settings for every DUET arm, over the recipe's (e.g. {"grace": 16}); the sweep sets
+    # budget_fraction and full_rollouts itself
+    duet: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         checks = [
@@ -105,7 +113,11 @@ class SweepPlan:
         if reserved:
             raise ValueError(f"sweep overrides may not set {sorted(reserved)}: the sweep sets "
                              "them per arm (use budgets, full_rollouts, slots, "
-                             "prompts_per_step, max_steps and seed instead)")
+                             "prompts_per_step, max_steps, seed and duet instead)")
+        own = {"budget_fraction", "full_rollouts"} & set(self.duet)
+        if own:
+            raise ValueError(f"sweep duet settings may not set {sorted(own)}: use budgets and "
+                             "full_rollouts")
 
     @property
     def duet_slots(self) -> int:
@@ -147,7 +159,8 @@ def plan_arms(plan: SweepPlan,
         "per_device_train_batch_size": plan.prompts_per_step * full})]
     slots = plan.duet_slots
     for b in plan.budgets:
-        settings = {**dict(recipe_duet or {}), "budget_fraction": float(b), "full_rollouts": full}
+        settings = {**dict(recipe_duet or {}), **dict(plan.duet), "budget_fraction": float(b),
+                    "full_rollouts": full}
         checked = DuetSettings.from_mapping(settings)  # a bad mapping fails before any run
         if checked.n_min > slots:
             raise ValueError(f"duet.n_min={checked.n_min} exceeds the sweep's slots={slots}")
@@ -224,7 +237,7 @@ def arm_row(outcome: ArmOutcome) -> dict[str, Any]:
         "accuracy_ci_low": outcome.accuracy_ci[0], "accuracy_ci_high": outcome.accuracy_ci[1],
     }
     for name in ("lambda", "n_q_mean", "abort_rate", "marker_rate", "is_weight_mean",
-                 "token_budget", "budget_used", "overhead_s"):
+                 "token_budget", "budget_used", "overhead_s", "k1", "k2", "cap_cut_rate"):
         row[f"mean_{name}"] = _mean([d[name] for d in diag]) if diag else None
     return row
 

@@ -64,6 +64,17 @@ engine-side checks are not measurable here), the Phase 3 weights and Phase 4. Th
 is also logged alone as ``duet/gate_s``, and ``duet/decode_row_share`` is the share of the
 plain call's decode rows that the compacting generation computed (transformers only).
 
+What the gate did is logged per step over the allocated rollouts
+(``training.duet.step_rates``): ``duet/marker_rate``, the share whose text reached the answer
+marker by the abort gate (``p_marker`` of Theorem 3, ``training.duet.marker_reached``: seen at
+a poll, or in the text of a rollout that ended before the gate polled it; never a rollout whose
+coin was drawn); ``duet/marker_seen_rate``, the share the gate saw at a poll before any coin
+(those it may trim); ``duet/abort_rate``, the share aborted and masked out; ``duet/eps_kept``;
+``duet/cap_cut_rate``, the share cut by ``max_completion_length`` (no EOS of their own, not
+stopped by the gate); and the thresholds the gates ran with: ``duet/k1`` (the polling
+threshold), ``duet/k2`` (the abort threshold) and ``duet/abort_at`` = K2 + G (at or past the
+cap, the cap cuts a marker-less rollout before the gate can abort it).
+
 Departures, and why:
 
 - The forced EOS token of a trimmed rollout (marker + G) is masked out of the loss: it was not
@@ -398,12 +409,15 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         rows, offset, local = len(rewards), plan["offset"], plan["local_rows"]
         allocated = np.asarray(plan["allocated"])
         lengths_local = out["completion_mask"].sum(dim=1).tolist()
+        reached, cap_cut = self._marker_and_cap(out["completion_ids"], lengths_local, gates,
+                                                offset)
         # Each rollout's outcome, from the process that generated it, to every process.
         outcome = gather_rows(self.group, [
             (offset + i, int(n) if allocated[offset + i] else 0)
             + ((gates[offset + i].aborted, gates[offset + i].marker_seen,
                 gates[offset + i].coin_drawn, gates[offset + i].p_abort)
                if offset + i in gates else (False, False, False, 1.0))
+            + (reached[i], cap_cut[i])
             for i, n in enumerate(lengths_local)])
         if [o[0] for o in outcome] != list(range(rows)):
             raise RuntimeError("DUET's gathered rollout outcomes are not in global row order")
@@ -438,6 +452,28 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
                          "aborted": aborted.tolist(), "allocated": allocated.tolist()}
         self._seq_logps = {}
 
+    def _marker_and_cap(self, completion_ids: torch.Tensor, lengths: list[int],
+                        gates: dict[int, duet.RolloutGate], offset: int
+                        ) -> tuple[list[bool], list[bool]]:
+        """Per local row: whether its text reached the answer marker by the abort gate
+        (``training.duet.marker_reached``; decodes only rows the gate saw no marker in and drew
+        no coin for) and whether the length cap cut it (``max_completion_length`` tokens, no
+        EOS of its own, not stopped by the gate). Unallocated rows: False, False."""
+        marker = duet.answer_marker(self.args.answer_format)
+        eos = set(self.eos_token_ids)
+        reached, cut = [], []
+        for i, n in enumerate(lengths):
+            gate = gates.get(offset + i)
+            if gate is None:
+                reached.append(False)
+                cut.append(False)
+                continue
+            ids = completion_ids[i, : int(n)].tolist()
+            reached.append(duet.marker_reached(gate, lambda ids=ids: self._decode(ids), marker))
+            cut.append(gate.stopped_at is None and len(ids) >= self.max_completion_length
+                       and (not ids or ids[-1] not in eos))
+        return reached, cut
+
     def _log_step(self, plan, outcome, allocated, aborted, keep, weights, lengths,
                   rewards) -> None:
         m = self._metrics["train"]
@@ -448,19 +484,31 @@ class DuetGRPOTrainer(WeftGRPOTrainer):
         if finite.size:
             m["duet/reward_mean"].append(float(finite.mean()))
         counts = plan["counts"]
-        n_alloc = max(1, int(allocated.sum()))
+        rates = duet.step_rates([
+            duet.RolloutOutcome(length=int(o[1]), marker=bool(o[6]), marker_seen=bool(o[3]),
+                                coin_drawn=bool(o[4]), aborted=bool(o[2]), cap_cut=bool(o[7]))
+            for o in outcome if allocated[o[0]]])
         m["duet/lambda"].append(float(plan["lam"]))
         m["duet/gate_s"].append(float(plan.get("gate_s", 0.0)))
         if "decode_row_share" in plan:
             m["duet/decode_row_share"].append(float(plan["decode_row_share"]))
+        # K1 (polling start) and K2 (abort threshold) this step's gates ran with (§3.2), and
+        # the token at which a marker-less rollout is aborted, K2 + G (Eq. 5): past the length
+        # cap, the cap cuts rollouts before any abort can
+        params = self._gate_params(plan)
         m["duet/k1"].append(float(plan["k1"]))
         m["duet/k2"].append(float(plan["k2"]))
+        m["duet/abort_at"].append(float(params.k2 + params.grace))
         m["duet/n_q_min"].append(float(min(counts)))
         m["duet/n_q_mean"].append(float(np.mean(counts)))
         m["duet/n_q_max"].append(float(max(counts)))
-        m["duet/marker_rate"].append(sum(o[3] for o in outcome) / n_alloc)
-        m["duet/abort_rate"].append(float(aborted.sum()) / n_alloc)
-        m["duet/eps_kept"].append(float(sum(o[4] and not o[2] for o in outcome)))
+        # p_marker (Theorem 3): the text reached the marker by the abort gate; the gate's own
+        # sightings at its polls apart (those are the rollouts it may trim G tokens later)
+        m["duet/marker_rate"].append(rates["marker_rate"])
+        m["duet/marker_seen_rate"].append(rates["marker_seen_rate"])
+        m["duet/abort_rate"].append(rates["abort_rate"])
+        m["duet/eps_kept"].append(rates["eps_kept"])
+        m["duet/cap_cut_rate"].append(rates["cap_cut_rate"])
         kept_w = weights[keep]
         m["duet/is_weight_mean"].append(float(kept_w.mean()) if kept_w.size else 0.0)
         spent = float(sum(lengths))  # every generated token of the step, aborted rollouts too

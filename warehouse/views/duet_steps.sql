@@ -4,8 +4,12 @@
 --   lam               the dual lambda* that closes the step's token budget (Eq. 4)
 --   k1, k2            polling start and abort threshold (p30 / p80 of natural lengths)
 --   n_q_min/mean/max  rollouts allocated per prompt
---   marker_rate       share of allocated rollouts whose answer marker fired
+--   marker_rate       share of allocated rollouts whose text reached the answer marker by the
+--                     abort point (Theorem 3's p_marker; never a rollout whose coin was drawn)
+--   marker_seen_rate  share whose marker the gate saw at a poll before any coin (it may trim them)
 --   abort_rate        share of allocated rollouts aborted (no marker by K2 + G, coin said abort)
+--   cap_cut_rate      share cut by max_completion_length (no EOS, not stopped by the gate)
+--   abort_at          K2 + G: at or past the cap, the cap cuts a marker-less rollout first
 --   eps_kept          marker-less rollouts kept to natural EOS by the eps coin
 --   is_weight_mean    mean Eq. 6 weight 1 / (s_pre p_abort) over kept rollouts
 --   tokens_generated  tokens of allocated rollouts; token_budget the step's budget B
@@ -22,7 +26,10 @@ SELECT checkpoint_id, kind, step, seconds_per_step,
        TRY_CAST(logs_json->>'$."duet/n_q_mean"' AS DOUBLE) AS n_q_mean,
        TRY_CAST(logs_json->>'$."duet/n_q_max"' AS DOUBLE) AS n_q_max,
        TRY_CAST(logs_json->>'$."duet/marker_rate"' AS DOUBLE) AS marker_rate,
+       TRY_CAST(logs_json->>'$."duet/marker_seen_rate"' AS DOUBLE) AS marker_seen_rate,
        TRY_CAST(logs_json->>'$."duet/abort_rate"' AS DOUBLE) AS abort_rate,
+       TRY_CAST(logs_json->>'$."duet/cap_cut_rate"' AS DOUBLE) AS cap_cut_rate,
+       TRY_CAST(logs_json->>'$."duet/abort_at"' AS DOUBLE) AS abort_at,
        TRY_CAST(logs_json->>'$."duet/eps_kept"' AS DOUBLE) AS eps_kept,
        TRY_CAST(logs_json->>'$."duet/is_weight_mean"' AS DOUBLE) AS is_weight_mean,
        TRY_CAST(logs_json->>'$."duet/tokens_generated"' AS DOUBLE) AS tokens_generated,
