@@ -82,6 +82,9 @@ def ep_arm(plan: TablePlan) -> Arm:
     return Arm("ep", plan.ep_recipe, {
         **plan.overrides, "seed": plan.seed, "max_steps": plan.max_steps,
         **({"dataset_limit": plan.dataset_limit} if plan.dataset_limit is not None else {}),
+        # the EP arm's cap: the start's lengths are measured up to it (training.ep_budget)
+        **({"max_completion_length": plan.max_completion_length}
+           if plan.max_completion_length is not None else {}),
     })
 
 

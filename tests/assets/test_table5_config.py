@@ -34,3 +34,17 @@ def test_both_scales_validate_against_the_job_schema():
         result = dg.validate_run_config(job, {"scale": scale})
         table = result["ops"]["ep_budget_table"]["config"]
         assert table["budget_percentiles"] == _table(scale).get("budget_percentiles", [])
+
+
+def test_the_start_is_measured_up_to_the_cap_its_arm_trains_with():
+    """The budgets are the start's answer-length percentiles sampled up to the EP arm's own
+    cap: the CPU config's max_completion_length, not the recipe's (a smaller recipe cap cut
+    the answers and put the 75th percentile above it)."""
+    from assets.ep_training import EpBudgetTableConfig
+    from assets.training import check_recipe
+    from training.ep_budget_table import ep_arm, table_plan
+
+    cfg = EpBudgetTableConfig(**TABLE5.scales["cpu"]["ep_budget_table"]["config"])
+    plan = table_plan(cfg)
+    ep_config = check_recipe("grpo", plan.ep_recipe, ep_arm(plan).override_args())
+    assert ep_config.max_completion_length == cfg.max_completion_length == 128
