@@ -52,7 +52,7 @@ per paragraph, then ``The answer is $\\boxed{v}$.``). The start is ``chain_sft_c
 (recipe ``chain_sft.cpu``: SFT on 128 chains of the seed-0 draw), the arms train with
 ``demo_grpo``'s settings on 64 chains of the seed-2 draw, and the held-out problems are chains
 of the seed-3 draw whose text neither the arms nor the start's lineage trained on
-(``training.tandem.study.heldout_chain``), prompted with the training prompt's instruction (the
+(``training.heldout.heldout_chain``, seed ``HELDOUT_CHAIN_SEED``), prompted with the training prompt's instruction (the
 boxed-answer instruction, then the problem, in the one user turn an evaluation sends). Each
 paragraph is a reasoning step, so under the alternate schedule a team answer to a chain of m
 operations has m handoffs when written the way the SFT data is (m operation steps and the
@@ -95,15 +95,15 @@ from training.heldout import (
     heldout_benchmark,
     training_problems,
 )
+from training.heldout import heldout_problems as heldout_draw
 from training.model_path import resolve_model
 from training.tandem.study import (
     ARM_NAMES,
     ARMS,
     COLLAPSE_PARTS,
+    HELDOUT_CHAIN_SEED,
     PAPER,
     arm_differences,
-    chain_benchmark,
-    heldout_chain,
     invalid_arm_text,
     recipe_method,
     solo_rows,
@@ -267,7 +267,8 @@ def heldout_sets(config: TandemClaimConfig, arm_args: list[str], start_id: str, 
             if start_id:
                 seen |= checkpoint_problems(checkpoint_chain(wh, start_id))
             if config.heldout_chain > 0:
-                return [(chain_benchmark(), heldout_chain(config.heldout_chain, exclude=seen))]
+                return [heldout_draw("chain", config.heldout_chain, seed=HELDOUT_CHAIN_SEED,
+                                     exclude=seen)]
             return [(heldout_benchmark(), heldout_arith(config.heldout_arith, exclude=seen))]
         if not config.benchmarks:
             raise ValueError("no held-out problems: set heldout_chain or heldout_arith > 0, or "

@@ -21,12 +21,11 @@ from assets.results.tandem_results import TANDEM, TandemClaimConfig, arm_overrid
 from eval.claims import ClaimError
 from eval.handoff_team import handoff_label
 from eval.tandem_metrics import drift_by_problem
-from training.heldout import HELDOUT_BENCHMARK, heldout_benchmark
+from training.heldout import HELDOUT_BENCHMARK, heldout_benchmark, heldout_chain
 from training.tandem.study import (
     ARM_NAMES,
     TANDEM_SOLO_MARGIN,
     collapse_check,
-    heldout_chain,
     invalid_arm_text,
     tandem_claims,
 )
@@ -337,7 +336,7 @@ def test_heldout_chains_leave_out_what_the_arms_and_the_start_train_on(weft_home
     assert prompt.endswith("\n\n" + rows[0]["problem"]) and "\\boxed{}" in prompt
     # the draw of another seed, in its order, with the excluded texts skipped
     drawn = builtin_chain(3 + 10, 3)
-    assert [r["problem"] for r in heldout_chain(10, exclude={d["problem"] for d in drawn[:3]})
+    assert [r["problem"] for r in heldout_chain(10, seed=3, exclude={d["problem"] for d in drawn[:3]})
             ] == [d["problem"] for d in drawn[3:]]
     with pytest.raises(dg.Failure, match="set one of heldout_chain and heldout_arith"):
         heldout_sets(config.model_copy(update={"heldout_arith": 8}), args, "", None)

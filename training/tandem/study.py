@@ -17,8 +17,8 @@ functions; the ``tandem_*`` assets and ``tandem_claim`` wire them.
 - :func:`collapse_check`, :func:`invalid_arm_text`: the validity rule of the drift and
   cross-entropy parts (an arm that lost most of its start's solo accuracy has collapsed, and
   its drift and legibility say nothing about the paper's constructs).
-- :func:`heldout_chain`, :func:`chain_benchmark`: held-out multi-step chain problems (the CPU
-  task) and the benchmark that prompts them.
+- :data:`HELDOUT_CHAIN_SEED`: the draw of the CPU task's held-out chains
+  (``training.heldout.heldout_chain``, benchmark ``chain_heldout``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eval.benchmarks import Benchmark
 from eval.claims import INCONCLUSIVE, INVALID_ARM, Claim, ClaimError, judge
 from eval.claims.paper_reports import paper_value
 from eval.claims.readers import newest_samples, problem_scores
@@ -35,7 +34,6 @@ from eval.handoff_team import handoff_label
 from eval.modes import build_mode
 from eval.recorded import Evaluation
 from eval.runner import EvalConfig
-from pipelines.formats import BOXED_SYSTEM_PROMPT
 from warehouse.partitions import partition_key
 
 STARTS = ("senior", "junior")
@@ -144,31 +142,7 @@ def arm_differences(grpo: Any, tandem: Any) -> list[str]:
     return [k for k in differ if k not in RUN_NAMES]
 
 
-HELDOUT_CHAIN_BENCHMARK = "chain_heldout"
 HELDOUT_CHAIN_SEED = 3  # the draw of held-out chains (training sets use other seeds)
-
-
-def chain_benchmark() -> Benchmark:
-    """The held-out chain problems as a benchmark: the math grader, the boxed-answer
-    instruction training prompts carry followed by the problem, in the one user turn an
-    evaluation sends."""
-    instruction = BOXED_SYSTEM_PROMPT.replace("{", "{{").replace("}", "}}")
-    return Benchmark(HELDOUT_CHAIN_BENCHMARK, HELDOUT_CHAIN_BENCHMARK, "math",
-                     instruction + "\n\n{problem}")
-
-
-def heldout_chain(n: int, seed: int = HELDOUT_CHAIN_SEED,
-                  exclude: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
-    """``n`` multi-step chain problems (``training.data.builtin_chain``, drawn in the order of
-    ``seed``) whose text is not in ``exclude`` (the training problems). The first ``n +
-    len(exclude)`` chains of the draw are enough: at most ``len(exclude)`` of them are left
-    out, and a draw's first m chains do not depend on how many are drawn."""
-    from training.data import builtin_chain
-
-    if n < 2:
-        raise ValueError(f"held-out chain problems: need at least 2 for a paired test, got {n}")
-    rows = [r for r in builtin_chain(n + len(exclude), seed) if r["problem"] not in exclude]
-    return rows[:n]
 
 
 def collapse_check(solo: Mapping[str, Mapping[str, float]], start: Mapping[str, float], *,
