@@ -89,6 +89,7 @@ from pipelines.llm.structured import (
     schema_instruction,
 )
 from pipelines.llm.types import (
+    TIMEOUT_BASE_S,
     ChatResult,
     JsonResult,
     SamplingParams,
@@ -114,6 +115,12 @@ JSON_MODES = ("schema", "object", "prompt")
 # What a failing cache raises (a full disk, a file that cannot be opened): never a call's error.
 CACHE_ERRORS = (sqlite3.Error, OSError, CacheUnavailable)
 CONNECT_TIMEOUT_S = 5.0
+# The deadline that follows the server's pace (LLMClient.request_timeout_s): the slowest rate of
+# the last RATE_WINDOW answered requests of at least RATE_MIN_TOKENS tokens (shorter answers
+# time mostly queueing and prefill), with RATE_SAFETY times the time that rate needs.
+RATE_WINDOW = 16
+RATE_MIN_TOKENS = 16
+RATE_SAFETY = 3.0
 
 
 @dataclass
@@ -219,6 +226,9 @@ class LLMClient:
         self.log_every_s = float(log_every_s)
         self.revive = revive
         self._seen_up = False  # the endpoint has answered this client at least once
+        # completion tokens per second of this client's recent answered requests (one entry
+        # per request, the newest last): the deadline follows the slowest of them
+        self._rates: list[float] = []
         # what the server loaded under ``model`` (GET /models ``root``), part of the cache key
         self.model_root: str | None = None
         self._identity_known = False
@@ -449,11 +459,37 @@ class LLMClient:
         return records
 
     def request_timeout_s(self, messages: list[dict], params: SamplingParams) -> float:
-        """The deadline of one request: the client's ``timeout_s``, else ``default_timeout_s``
-        of this prompt's length, ``max_tokens`` and ``n``."""
+        """The deadline of one request's first attempt: the client's ``timeout_s``, else the
+        larger of ``default_timeout_s`` (this prompt's length, ``max_tokens`` and ``n``) and the
+        time the server would need at the slowest rate it showed this client recently
+        (:meth:`observed_rate`), with :data:`RATE_SAFETY` to spare: a server slowed by other
+        load gets the time it needs instead of a deadline it cannot meet. A timed-out attempt's
+        retry gets twice the deadline (:meth:`_call`), so a request that was still generating is
+        not restarted under the deadline it just missed."""
         if self.timeout_s is not None:
             return self.timeout_s
-        return default_timeout_s(params.max_tokens, params.n, prompt_chars(messages))
+        base = default_timeout_s(params.max_tokens, params.n, prompt_chars(messages))
+        rate = self.observed_rate()
+        if rate is None:
+            return base
+        from pipelines.llm import types
+
+        return max(base, types.TIMEOUT_BASE_S + RATE_SAFETY * params.n * params.max_tokens / rate)
+
+    def observed_rate(self) -> float | None:
+        """The slowest completion tokens per second among this client's last
+        :data:`RATE_WINDOW` answered requests of at least :data:`RATE_MIN_TOKENS` tokens (the
+        server's pace as a request sees it, concurrency included), None before any."""
+        with self._records_lock:
+            rates = list(self._rates)
+        return min(rates) if rates else None
+
+    def _observe(self, completion_tokens: int, seconds: float) -> None:
+        if completion_tokens < RATE_MIN_TOKENS or seconds <= 0:
+            return
+        with self._records_lock:
+            self._rates.append(completion_tokens / seconds)
+            del self._rates[:-RATE_WINDOW]
 
     async def _attempt(self, state: _LoopState, kwargs: dict, timeout_s: float) -> _Attempt:
         """One HTTP request. On timeout or cancellation the SDK's HTTP stack closes the
@@ -586,6 +622,7 @@ class LLMClient:
                 if outcome.error is None:
                     self._seen_up = True
                     generated = int(payload["completion_tokens"] or 0)
+                    self._observe(generated, time.monotonic() - sent)
                     if cacheable:
                         await self._cache_write(self.cache.put, key, self.model, payload)
                     results = results_from_payload(payload, cached=False, key=key)
@@ -610,6 +647,8 @@ class LLMClient:
                     "retrying %s in %.2fs after %s", tag or "llm call", delay, outcome.error
                 )
                 retry += 1
+                if outcome.error.startswith("timeout") and self.timeout_s is None:
+                    timeout_s *= 2  # it may have been generating: more time, not the same
                 await self._sleep(delay)
         except asyncio.CancelledError:
             self._record_error(tag, key, attempts, started, "cancelled")

@@ -956,3 +956,46 @@ def test_real_vllm_server(local_server, tmp_path):
     records = client.drain_records()
     assert any(r["error"] == "cancelled" for r in records)
     assert [r["attempts"] for r in records if r["error"] and "HTTP 400" in r["error"]] == [1]
+
+
+def test_a_timed_out_request_is_retried_with_twice_the_deadline(fake, cache_path, monkeypatch):
+    """A server slowed by other load: the first attempt misses its deadline while the server
+    still generates; the retry gets twice the time instead of the deadline it just missed."""
+    from pipelines.llm import types
+
+    monkeypatch.setattr(types, "TIMEOUT_BASE_S", 0.3)
+    monkeypatch.setattr(types, "MIN_TOKENS_PER_S", 1e9)
+    client, _ = make_client(fake, cache_path, timeout_s=None, max_retries=2)
+    short = [{"role": "user", "content": "hi"}]
+    params = SamplingParams(max_tokens=8)
+    deadline = client.request_timeout_s(short, params)
+    fake.plan.extend(["sleep:0.5", "sleep:0.5", "sleep:0.5"])  # each attempt takes 0.5 s
+    result = run(client.chat(short, params))[0]
+    assert result.error is None  # 0.3 s missed it, 0.6 s was enough
+    (record,) = [r for r in client.drain_records() if r["status"] == "ok"]
+    assert record["attempts"] == 2 and deadline < 0.5 < 2 * deadline
+    # a fixed timeout stays what the user set
+    fixed, _ = make_client(fake, None, timeout_s=0.3, max_retries=1)
+    fake.plan.extend(["sleep:0.5", "sleep:0.5"])
+    assert "timeout after 0.3s" in run(fixed.chat(short, params))[0].error
+
+
+def test_the_deadline_follows_the_slowest_recent_pace(fake, cache_path):
+    from pipelines.llm.client import RATE_SAFETY, RATE_WINDOW
+    from pipelines.llm.types import TIMEOUT_BASE_S, default_timeout_s, prompt_chars
+
+    client, _ = make_client(fake, cache_path, timeout_s=None)
+    msgs = [{"role": "user", "content": "hi"}]
+    params = SamplingParams(max_tokens=512)
+    base = default_timeout_s(512, 1, prompt_chars(msgs))
+    assert client.observed_rate() is None and client.request_timeout_s(msgs, params) == base
+    client._observe(8, 10.0)  # too short to time the pace
+    assert client.observed_rate() is None
+    client._observe(100, 50.0)  # 2 tokens/s: a server crawling under load
+    assert client.observed_rate() == 2.0
+    assert client.request_timeout_s(msgs, params) == pytest.approx(
+        TIMEOUT_BASE_S + RATE_SAFETY * 512 / 2.0)
+    for _ in range(RATE_WINDOW):  # the slow one leaves the window
+        client._observe(200, 1.0)
+    assert client.observed_rate() == 200.0
+    assert client.request_timeout_s(msgs, params) == base  # never below the default
