@@ -89,7 +89,6 @@ from pipelines.llm.structured import (
     schema_instruction,
 )
 from pipelines.llm.types import (
-    TIMEOUT_BASE_S,
     ChatResult,
     JsonResult,
     SamplingParams,
