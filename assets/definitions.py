@@ -34,8 +34,15 @@ from assets.sandbox_resource import SandboxResource
 
 def resources_for(env: str) -> dict[str, dg.ConfigurableResource]:
     if env == "cluster":
-        llm = LLMResource(base_url=dg.EnvVar("WEFT_LLM_BASE_URL"), model=dg.EnvVar("WEFT_LLM_MODEL"),
-                          api_key=dg.EnvVar("WEFT_LLM_API_KEY"), max_concurrency=64)
+        from pipelines.serving import serve_mode
+
+        if serve_mode() == "slurm" and not os.environ.get("WEFT_LLM_BASE_URL"):
+            # the embedded model (or local_model_path) served by a vLLM Slurm job
+            llm = LLMResource(max_concurrency=64)
+        else:
+            llm = LLMResource(base_url=dg.EnvVar("WEFT_LLM_BASE_URL"),
+                              model=dg.EnvVar("WEFT_LLM_MODEL"),
+                              api_key=dg.EnvVar("WEFT_LLM_API_KEY"), max_concurrency=64)
     elif env == "local":
         if os.environ.get("WEFT_LLM_BASE_URL"):
             llm = LLMResource(base_url=dg.EnvVar("WEFT_LLM_BASE_URL"),

@@ -5,7 +5,9 @@ use the same classes without Dagster. ``GraderResource`` keeps one grading pool 
 run's steps. ``LLMResource`` with an empty ``base_url`` serves the
 embedded model (or ``local_model_path``) on a local vLLM server, started on first use or reused
 when one already serves it; a server it started is left running for the next step or run
-unless ``stop_started_server`` is set (``python -m pipelines.serving stop`` stops it).
+unless ``stop_started_server`` is set (``python -m pipelines.serving stop`` stops it). With
+``WEFT_SERVE_MODE=slurm`` that server is a Slurm job (``pipelines.slurm.serve``), cancelled when
+the run ends unless ``WEFT_SLURM_SERVE_KEEP=1`` keeps it for the next run.
 
 ``LLMResource`` also holds the reliability settings every LLM stage uses: the per-request
 deadline (``timeout_s``; None scales it to the request's ``max_tokens`` with
@@ -25,7 +27,7 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from pipelines.serving import DEFAULT_PORT, LocalModelServer
+from pipelines.serving import DEFAULT_PORT, LocalModelServer, serve_mode
 from warehouse import Warehouse
 
 BATCH_SLACK_S = 60.0
@@ -58,7 +60,13 @@ class LLMResource(dg.ConfigurableResource):
                 raise ValueError("LLMResource: set `model` together with `base_url`")
             return self.base_url.rstrip("/"), self.model
         if self._server is None:
-            server = LocalModelServer(model_path=self.local_model_path or None, port=self.local_port)
+            if serve_mode() == "slurm":  # a vLLM Slurm job, cancelled at teardown unless kept
+                from pipelines.slurm.serve import server_from_env
+
+                server = server_from_env(self.local_model_path or None)
+            else:
+                server = LocalModelServer(model_path=self.local_model_path or None,
+                                          port=self.local_port)
             server.start()
             self._server = server
         return self._server.base_url, str(self._server.served_name)
@@ -153,8 +161,9 @@ class LLMResource(dg.ConfigurableResource):
         return EMBEDDED_SERVED_NAME
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self.stop_started_server and self._server is not None:
-            self._server.stop()
+        slurm_job = self._server is not None and not isinstance(self._server, LocalModelServer)
+        if self._server is not None and (self.stop_started_server or slurm_job):
+            self._server.stop()  # a Slurm job's stop leaves it running when it is kept
 
 
 class WarehouseResource(dg.ConfigurableResource):

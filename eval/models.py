@@ -71,16 +71,24 @@ class ModelSpec:
         """(base_url, served model id, api key) while the model is reachable.
 
         Local folders reuse a weft server already serving them on the default port, or start
-        one on a free port for the duration of the block and stop it afterwards."""
+        one on a free port for the duration of the block and stop it afterwards. With
+        ``WEFT_SERVE_MODE=slurm`` they are served by a Slurm job instead
+        (``pipelines.slurm.serve``), cancelled after the block unless it is kept."""
         import os
 
         if self.kind == "endpoint":
             key = os.environ.get(self.api_key_env) if self.api_key_env else None
             yield self.base_url.rstrip("/"), self.served_model, key
             return
-        from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port
+        from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, serve_mode
 
         served = self.served_model or self.model_id
+        if serve_mode() == "slurm":  # a vLLM Slurm job (reused when one is kept for it)
+            from pipelines.slurm.serve import server_from_env
+
+            with server_from_env(self.path, served) as job:
+                yield job.base_url, served, None
+            return
         default = LocalModelServer(model_path=self.path, served_name=served, port=DEFAULT_PORT)
         if default.is_ready():
             yield default.base_url, served, None

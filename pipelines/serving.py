@@ -61,6 +61,21 @@ class ServerStartError(RuntimeError):
     pass
 
 
+SERVE_MODE_ENV = "WEFT_SERVE_MODE"
+SERVE_MODES = ("local", "slurm")
+
+
+def serve_mode() -> str:
+    """Where weft serves a model folder: ``local`` (the default: :class:`LocalModelServer` on
+    this machine) or ``slurm`` (vLLM as a Slurm job, ``pipelines.slurm.serve``), from
+    ``WEFT_SERVE_MODE``."""
+    mode = os.environ.get(SERVE_MODE_ENV, "").strip().lower() or "local"
+    if mode not in SERVE_MODES:
+        raise ValueError(f"{SERVE_MODE_ENV} must be one of {', '.join(SERVE_MODES)} (unset: "
+                         f"local), got {mode!r}")
+    return mode
+
+
 def free_port(host: str = DEFAULT_HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

@@ -86,3 +86,20 @@ def test_cluster_env_reads_endpoint_from_env_vars():
     assert isinstance(res["llm"].base_url, (str, dg.EnvVar))
     with pytest.raises(ValueError, match="WEFT_ENV"):
         resources_for("staging")
+
+
+def test_cluster_env_with_slurm_serving_needs_no_endpoint(monkeypatch):
+    """WEFT_ENV=cluster with WEFT_SERVE_MODE=slurm and no WEFT_LLM_BASE_URL: the `llm`
+    resource serves the model itself (as a Slurm job), instead of requiring an endpoint."""
+    from assets.definitions import resources_for
+
+    monkeypatch.delenv("WEFT_LLM_BASE_URL", raising=False)
+    monkeypatch.setenv("WEFT_SERVE_MODE", "slurm")
+    assert resources_for("cluster")["llm"].base_url == ""
+    monkeypatch.setenv("WEFT_LLM_BASE_URL", "http://gpu-node:8000/v1")
+    assert isinstance(resources_for("cluster")["llm"].base_url, (str, dg.EnvVar))
+    assert resources_for("cluster")["llm"].base_url != ""
+    monkeypatch.setenv("WEFT_SERVE_MODE", "kubernetes")
+    monkeypatch.delenv("WEFT_LLM_BASE_URL")
+    with pytest.raises(ValueError, match="WEFT_SERVE_MODE must be one of local, slurm"):
+        resources_for("cluster")
