@@ -158,7 +158,7 @@ def _seeds_cell(row: Mapping[str, Any]) -> str:
         if row.get("pooled_seeds_left_out"):
             out += f"; left out (invalid arm): {row['pooled_seeds_left_out']}"
         return out
-    return "1 (seed —)" if row.get("seed") is None else f"1 (seed {row['seed']})"
+    return "1 run" if row.get("seed") is None else f"1 (seed {row['seed']})"
 
 
 def _lines(rows: Sequence[Mapping[str, Any]], digits: int, last: str) -> list[str]:

@@ -2,12 +2,15 @@
 its pooled-over-seeds figures, ``--render`` prints the Markdown of such a file, and the docs
 page's table is exactly that rendering of the committed export."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from eval.claims import Claim, judge
 from eval.claims.__main__ import main
-from eval.claims.export import read_csv, render, write_csv
+from eval.claims.export import COLUMNS, read_csv, render, write_csv
 from eval.claims.readers import CHECKS_HEADING, PLUMBING_HEADING
 from eval.replicates import pool, se_from_ci
 from warehouse import Lineage, Warehouse
@@ -71,3 +74,20 @@ def test_render_refuses_a_file_that_is_not_an_export(tmp_path, capsys):
     assert "is not a claims export" in capsys.readouterr().err
     assert main(["--render", str(tmp_path / "missing.csv")]) == 2
     assert "--export" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPORT = ROOT / "docs" / "results" / "claims.csv"
+BEGIN = "<!-- claims table: rendered from docs/results/claims.csv -->"
+END = "<!-- end of claims table -->"
+
+
+def test_the_docs_table_is_the_rendering_of_the_committed_export():
+    page = (ROOT / "docs" / "results.md").read_text()
+    match = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), page, re.DOTALL)
+    assert match, f"docs/results.md has no table between {BEGIN!r} and {END!r}"
+    rows = read_csv(EXPORT)
+    assert rows and set(rows[0]) == set(COLUMNS)
+    assert match.group(1).strip() == render(rows).strip(), (
+        "docs/results.md's table differs from `python -m eval.claims --render "
+        "docs/results/claims.csv`: render the export again and paste it")
