@@ -172,3 +172,51 @@ class RunRecorder(TrainerCallback):
         table = pa.Table.from_pylist([row], schema=CHECKPOINTS_SCHEMA)
         self.warehouse.write(CHECKPOINTS, table, lineage=self.lineage, partition=self.checkpoint_id)
         return row
+
+
+class SaveOnSignal(TrainerCallback):
+    """Save a checkpoint at the end of the step that is running when ``signum`` (SIGUSR1)
+    arrives: a Slurm job's batch script forwards the ``--signal=B:USR1@<s>`` warning that its
+    time limit is near (``pipelines.slurm.script``), so the run can resume from that step
+    instead of from the last ``save_steps`` checkpoint. The handler only sets a flag (the
+    callback acts at the step's end, where the trainer can save); it is installed when
+    training begins, in the main thread only, and the previous handler is put back when
+    training ends."""
+
+    def __init__(self, reporter: Reporter | None = None, signum: int | None = None) -> None:
+        import signal
+
+        self.reporter = reporter
+        self.signum = signal.SIGUSR1 if signum is None else signum
+        self.pending = False
+        self.saves = 0
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.pending = True
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(self.signum, self._handle)
+            self._installed = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.pending:
+            self.pending = False
+            self.saves += 1
+            control.should_save = True
+            if self.reporter is not None:
+                self.reporter.log(f"step {state.global_step}: saving a checkpoint (signal "
+                                  f"{self.signum}: the job's time limit is near)")
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        import signal
+
+        if self._installed:
+            signal.signal(self.signum, self._previous)
+            self._installed = False

@@ -51,6 +51,7 @@ def check_reward_columns(funcs: list, columns: set[str]) -> None:
 def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
              extra_callbacks: list | None = None) -> RunResult:
     """Train (or resume, or reuse a finished run) and return the final checkpoint."""
+    from training.callbacks import SaveOnSignal
     from training.run import finish, make_recorder, prepare_run, reuse_completed
 
     reporter = reporter or Reporter()
@@ -100,7 +101,7 @@ def run_grpo(config: WeftGRPOConfig, reporter: Reporter | None = None,
         trainer = config.trainer_class()(
             model=base_model, reward_funcs=funcs, args=config,
             train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-            callbacks=[recorder, *(extra_callbacks or [])],
+            callbacks=[recorder, SaveOnSignal(reporter), *(extra_callbacks or [])],
             drop_degenerate_groups=config.drop_degenerate_groups,
             correctness_reward=correctness, **config.trainer_kwargs(base_model))
         trainer.train(resume_from_checkpoint=resume_from)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # TRL's config classes: imported when a run starts (training.
 def run_sft(config: WeftSFTConfig, reporter: Reporter | None = None,
             extra_callbacks: list | None = None) -> RunResult:
     """Train (or resume, or reuse a finished run) and return the final checkpoint."""
+    from training.callbacks import SaveOnSignal
     from training.run import finish, make_recorder, prepare_run, reuse_completed
 
     reporter = reporter or Reporter()
@@ -50,7 +51,7 @@ def run_sft(config: WeftSFTConfig, reporter: Reporter | None = None,
                  f"model {base_model}, {config.max_steps} steps")
     trainer = SFTTrainer(model=base_model, args=config, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer,
-                         callbacks=[recorder, *(extra_callbacks or [])])
+                         callbacks=[recorder, SaveOnSignal(reporter), *(extra_callbacks or [])])
     trainer.train(resume_from_checkpoint=resume_from)
     return finish(trainer, recorder, config, "sft", base_model, data, reporter)
 

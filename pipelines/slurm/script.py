@@ -26,9 +26,13 @@ Every ``srun`` says ``--export=ALL`` (steps see the script's exports even under 
 ``--cpus-per-task`` from the job on every Slurm release).
 
 Time limit: ``--signal=B:USR1@<signal_before_s>`` makes Slurm signal the batch shell that long
-before the limit. The script traps it (an untrapped USR1 would end the job at once) and writes a
-line to the job's log; weft's training scripts do not act on it yet, so what survives the limit
-is the last checkpoint written by the recipe's ``save_steps``.
+before the limit. The script traps it (an untrapped USR1 would end the job at once), writes a
+line to the job's log and forwards the signal to the training step (``weft_train_pid``; srun
+passes it on to its tasks). weft's training scripts save a checkpoint at the end of the step
+they are in when it arrives (``training.callbacks.SaveOnSignal``), so the run can resume from
+there (``resume: true``). Under ``accelerate launch`` with several processes the signal reaches
+the launcher, which is not known to pass it on: there the last ``save_steps`` checkpoint is
+what survives.
 
 Not guaranteed: that the interpreter, the project root and ``WEFT_HOME`` are on a filesystem
 every node mounts at the same path, that a container image has weft installed, or that the
@@ -291,7 +295,8 @@ def accelerate_multinode(settings: SlurmSettings,
 WAIT_FUNCTIONS = """\
 weft_on_usr1() {
     echo "weft: Slurm sent USR1: the time limit is ${WEFT_SIGNAL_BEFORE_S}s away;" \\
-        "the training script does not save on it, the last save_steps checkpoint is kept"
+        "asking the training step to save a checkpoint at the end of its current step"
+    [ -n "${weft_train_pid:-}" ] && kill -USR1 "$weft_train_pid" 2>/dev/null
 }
 weft_wait() {  # wait for a background step across trapped signals; return its status
     local pid=$1 status
@@ -308,7 +313,8 @@ def launch_lines(settings: SlurmSettings, launch: TrainingLaunch) -> list[str]:
     if settings.nodes == 1:
         words = ([*_srun(settings, "--nodes=1", "--ntasks=1"), *pairs(launch.one_node)]
                  if settings.container_image else pairs(launch.one_node))
-        return [_line(words) + " &", "weft_wait $!", "exit $?"]
+        return [_line(words) + " &", "weft_train_pid=$!", "weft_wait $weft_train_pid",
+                "exit $?"]
     trainers = settings.training_nodes
     lines = ['mapfile -t weft_hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")']
     if trainers > 1:
@@ -338,7 +344,8 @@ def launch_lines(settings: SlurmSettings, launch: TrainingLaunch) -> list[str]:
                       Raw('"$@"')], indent="        ", width=80)
         train = [*_srun(settings, *train_flags), "bash", "-c", body, "weft-train",
                  *pairs(launch.args), *server_args]
-    lines += [_line(train) + " &", "weft_wait $!", "weft_status=$?"]
+    lines += [_line(train) + " &", "weft_train_pid=$!", "weft_wait $weft_train_pid",
+              "weft_status=$?"]
     if settings.vllm_nodes:
         lines += ['kill "$weft_vllm_pid" 2>/dev/null', 'wait "$weft_vllm_pid" 2>/dev/null']
     lines.append('exit "$weft_status"')

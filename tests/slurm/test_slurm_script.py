@@ -323,3 +323,39 @@ def test_a_gpu_recipe_is_checked_on_a_cpu_host_without_its_device():
         "seed=1", "bf16=false"]
     with pytest.raises(dg.Failure, match="bad training recipe"):
         check_recipe("sft", "sxs_sft", host_check_overrides("slurm", ["max_stepz=2"]))
+
+
+def test_the_batch_shell_forwards_the_time_limit_warning_to_the_training_step(tmp_path):
+    """The one-node script run by bash (as a batch step runs it): USR1 sent to the batch
+    shell, as Slurm's --signal=B:USR1 does, reaches the training process, which a stand-in
+    here answers by writing a file and exiting 0; the job exits with its status."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    got = tmp_path / "got_usr1"
+    ready = tmp_path / "ready"
+    stand_in = ("import signal, sys, time, pathlib\n"
+                f"def on(*a):\n    pathlib.Path({str(got)!r}).write_text('saved')\n"
+                "    sys.exit(0)\n"
+                "signal.signal(signal.SIGUSR1, on)\n"
+                f"pathlib.Path({str(ready)!r}).write_text('up')\n"
+                "time.sleep(60)\nsys.exit(5)\n")
+    settings = SlurmSettings(python=sys.executable, workdir=str(tmp_path),
+                             weft_home=str(tmp_path / "home"))
+    script = batch_script(settings, TrainingLaunch(
+        module="training.sft", args=("--recipe", "x"), one_node=(sys.executable, "-c", stand_in)))
+    assert "weft_train_pid=$!" in script.splitlines()
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    job = subprocess.Popen(["bash", str(path)], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job.send_signal(signal.SIGUSR1)
+    out, _ = job.communicate(timeout=60)
+    assert got.read_text() == "saved", out
+    assert job.returncode == 0, out
+    assert "asking the training step to save a checkpoint" in out
