@@ -649,9 +649,7 @@ def reload_ui_for_benchmarks(client_factory: Any = None) -> str | None:
     if path is None or not path.is_file() or path.stat().st_mtime <= float(
             state.get("loaded_at") or 0):
         return None
-    from cli.launcher import location_name_for
-
-    location = location_name_for(DEFINITIONS_MODULE)
+    location = DEFINITIONS_MODULE  # `dagster dev -m MODULE` names its location MODULE
     try:
         if client_factory is None:
             from dagster_graphql import DagsterGraphQLClient
