@@ -185,7 +185,7 @@ def _server(weft_home, command, **changes) -> SlurmModelServer:
                             served_name="stub-model", command=command, **fields)
 
 
-def _gone_from_queue(job_id: str, within_s: float = 20.0) -> bool:
+def _gone_from_queue(job_id: str, within_s: float = 90.0) -> bool:  # slurmd is slow under load
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
