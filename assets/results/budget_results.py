@@ -302,20 +302,30 @@ def duet_budget_claim(context: dg.AssetExecutionContext, config: DuetClaimConfig
     return dg.MaterializeResult(metadata={**(result.metadata or {}), **abort_metadata(diag)})
 
 
+class Table5ClaimConfig(ResultConfig):
+    """``table_id``: judge this stored ``ep_budget_table`` run instead of the newest (re-judges
+    an earlier run under the current verdict code; its rows take that run's seed and design,
+    so it pools with the other seeds of its design). Not part of the design."""
+
+    table_id: str = ""
+
+
 @dg.asset(name=TABLE5.name, group_name="results", deps=["ep_budget_table"], kinds={"python"},
           description=TABLE5.description)
-def ep_budget_claim(context: dg.AssetExecutionContext, config: ResultConfig,
+def ep_budget_claim(context: dg.AssetExecutionContext, config: Table5ClaimConfig,
                     warehouse: WarehouseResource) -> dg.MaterializeResult:
     wh = warehouse.get()
+    own = config.model_dump(exclude={"table_id"})
 
     def compute():
-        rows = table5_claims(wh)
-        table_id = newest_rows(wh, "ep_budget_scores", "table_id")[0]["table_id"]
-        draw = upstream_draw(wh, "ep_budget_table", table_id,
-                             {"scale": config.scale, **config.model_dump()})
+        table_id = config.table_id or newest_rows(wh, "ep_budget_scores",
+                                                  "table_id")[0]["table_id"]
+        rows = table5_claims(wh, table_id)
+        draw = upstream_draw(wh, "ep_budget_table", table_id, {"scale": config.scale, **own})
         return [dict(r, **draw) for r in rows]
 
-    return record_claims(context, wh, TABLE5, config.scale, compute, config.model_dump())
+    return record_claims(context, wh, TABLE5, config.scale, compute, config.model_dump(),
+                         derived=("table_id",))
 
 
 EXPERIMENTS = [DUET, TABLE5]

@@ -410,6 +410,60 @@ def test_the_table5_result_asset_stamps_the_seed_of_the_table_it_judged(weft_hom
     assert row["seed"] == 5 and row["metric"] == "BS@100" and len(row["design"]) == 12
 
 
+def test_table5_seeds_with_their_own_measured_budgets_pool_as_one_part(weft_home):
+    # three ep_budget_table runs (seeds 0, 1, 2) whose budgets are the start's 25th answer-length
+    # percentile, measured per run: 39, 47 and 35 tokens. Judged one table at a time (table_id),
+    # every seed names the part BS@p25, so the seeds pool into one part (a name with the token
+    # budget in it, BS@39 / BS@47 / BS@35, gave three single-seed parts that never pooled)
+    from assets.resources import WarehouseResource
+    from assets.results.budget_results import ep_budget_claim
+    from eval.claims.readers import claim_history
+    from eval.replicates import pooled_rows
+    from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK
+
+    wh = Warehouse()
+    pids = [f"q{i}" for i in range(12)]
+    fits = {}  # seed -> problems where RLVR's answer is over the budget (EP's never is)
+    for seed, budget, over in ((0, 39, 6), (1, 47, 4), (2, 35, 8)):
+        table, ep, rl = f"t{seed}", f"ck-ep{seed}", f"ck-rl{seed}"
+        _write_samples(wh, ep, HELDOUT_BENCHMARK, {p: [1] for p in pids}, f"e{seed}",
+                       budget=budget, tokens={p: budget - 5 for p in pids})
+        _write_samples(wh, rl, HELDOUT_BENCHMARK, {p: [1] for p in pids}, f"r{seed}",
+                       budget=budget,
+                       tokens={p: (budget + 9 if i < over else budget - 1)
+                               for i, p in enumerate(pids)})
+        fits[seed] = over
+        wh.write("ep_budget_scores", [
+            {"arm": arm, "model": model, "budget": budget, "table_id": table,
+             "budget_source": "start_percentiles", "budget_percentile": 25.0}
+            for arm, model in ((ARM_EP, ep), ("rlvr", rl))], partition=table)
+        wh.write("runs", [{"status": "success", "config_json": json.dumps(
+            {"seed": seed, "max_steps": 8})}],
+            lineage=Lineage(run_id=f"run{seed}", asset="ep_budget_table", partition=table))
+    for seed in (2, 0, 1):  # any order: each table is judged as itself
+        result = dg.materialize(
+            [ep_budget_claim], resources={"warehouse": WarehouseResource()},
+            instance=dg.DagsterInstance.ephemeral(),
+            run_config={"ops": {"ep_budget_claim": {"config": {"table_id": f"t{seed}"}}}})
+        assert result.success
+    rows = claim_history(Warehouse(), ["ep_budget_claim"])
+    assert sorted((r["seed"], r["metric"], round(r["diff"], 6)) for r in rows) == [
+        (s, "BS@p25", round(fits[s] / 12, 6)) for s in (0, 1, 2)]
+    assert len({r["design"] for r in rows}) == 1
+    (pooled,) = pooled_rows(rows)
+    assert pooled["metric"] == "BS@p25" and pooled["k"] == 3 and pooled["seeds"] == "0, 1, 2"
+    assert pooled["diff"] == pytest.approx(np.mean([6 / 12, 4 / 12, 8 / 12]), abs=0.02)
+    # a table that was never stored: the error names the ones that were
+    failed = dg.materialize(
+        [ep_budget_claim], resources={"warehouse": WarehouseResource()},
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+        run_config={"ops": {"ep_budget_claim": {"config": {"table_id": "t9"}}}})
+    assert not failed.success
+    (event,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "no ep_budget_table run with table_id 't9'" in str(event.event_specific_data.error)
+    assert "t0" in str(event.event_specific_data.error)
+
+
 def test_the_result_page_keeps_setup_checks_out_of_the_verdict():
     from assets.results.experiments import NO_CLAIM_PART, claims_metadata
     from eval.claims import Claim, judge

@@ -120,6 +120,6 @@ def test_every_other_part_is_a_claim():
     parts = [*deliberation_parts("single"), *deliberation_parts("sequential"),
              *(patrol_part(s) for s in PATROL_SETTINGS), kitchen_part("one", "llm"),
              kitchen_part("multi", "llm"), *synthesis_parts("gsm8k"), recovery_claim(),
-             ACCURACY_PART, *(c for _, c in LATENCY_PARTS), table5_part("rlvr", 16),
-             table5_part("rlvr_x2", 16), *tandem_parts(4).values()]
+             ACCURACY_PART, *(c for _, c in LATENCY_PARTS), table5_part("rlvr", "BS@16"),
+             table5_part("rlvr_x2", "BS@16"), *tandem_parts(4).values()]
     assert all(p.role == CLAIM for p in parts)

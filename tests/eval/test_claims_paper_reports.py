@@ -62,7 +62,7 @@ def _built_parts() -> dict[tuple[str, str], Claim]:
     for setting in ("one", "multi"):
         parts[("ep_kitchen_claim", setting)] = kitchen_part(setting, "llm")
     for arm in ("rlvr", "rlvr_x2"):
-        parts[("ep_budget_claim", arm)] = table5_part(arm, 16)
+        parts[("ep_budget_claim", arm)] = table5_part(arm, "BS@16")
     for name, claim in tandem_parts(4).items():
         parts[("tandem_claim", name)] = claim
     return parts
