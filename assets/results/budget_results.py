@@ -14,7 +14,13 @@ from typing import Any
 import dagster as dg
 
 from assets.resources import GraderResource, LLMResource, WarehouseResource
-from assets.results.experiments import Experiment, ResultConfig, evaluate_models, record_claims
+from assets.results.experiments import (
+    Experiment,
+    ResultConfig,
+    evaluate_models,
+    materialized_in_run,
+    record_claims,
+)
 from assets.sampling import SamplingConfig
 from eval.claims.readers import newest_rows, upstream_draw
 from eval.metrics import correct_by_problem
@@ -198,14 +204,14 @@ def heldout_task(config: DuetClaimConfig) -> tuple[str, int] | None:
 
 
 def heldout_accuracy(context: dg.AssetExecutionContext, config: DuetClaimConfig, wh: Any,
-                     llm: LLMResource, grader: GraderResource):
+                     llm: LLMResource, grader: GraderResource, sweep: str | None = None):
     """``accuracy(arm row) -> {problem: avg@k}`` on held-out problems of the task of
     :func:`heldout_task` (one-digit arithmetic or multi-step chains): both arms' checkpoints
     evaluated through the recorded path on problems none of their lineage (the arm, the start
     it was trained from) trained on (``training.heldout``)."""
     task, n = heldout_task(config)
     try:
-        arms = compared_arms(wh, config.budget)
+        arms = compared_arms(wh, config.budget, sweep)
         chains = [checkpoint_chain(wh, a["checkpoint_id"]) for a in arms]
         bench, rows = heldout_problems(
             task, n, exclude=checkpoint_problems([r for c in chains for r in c]))
@@ -286,15 +292,18 @@ def duet_budget_claim(context: dg.AssetExecutionContext, config: DuetClaimConfig
     from training.duet.budget_claim import abort_diagnostics
 
     wh = warehouse.get()
-    accuracy = (heldout_accuracy(context, config, wh, llm, grader)
+    # the sweep this run trained (the claim job's), else the newest stored one
+    sweep = (materialized_in_run(context, "duet_sweep")
+             or newest_rows(wh, "duet_sweep", "sweep")[0]["sweep"])
+    context.log.info(f"judging duet_sweep {sweep}")
+    accuracy = (heldout_accuracy(context, config, wh, llm, grader, sweep)
                 if heldout_task(config) is not None else None)
     diag: dict[str, Any] = {}
 
     def compute():
-        rows = duet_claims(wh, config.budget, accuracy)
-        diag.update(abort_diagnostics(wh, config.budget))
-        sweep = newest_rows(wh, "duet_sweep", "sweep")[0]
-        draw = upstream_draw(wh, "duet_sweep", sweep["sweep"],
+        rows = duet_claims(wh, config.budget, accuracy, sweep)
+        diag.update(abort_diagnostics(wh, config.budget, sweep))
+        draw = upstream_draw(wh, "duet_sweep", sweep,
                              {"scale": config.scale, **config.model_dump()})
         return [dict(r, **draw) for r in rows]
 
@@ -318,8 +327,9 @@ def ep_budget_claim(context: dg.AssetExecutionContext, config: Table5ClaimConfig
     own = config.model_dump(exclude={"table_id"})
 
     def compute():
-        table_id = config.table_id or newest_rows(wh, "ep_budget_scores",
-                                                  "table_id")[0]["table_id"]
+        # the table named, else the one this run made (the claim job's), else the newest
+        table_id = (config.table_id or materialized_in_run(context, "ep_budget_table", "table_id")
+                    or newest_rows(wh, "ep_budget_scores", "table_id")[0]["table_id"])
         rows = table5_claims(wh, table_id)
         draw = upstream_draw(wh, "ep_budget_table", table_id, {"scale": config.scale, **own})
         return [dict(r, **draw) for r in rows]

@@ -306,6 +306,26 @@ def stamp_rows(rows: Sequence[Mapping[str, Any]], experiment: str, settings: Map
                  seed=r.get("seed", seed), design=r.get("design", design)) for r in rows], design
 
 
+def materialized_in_run(context: dg.AssetExecutionContext, asset: str,
+                        key: str = "partition") -> str | None:
+    """Metadata ``key`` of the materialization of ``asset`` in this asset's own Dagster run (a
+    claim job runs its experiment, then judges it), None when the run did not materialize it
+    (the result asset materialized alone judges the newest stored run). Read from the run's
+    event log, so two claim jobs of one experiment running side by side (two seeds) each judge
+    their own experiment, never the one that happened to finish last."""
+    records = context.instance.all_logs(
+        context.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    found = None
+    for record in records:
+        event = record.dagster_event
+        if event is None or event.asset_key != dg.AssetKey(asset):
+            continue
+        value = event.step_materialization_data.materialization.metadata.get(key)
+        if value is not None:
+            found = str(getattr(value, "value", value))
+    return found
+
+
 def record_claims(context: dg.AssetExecutionContext, wh: Warehouse, experiment: Experiment,
                   scale: str, compute: Callable[[], list[dict[str, Any]]],
                   config: Mapping[str, Any] | None = None,

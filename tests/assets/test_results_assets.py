@@ -142,6 +142,17 @@ def test_duet_claims_from_sweep_rows(weft_home):
     assert wall["verdict"] == "reproduced"
     with pytest.raises(ValueError, match="no GRPO arm or no DUET arm at budget 0.25"):
         duet_claims(wh, 0.25)
+    # a newer sweep (another seed's job, running beside this one) with the arms' checkpoints
+    # swapped: the newest reads -expected, while sweep s1, named, still reads as above
+    wh.write("duet_sweep", [
+        {"arm": "grpo", "method": "grpo", "budget_fraction": 1.0, "checkpoint_id": "ck-duet",
+         "benchmark": "gsm8k", "sweep": "s2"},
+        {"arm": "duet-b0.5", "method": "duet", "budget_fraction": 0.5,
+         "checkpoint_id": "ck-grpo", "benchmark": "gsm8k", "sweep": "s2"}], partition="s2")
+    assert duet_claims(wh, 0.5)[0]["diff"] == pytest.approx(-expected)
+    assert duet_claims(wh, 0.5, sweep="s1")[0]["diff"] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="no duet_sweep rows of sweep 's9'; stored: s2, s1"):
+        duet_claims(wh, 0.5, sweep="s9")
 
 
 def _table5_rows(wh):
@@ -410,6 +421,28 @@ def test_the_table5_result_asset_stamps_the_seed_of_the_table_it_judged(weft_hom
     assert row["seed"] == 5 and row["metric"] == "BS@100" and len(row["design"]) == 12
 
 
+def _table5_seed(wh, seed, budget, over):
+    """An ep_budget_table run ``t<seed>`` of ``seed`` whose budget is the start's 25th
+    answer-length percentile, ``budget`` tokens: both arms right on 12 problems, EP-aware always
+    within the budget, RLVR over it on the first ``over``."""
+    from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK
+
+    pids = [f"q{i}" for i in range(12)]
+    table, ep, rl = f"t{seed}", f"ck-ep{seed}", f"ck-rl{seed}"
+    _write_samples(wh, ep, HELDOUT_BENCHMARK, {p: [1] for p in pids}, f"e{seed}",
+                   budget=budget, tokens={p: budget - 5 for p in pids})
+    _write_samples(wh, rl, HELDOUT_BENCHMARK, {p: [1] for p in pids}, f"r{seed}", budget=budget,
+                   tokens={p: (budget + 9 if i < over else budget - 1)
+                           for i, p in enumerate(pids)})
+    wh.write("ep_budget_scores", [
+        {"arm": arm, "model": model, "budget": budget, "table_id": table,
+         "budget_source": "start_percentiles", "budget_percentile": 25.0}
+        for arm, model in ((ARM_EP, ep), ("rlvr", rl))], partition=table)
+    wh.write("runs", [{"status": "success", "config_json": json.dumps(
+        {"seed": seed, "max_steps": 8})}],
+        lineage=Lineage(run_id=f"run{seed}", asset="ep_budget_table", partition=table))
+
+
 def test_table5_seeds_with_their_own_measured_budgets_pool_as_one_part(weft_home):
     # three ep_budget_table runs (seeds 0, 1, 2) whose budgets are the start's 25th answer-length
     # percentile, measured per run: 39, 47 and 35 tokens. Judged one table at a time (table_id),
@@ -419,27 +452,11 @@ def test_table5_seeds_with_their_own_measured_budgets_pool_as_one_part(weft_home
     from assets.results.budget_results import ep_budget_claim
     from eval.claims.readers import claim_history
     from eval.replicates import pooled_rows
-    from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK
 
     wh = Warehouse()
-    pids = [f"q{i}" for i in range(12)]
-    fits = {}  # seed -> problems where RLVR's answer is over the budget (EP's never is)
-    for seed, budget, over in ((0, 39, 6), (1, 47, 4), (2, 35, 8)):
-        table, ep, rl = f"t{seed}", f"ck-ep{seed}", f"ck-rl{seed}"
-        _write_samples(wh, ep, HELDOUT_BENCHMARK, {p: [1] for p in pids}, f"e{seed}",
-                       budget=budget, tokens={p: budget - 5 for p in pids})
-        _write_samples(wh, rl, HELDOUT_BENCHMARK, {p: [1] for p in pids}, f"r{seed}",
-                       budget=budget,
-                       tokens={p: (budget + 9 if i < over else budget - 1)
-                               for i, p in enumerate(pids)})
-        fits[seed] = over
-        wh.write("ep_budget_scores", [
-            {"arm": arm, "model": model, "budget": budget, "table_id": table,
-             "budget_source": "start_percentiles", "budget_percentile": 25.0}
-            for arm, model in ((ARM_EP, ep), ("rlvr", rl))], partition=table)
-        wh.write("runs", [{"status": "success", "config_json": json.dumps(
-            {"seed": seed, "max_steps": 8})}],
-            lineage=Lineage(run_id=f"run{seed}", asset="ep_budget_table", partition=table))
+    over = {0: 6, 1: 4, 2: 8}  # problems where RLVR's answer is over the budget
+    for seed, budget in ((0, 39), (1, 47), (2, 35)):
+        _table5_seed(wh, seed, budget, over[seed])
     for seed in (2, 0, 1):  # any order: each table is judged as itself
         result = dg.materialize(
             [ep_budget_claim], resources={"warehouse": WarehouseResource()},
@@ -448,7 +465,7 @@ def test_table5_seeds_with_their_own_measured_budgets_pool_as_one_part(weft_home
         assert result.success
     rows = claim_history(Warehouse(), ["ep_budget_claim"])
     assert sorted((r["seed"], r["metric"], round(r["diff"], 6)) for r in rows) == [
-        (s, "BS@p25", round(fits[s] / 12, 6)) for s in (0, 1, 2)]
+        (s, "BS@p25", round(over[s] / 12, 6)) for s in (0, 1, 2)]
     assert len({r["design"] for r in rows}) == 1
     (pooled,) = pooled_rows(rows)
     assert pooled["metric"] == "BS@p25" and pooled["k"] == 3 and pooled["seeds"] == "0, 1, 2"
@@ -462,6 +479,33 @@ def test_table5_seeds_with_their_own_measured_budgets_pool_as_one_part(weft_home
     (event,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "no ep_budget_table run with table_id 't9'" in str(event.event_specific_data.error)
     assert "t0" in str(event.event_specific_data.error)
+
+
+def test_a_claim_job_judges_the_table_its_own_run_made_not_the_newest(weft_home):
+    # two claim jobs side by side (seeds 0 and 1): seed 1's table lands while seed 0's claim is
+    # still to run. Seed 0's run judges t0, the table its own ep_budget_table materialized
+    # (read from the run's event log), not t1, the newest in the warehouse
+    from assets.resources import WarehouseResource
+    from assets.results.budget_results import ep_budget_claim
+
+    wh = Warehouse()
+    _table5_seed(wh, 0, 39, 6)
+    _table5_seed(wh, 1, 47, 2)  # written later: the newest table
+
+    @dg.asset(name="ep_budget_table")
+    def seed0_table():  # stands for the run's own ep_budget_table (its rows are stored above)
+        return dg.MaterializeResult(metadata={"table_id": "t0"})
+
+    instance = dg.DagsterInstance.ephemeral()
+    assert dg.materialize([seed0_table, ep_budget_claim],
+                          resources={"warehouse": WarehouseResource()}, instance=instance).success
+    (row,) = Warehouse().sql("SELECT seed, diff FROM claims").to_pylist()
+    assert row["seed"] == 0 and row["diff"] == pytest.approx(6 / 12)
+    # the claim materialized alone (no table in its run) judges the newest stored table
+    assert dg.materialize([ep_budget_claim], resources={"warehouse": WarehouseResource()},
+                          instance=instance).success
+    (row,) = Warehouse().sql("SELECT seed, diff FROM claims").to_pylist()
+    assert row["seed"] == 1 and row["diff"] == pytest.approx(2 / 12)
 
 
 def test_the_result_page_keeps_setup_checks_out_of_the_verdict():

@@ -97,9 +97,28 @@ def step_series(wh: Any, checkpoint_id: str, duet: bool) -> dict[str, dict[int, 
     return {"tokens": tokens, "wall": wall}
 
 
-def compared_arms(wh: Any, budget: float = 0.5) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(full-budget GRPO arm, DUET arm at ``budget``) rows of the newest ``duet_sweep``."""
-    arms = newest_rows(wh, "duet_sweep", "sweep")
+def sweep_arms(wh: Any, sweep: str | None = None) -> list[dict[str, Any]]:
+    """The ``duet_sweep`` rows of sweep ``sweep`` (its partition; None: the newest sweep).
+    ClaimError naming the stored sweeps when there is no such sweep."""
+    if sweep is None:
+        return newest_rows(wh, "duet_sweep", "sweep")
+    if "duet_sweep" not in wh.tables():
+        raise ClaimError("no duet_sweep rows yet: materialize duet_sweep first")
+    arms = wh.sql("SELECT * FROM duet_sweep WHERE sweep = $s", {"s": sweep}).to_pylist()
+    if not arms:
+        stored = [r["sweep"] for r in wh.sql(
+            "SELECT sweep FROM duet_sweep GROUP BY sweep ORDER BY max(created_at) DESC"
+        ).to_pylist()]
+        raise ClaimError(f"no duet_sweep rows of sweep {sweep!r}; stored: "
+                         f"{', '.join(stored) or 'none'}")
+    return arms
+
+
+def compared_arms(wh: Any, budget: float = 0.5,
+                  sweep: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(full-budget GRPO arm, DUET arm at ``budget``) rows of sweep ``sweep`` (None: the
+    newest ``duet_sweep``)."""
+    arms = sweep_arms(wh, sweep)
     grpo = [a for a in arms if a["method"] == "grpo"]
     duet = [a for a in arms if a["method"] == "duet" and abs(a["budget_fraction"] - budget) < 1e-9]
     if not grpo or not duet:
@@ -110,13 +129,13 @@ def compared_arms(wh: Any, budget: float = 0.5) -> tuple[dict[str, Any], dict[st
 
 
 def duet_claims(wh: Any, budget: float = 0.5,
-                accuracy: Callable[[Mapping[str, Any]], Mapping[str, float]] | None = None
-                ) -> list[dict[str, Any]]:
-    """The DUET claim's three parts (:func:`claim_parts`) from the newest ``duet_sweep`` in
-    ``wh``. ``accuracy(arm row) -> {problem: score}`` scores an arm's checkpoint (default: its
-    evaluation on the sweep's benchmark in ``eval_samples``)."""
+                accuracy: Callable[[Mapping[str, Any]], Mapping[str, float]] | None = None,
+                sweep: str | None = None) -> list[dict[str, Any]]:
+    """The DUET claim's three parts (:func:`claim_parts`) from sweep ``sweep`` (None: the newest
+    ``duet_sweep`` in ``wh``). ``accuracy(arm row) -> {problem: score}`` scores an arm's
+    checkpoint (default: its evaluation on the sweep's benchmark in ``eval_samples``)."""
     parts = claim_parts(budget)
-    grpo, duet = compared_arms(wh, budget)
+    grpo, duet = compared_arms(wh, budget, sweep)
     bench = grpo["benchmark"]
     if accuracy is None:
         def accuracy(arm: Mapping[str, Any]) -> dict[str, float]:
@@ -175,10 +194,10 @@ def arm_summary(arm: Mapping[str, Any], steps: list[dict[str, Any]]) -> dict[str
     return out
 
 
-def abort_diagnostics(wh: Any, budget: float = 0.5) -> dict[str, Any]:
+def abort_diagnostics(wh: Any, budget: float = 0.5, sweep: str | None = None) -> dict[str, Any]:
     """What the claim's page shows of the compared arms' rollouts: ``summaries`` (one
     :func:`arm_summary` per arm, GRPO first) and ``steps`` (arm label -> :func:`arm_steps`),
-    from the newest ``duet_sweep``."""
-    arms = compared_arms(wh, budget)
+    from sweep ``sweep`` (None: the newest ``duet_sweep``)."""
+    arms = compared_arms(wh, budget, sweep)
     steps = {a["arm"]: arm_steps(wh, a) for a in arms}
     return {"summaries": [arm_summary(a, steps[a["arm"]]) for a in arms], "steps": steps}
