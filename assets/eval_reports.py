@@ -32,6 +32,7 @@ from eval.report_plots import (
     SHARED_COLUMNS,
     ReportTables,
     draw_plots,
+    inline_figures,
     invalid_pairs,
     png_md,
     publish_latest,
@@ -48,17 +49,15 @@ class EvalReportsConfig(dg.Config):
     eff_baselines: dict[str, str] = {}
 
 
-def _plot_metadata(plots: dict, skipped: dict[str, str]) -> dict:
-    """``plot_<name>`` (a small copy the UI shows inline) and ``plot_<name>_full`` for every
+def _plot_metadata(plots: dict, figures: dict, skipped: dict[str, str]) -> dict:
+    """``plot_<name>`` (the plot as a text figure the UI shows inline on the asset page,
+    ``eval.report_text``) and ``plot_<name>_full`` (the PNG, behind "Show Markdown") for every
     drawn plot, and ``plots_skipped`` with the reasons."""
-    from eval.reports import inline_image_md
-
     meta = {}
     for name, path in plots.items():
         if path is not None:
-            inline = inline_image_md(path, name)
-            if inline is not None:
-                meta[f"plot_{name}"] = dg.MetadataValue.md(inline)
+            if figures.get(name):
+                meta[f"plot_{name}"] = dg.MetadataValue.md(figures[name])
             meta[f"plot_{name}_full"] = dg.MetadataValue.md(png_md(path))
     meta["plots_skipped"] = (md_table([{"plot": k, "reason": v} for k, v in skipped.items()],
                                       ["plot", "reason"]) if skipped else "none")
@@ -102,9 +101,11 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
     out_dir = weft_home() / "reports" / context.run_id
     views = {v: wh.sql(f"SELECT * FROM {v}").to_pylist()
              for v in ("latency", "budget_curve", "eff_curve")}  # the rows just written
-    plots = draw_plots(out_dir, board=board, shared=tables.shared, samples=samples,
-                       latency=views["latency"], curve=views["budget_curve"],
-                       eff=views["eff_curve"])
+    inputs = {"board": board, "shared": tables.shared, "samples": samples,
+              "latency": views["latency"], "curve": views["budget_curve"],
+              "eff": views["eff_curve"]}
+    plots = draw_plots(out_dir, **inputs)
+    figures = inline_figures(**inputs)
     skipped = skipped_plots(plots, skip_reasons(samples, views["latency"], views["budget_curve"],
                                                 views["eff_curve"], tables.no_baseline))
     for name, reason in skipped.items():
@@ -112,7 +113,7 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
     publish_latest(out_dir, weft_home() / "reports" / "latest")
     record_run(wh, lin, started_at=started, rows_written=tables.rows_written)
     return dg.MaterializeResult(metadata={**_tables_metadata(board, tables, out_dir),
-                                          **_plot_metadata(plots, skipped)})
+                                          **_plot_metadata(plots, figures, skipped)})
 
 
 @dg.asset_check(asset=eval_reports, description="Pairwise p-values lie in [0, 1] and CIs contain the difference.")

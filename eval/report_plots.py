@@ -4,6 +4,7 @@ thinking-cap sweeps, DeepTool Eq. 12's Eff curve) into a run folder, why a plot 
 nothing to draw was skipped, and the columns of the tables it shows.
 
 :func:`draw_plots` writes PNG files under the given folder (and nothing else);
+:func:`inline_figures` gives the same plots as text the Dagster UI shows inline;
 :func:`publish_latest` copies a run's folder to ``reports/latest``; :func:`png_md` embeds a PNG
 as Markdown. Not guaranteed: that a plot exists (a plot without data is skipped and
 :func:`skip_reasons` says why).
@@ -20,6 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from eval.budget import budget_score_rows, eff_score_rows, thinking_budget_sweep
+from eval.report_text import (
+    budget_text,
+    eff_text,
+    fit,
+    latency_text,
+    leaderboard_text,
+    sweep_text,
+)
 from eval.reports import (
     comparable_board,
     pairwise_rows,
@@ -115,23 +124,58 @@ def thinking_sweeps(samples: Sequence[Mapping[str, Any]]) -> dict[str, list[dict
     return dict(sweeps)
 
 
+def plot_inputs(*, board: Sequence[Mapping[str, Any]], shared: Sequence[Mapping[str, Any]],
+                samples: Sequence[Mapping[str, Any]], latency: Sequence[Mapping[str, Any]],
+                curve: Sequence[Mapping[str, Any]], eff: Sequence[Mapping[str, Any]]
+                ) -> dict[str, Any]:
+    """What each report plot draws, by plot name: the leaderboard compares the models of a
+    benchmark on the problems all of them were scored on (``eval.reports.comparable_board``);
+    the thinking sweeps are per ``<model> <benchmark>`` (``eval.budget.thinking_budget_sweep``)."""
+    return {
+        "leaderboard": comparable_board(board, shared),
+        "latency_pareto": latency,
+        "budget_curves": curve,
+        "thinking_sweep": {k: thinking_budget_sweep(v) for k, v in thinking_sweeps(samples).items()},
+        "eff_curve": eff,
+    }
+
+
+_DRAW = {"leaderboard": plot_leaderboard, "latency_pareto": plot_latency_pareto,
+         "budget_curves": plot_budget_curves, "thinking_sweep": plot_thinking_sweep,
+         "eff_curve": plot_eff_curve}
+_TEXT = {"leaderboard": ("leaderboard: accuracy [95% CI] on shared problems", leaderboard_text),
+         "latency_pareto": ("latency: ARI (lower first) and accuracy", latency_text),
+         "budget_curves": ("budget curves: BS@B and Acc@B over budgets B", budget_text),
+         "thinking_sweep": ("thinking-budget sweep: accuracy over caps", sweep_text),
+         "eff_curve": ("Eff (accuracy gained per 1k tokens) over thinking caps", eff_text)}
+
+
 def draw_plots(out_dir: Path, *, board: Sequence[Mapping[str, Any]],
                shared: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
                latency: Sequence[Mapping[str, Any]], curve: Sequence[Mapping[str, Any]],
                eff: Sequence[Mapping[str, Any]]) -> dict[str, Path | None]:
-    """Every report plot drawn into ``out_dir`` (created), by name; None for a plot with
-    nothing to draw. The leaderboard compares the models of a benchmark on the problems all
-    of them were scored on (``eval.reports.comparable_board``)."""
+    """Every report plot drawn into ``out_dir`` (created) as ``<name>.png``, by name; None for
+    a plot with nothing to draw (inputs: :func:`plot_inputs`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sweeps = {k: thinking_budget_sweep(v) for k, v in thinking_sweeps(samples).items()}
-    return {
-        "leaderboard": plot_leaderboard(comparable_board(board, shared),
-                                        out_dir / "leaderboard.png"),
-        "latency_pareto": plot_latency_pareto(latency, out_dir / "latency_pareto.png"),
-        "budget_curves": plot_budget_curves(curve, out_dir / "budget_curves.png"),
-        "thinking_sweep": plot_thinking_sweep(sweeps, out_dir / "thinking_sweep.png"),
-        "eff_curve": plot_eff_curve(eff, out_dir / "eff_curve.png"),
-    }
+    inputs = plot_inputs(board=board, shared=shared, samples=samples, latency=latency,
+                         curve=curve, eff=eff)
+    return {name: draw(inputs[name], out_dir / f"{name}.png") for name, draw in _DRAW.items()}
+
+
+def inline_figures(*, board: Sequence[Mapping[str, Any]],
+                   shared: Sequence[Mapping[str, Any]], samples: Sequence[Mapping[str, Any]],
+                   latency: Sequence[Mapping[str, Any]], curve: Sequence[Mapping[str, Any]],
+                   eff: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
+    """Every report plot as a text figure the UI shows inline (``eval.report_text``: the
+    plotted values with bars or sparklines, under the UI's inline limit), from the same inputs
+    as :func:`draw_plots`; None for a plot with nothing to draw."""
+    inputs = plot_inputs(board=board, shared=shared, samples=samples, latency=latency,
+                         curve=curve, eff=eff)
+    out: dict[str, str | None] = {}
+    for name, (title, text) in _TEXT.items():
+        lines = text(inputs[name])
+        out[name] = fit(name, title, lines) if lines else None
+    return out
 
 
 def skipped_plots(plots: Mapping[str, Path | None],

@@ -12,9 +12,8 @@ function returns None when there is nothing to draw.
 
 The leaderboard compares models of a benchmark only on the problems all of them were scored on
 (``shared_problem_leaderboard``; the same pairing as the paired tests), and each bar says how
-many problems it covers. ``inline_image_md`` makes a small copy of a plot that the Dagster UI
-shows directly on the asset page (it renders Markdown metadata inline only below
-``UI_INLINE_MD_LIMIT`` characters, so the copy is shrunk and reduced to a few colours).
+many problems it covers. The Dagster UI shows each plot inline as text (``eval.report_text``:
+it renders Markdown metadata inline only below 1,000 characters, too few for a readable PNG).
 
 Not guaranteed: corrections for multiple comparisons (see ``eval.compare``).
 """
@@ -29,11 +28,6 @@ from typing import Any
 
 from eval.compare import paired_bootstrap, paired_t_test
 from eval.metrics import bootstrap_ci
-
-# Dagster 1.13's asset page renders a Markdown metadata value inline when it is shorter than
-# 1,000 characters (ui-core MetadataEntry: `expandSmallValues && mdStr.length < 1000`), and
-# behind a "[Show Markdown]" link otherwise.
-UI_INLINE_MD_LIMIT = 1000
 
 
 def per_problem_scores(samples: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
@@ -114,30 +108,6 @@ def comparable_board(board: Sequence[Mapping[str, Any]],
                            n_shared=s["n_shared"])
         out.append(row)
     return out
-
-
-def inline_image_md(path: Path, label: str, limit: int = UI_INLINE_MD_LIMIT) -> str | None:
-    """Markdown showing a shrunk copy of the PNG at ``path`` as a data URI, below ``limit``
-    characters (the widest of a few sizes and colour counts that fits), or None if none fits."""
-    import base64
-    import io
-
-    from PIL import Image
-
-    with Image.open(path) as image:
-        image.load()
-        rgb = image.convert("RGB")
-    for width, colours in ((360, 3), (320, 3), (320, 2), (280, 2), (240, 2), (200, 2),
-                           (160, 2)):
-        thumb = rgb.copy()
-        thumb.thumbnail((width, width))
-        small = thumb.quantize(colors=colours, dither=Image.Dither.NONE)
-        buf = io.BytesIO()
-        small.save(buf, "PNG", optimize=True)
-        md = f"![{label}](data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()})"
-        if len(md) < limit:
-            return md
-    return None
 
 
 def _pyplot():

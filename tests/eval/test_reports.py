@@ -77,12 +77,18 @@ def test_eval_reports_asset_writes_pairwise_and_plots(weft_home):
     assert pair == [{"model_a": "a", "model_b": "b", "n": 8, "diff": 0.5}]
     assert (weft_home / "reports" / "latest" / "leaderboard.png").stat().st_size > 1000
     mat = result.asset_materializations_for_node("eval_reports")[0]
-    # a small copy the UI renders on the asset page (Markdown under 1,000 characters) and the
-    # full-size image behind "Show Markdown"
+    # the plot as text the UI renders on the asset page (Markdown under 1,000 characters): one
+    # line per model with its accuracy written out, and the full-size image behind "Show
+    # Markdown"
     inline = mat.metadata["plot_leaderboard"].value
-    assert inline.startswith("![leaderboard](data:image/png;base64,") and len(inline) < 1000
+    assert len(inline) < 1000 and "data:image" not in inline
+    board = {r["model"]: r["accuracy"] for r in wh.sql(
+        "SELECT model, accuracy FROM leaderboard").to_pylist()}
+    for model, accuracy in board.items():
+        (line,) = [x for x in inline.splitlines() if x.startswith(f"gsm8k {model} ")]
+        assert f" {accuracy:.3f} [" in line
     full = mat.metadata["plot_leaderboard_full"].value
-    assert full.startswith("![leaderboard](data:image/png;base64,") and len(full) > len(inline)
+    assert full.startswith("![leaderboard](data:image/png;base64,") and len(full) > 1000
     # the plots that had nothing to draw are named with the reason
     skipped = mat.metadata["plots_skipped"].value
     for name in ("latency_pareto", "budget_curves", "thinking_sweep", "eff_curve"):
@@ -136,7 +142,8 @@ def test_eval_reports_writes_budget_and_eff_curves(weft_home):
     assert (latest / "budget_curves.png").stat().st_size > 1000
     assert (latest / "eff_curve.png").stat().st_size > 1000
     meta = result.asset_materializations_for_node("eval_reports")[0].metadata
-    assert meta["plot_eff_curve"].value.startswith("![eff_curve](data:image/png;base64,")
+    assert "+2.5@" in meta["plot_eff_curve"].value and len(meta["plot_eff_curve"].value) < 1000
+    assert meta["plot_eff_curve_full"].value.startswith("![eff_curve](data:image/png;base64,")
     assert "per 1,000 tokens" in meta["eff_units"].value
 
 
@@ -182,20 +189,3 @@ def test_leaderboard_plot_rows_use_shared_problems_and_show_counts(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_inline_image_md_fits_the_ui_limit(tmp_path):
-    import base64
-    import io
-
-    from PIL import Image
-
-    from eval.reports import inline_image_md
-
-    board = [{"benchmark": "gsm8k", "model": f"m{i}", "accuracy": 0.1 * i, "ci_low": 0.0,
-              "ci_high": 0.1 * i + 0.05, "n_problems": 20} for i in range(4)]
-    path = plot_leaderboard(board, tmp_path / "l.png")
-    md = inline_image_md(path, "leaderboard")
-    assert md is not None and len(md) < 1000 and md.startswith("![leaderboard](data:image/png;")
-    data = base64.b64decode(md.split("base64,", 1)[1].rstrip(")"))
-    with Image.open(io.BytesIO(data)) as image:
-        assert 160 <= image.width <= 360
-    assert inline_image_md(path, "leaderboard", limit=100) is None
