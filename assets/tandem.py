@@ -72,7 +72,7 @@ class TandemCheckpointConfig(dg.Config):
 
 
 TANDEM_FAMILY = CheckpointFamily(
-    "tandem_checkpoint", "grpo", DEFAULT_TANDEM_RECIPE, ("problems",),
+    "tandem_checkpoint", "grpo", DEFAULT_TANDEM_RECIPE, ("math_train_problems",),
     ("tandem_grpo", "kl_junior_grpo"), parent="sft_checkpoint",
     description="Tandem RL or its KL-to-junior ablation on problems with gold answers",
     config=TandemCheckpointConfig)

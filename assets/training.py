@@ -327,10 +327,12 @@ class ProcessGRPOCheckpointConfig(GRPOCheckpointConfig):
 class CheckpointFamily:
     """One recipe family's checkpoint asset: what it trains on and what it starts from.
 
-    ``data`` are the warehouse assets the family's recipes read (``dataset:
-    warehouse:<table>`` or ``problems:<split>``); they become the asset's upstream edges, so the
-    UI shows what trained a checkpoint and marks it stale when that data changes. ``parent`` is
-    the checkpoint asset a GRPO stage starts from (``from_sft``)."""
+    ``data`` are the assets that produce what the family's recipes read (:func:`dataset_asset`:
+    ``<table>`` for ``dataset: warehouse:<table>``, the ingest asset ``<source>_problems`` for
+    ``problems:<source>``); they become the asset's upstream edges, so the UI shows what
+    trained a checkpoint and marks it stale when that data changes, and only then: a benchmark
+    added elsewhere changes ``problems`` (every source merged) but not the one source the
+    recipes read. ``parent`` is the checkpoint asset a GRPO stage starts from (``from_sft``)."""
 
     name: str
     kind: str  # "sft" or "grpo"
@@ -347,7 +349,7 @@ FAMILIES = (
         "sft_checkpoint", "sft", DEFAULT_SFT_RECIPE, ("sxs_sft_dataset",), ("sxs_sft",),
         description="SxS supervised fine-tuning (think/speak streams of sxs_sft_dataset)"),
     CheckpointFamily(
-        "grpo_checkpoint", "grpo", DEFAULT_GRPO_RECIPE, ("problems",),
+        "grpo_checkpoint", "grpo", DEFAULT_GRPO_RECIPE, ("math_train_problems",),
         ("sxs_grpo", "sxs_grpo_shaped", "rlvr_grpo", "budget_grpo", "duet_grpo"),
         parent="sft_checkpoint",
         description="GRPO with verifiable rewards on problems with gold answers, started from "
@@ -393,13 +395,17 @@ def check_recipe(kind: str, recipe: str, overrides: list[str]):
 
 
 def dataset_asset(spec: str) -> str | None:
-    """The warehouse asset a dataset spec reads (``warehouse:T?…`` → T, ``problems:…`` →
-    problems), or None for data that no asset produces (``builtin:…``, files, the hub)."""
+    """The asset that produces what a dataset spec reads: ``warehouse:T[/partition][?…]`` → T;
+    ``problems:S[?…]`` → ``S_problems``, the ingest asset of source S (training loads the
+    source with the same ``pipelines.ingest.load_source``, not through the merged
+    ``problems`` table); None for data that no asset produces (``builtin:…``, files, the
+    hub)."""
     scheme, _, rest = spec.partition(":")
-    if scheme == "warehouse" and rest:
-        return rest.split("?", 1)[0]
-    if scheme == "problems":
-        return "problems"
+    target = rest.split("?", 1)[0]
+    if scheme == "warehouse" and target:
+        return target.split("/", 1)[0]
+    if scheme == "problems" and target:
+        return f"{target}_problems"
     return None
 
 

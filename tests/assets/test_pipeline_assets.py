@@ -185,3 +185,52 @@ def test_reingesting_identical_data_keeps_downstream_fresh(weft_home, shared_dat
         assert status() == StaleStatus.FRESH
         assert run(["gsm8k_problems"], 4) != first  # one more problem: new data
         assert status() == StaleStatus.STALE
+
+
+def test_a_checkpoint_is_stale_only_when_the_source_it_trains_on_changes(weft_home, shared_data):
+    """grpo_checkpoint's recipes read problems:math_train, so its data edge is the ingest asset
+    math_train_problems (the code location's real graph), not the merged `problems`: ingesting
+    another benchmark (a new `problems` data version) leaves the checkpoint FRESH; new
+    math_train rows make it STALE. The checkpoint here keeps the real asset's key and upstream
+    edges and skips the training (staleness is decided by the edges and data versions alone)."""
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.loader import LoadingContextForTest
+
+    from assets.definitions import defs as location
+
+    parents = location.resolve_asset_graph().get(dg.AssetKey("grpo_checkpoint")).parent_keys
+    assert dg.AssetKey("problems") not in parents
+
+    @dg.asset(name="grpo_checkpoint", deps=[k for k in parents if k.path != ["sft_checkpoint"]])
+    def checkpoint():
+        return dg.MaterializeResult(metadata={"checkpoint_id": "ck"})
+
+    resources = _resources("http://127.0.0.1:9/v1", "none")
+    assets = [*ALL, checkpoint]
+    graph = dg.Definitions(assets=assets, resources=resources).resolve_asset_graph()
+
+    def run(selection, limits):
+        cfg = {"ops": {f"{s}_problems": {"config": {"limit": n}} for s, n in limits.items()}}
+        assert dg.materialize(assets, selection=selection, resources=resources, run_config=cfg,
+                              instance=instance).success
+
+    def version(key):
+        event = instance.get_latest_materialization_event(dg.AssetKey(key))
+        return event.asset_materialization.tags["dagster/data_version"]
+
+    def status(key):
+        resolver = CachingStaleStatusResolver(instance, graph, LoadingContextForTest(instance))
+        return resolver.get_status(dg.AssetKey(key))
+
+    with dg.instance_for_test() as instance:
+        run(["math_train_problems", "gsm8k_problems", "problems", "grpo_checkpoint"],
+            {"math_train": 3, "gsm8k": 3})
+        assert status("grpo_checkpoint") == StaleStatus.FRESH
+        merged = version("problems")
+        run(["aime24_problems", "problems"], {"aime24": 3})  # a benchmark added
+        assert version("problems") != merged  # what made the checkpoint Unsynced before
+        assert status("grpo_checkpoint") == StaleStatus.FRESH
+        run(["math_train_problems"], {"math_train": 3})  # re-ingested, the same rows
+        assert status("grpo_checkpoint") == StaleStatus.FRESH
+        run(["math_train_problems"], {"math_train": 4})  # one more training problem
+        assert status("grpo_checkpoint") == StaleStatus.STALE

@@ -37,7 +37,7 @@ def test_definitions_load():
     defs = dg.Definitions(assets=TRAINING_ASSETS, resources=_resources())
     dg.Definitions.validate_loadable(defs)
     assert defs.resolve_asset_graph().get(dg.AssetKey("grpo_checkpoint")).parent_keys == {
-        dg.AssetKey("sft_checkpoint"), dg.AssetKey("problems")}
+        dg.AssetKey("sft_checkpoint"), dg.AssetKey("math_train_problems")}
 
 
 def test_each_recipe_family_declares_the_data_it_trains_on():
@@ -53,19 +53,22 @@ def test_each_recipe_family_declares_the_data_it_trains_on():
                             "process_grpo_checkpoint", "tandem_checkpoint", "chain_sft_checkpoint")}
     assert parents == {
         "sft_checkpoint": {"sxs_sft_dataset"},
-        "grpo_checkpoint": {"problems", "sft_checkpoint"},
+        "grpo_checkpoint": {"math_train_problems", "sft_checkpoint"},
         "tir_sft_checkpoint": {"tir_sft_dataset"},
         "process_grpo_checkpoint": {"step_instances", "tir_sft_checkpoint"},
         "chain_sft_checkpoint": set(),
-        "tandem_checkpoint": {"problems", "sft_checkpoint"},
+        "tandem_checkpoint": {"math_train_problems", "sft_checkpoint"},
     }
     from assets.tandem import TANDEM_FAMILY
 
     for family in (*FAMILIES, TANDEM_FAMILY):
         for recipe in family.recipes:  # the full (GPU) recipe of the family reads its data
             spec = read_recipe(recipe).values["dataset"]
-            table = spec.split(":", 1)[1].split("?")[0] if spec.startswith("warehouse:") else (
-                "problems" if spec.startswith("problems:") else spec)
+            # warehouse:<table>[?...] reads <table>; problems:<source> loads the source the
+            # ingest asset <source>_problems loads
+            target = spec.split(":", 1)[1].split("?")[0] if ":" in spec else spec
+            table = (target if spec.startswith("warehouse:") else
+                     f"{target}_problems" if spec.startswith("problems:") else spec)
             if not family.data:  # a family on generated data reads no asset
                 assert spec.startswith("builtin:"), (family.name, recipe, spec)
                 continue
@@ -76,7 +79,9 @@ def test_each_recipe_family_declares_the_data_it_trains_on():
     ("warehouse:sxs_sft_dataset?variant=sxs", "sxs_sft_dataset"),
     ("warehouse:tir_sft_dataset?rendering=state_discarded", "tir_sft_dataset"),
     ("warehouse:step_instances", "step_instances"),
-    ("problems:math_train", "problems"),
+    ("problems:math_train", "math_train_problems"),
+    ("problems:gsm8k_train?n=8", "gsm8k_train_problems"),
+    ("warehouse:problems/gsm8k_train", "problems"),
     ("builtin:arith", None),
     ("builtin:sxs_sft", None),
     ("", None),
@@ -133,7 +138,7 @@ def test_sft_then_grpo_through_pipes(weft_home, embedded_model_dir):
     # lineage: the data each run really read, and links to the checkpoint's evaluation partitions
     assert sft_mat.metadata["dataset"].value == "builtin:arith_sft"
     assert sft_mat.metadata["dataset_is_upstream"].value is False  # not sxs_sft_dataset
-    assert grpo_mat.metadata["upstream_data"].value == ["problems"]
+    assert grpo_mat.metadata["upstream_data"].value == ["math_train_problems"]
     links = grpo_mat.metadata["evaluation_partitions"].value
     assert f"gsm8k|{grpo_id}" in links and "/assets/eval_samples?view=partitions" in links
     # every link opens a partition that exists (not another model's page)
