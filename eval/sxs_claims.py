@@ -59,6 +59,37 @@ ACCURACY_PART = Claim(paper="SxS", section=SECTION, metric="accuracy", reference
                       paper_value=paper_value(EXPERIMENT, "accuracy"))
 
 
+# The validity rule, fixed before any run of the redesigned claim: every part compares what
+# the arms show in interleaved mode, which only means something when each arm writes its own
+# training format (standard CoT: one think block, then one speak block; SxS: a think/speak
+# stream; ``eval.latency.ArmLatency.format_following``). An arm below this share of its
+# outputs in its own format has not learned it yet, and the parts are inconclusive
+# (``invalid_arm``) instead of read as evidence: an arm that ignores the format is scored at
+# its full length, so it would lose on latency for not having learned, not for its data.
+# Half is where most outputs still miss the format; the asset's warning used the same line.
+FORMAT_FLOOR = 0.5
+
+
+def format_invalid_text(formats: Mapping[str, Any], floor: float = FORMAT_FLOOR) -> str | None:
+    """The ``invalid_arm`` value of every part (``eval.claims.mark_invalid_arm``): each arm
+    whose share of outputs in its own format (``formats[arm]["format_following"]``) is below
+    ``floor``, with its share and counts; None when both arms follow their format."""
+    if not 0.0 < floor <= 1.0:
+        raise ValueError(f"format floor must be in (0, 1], got {floor!r}")
+    names = {"standard": STANDARD, "sxs": SXS}
+    bad = []
+    for arm in ARMS:
+        figures = formats.get(arm) or {}
+        rate = figures.get("format_following")
+        if rate is None:
+            bad.append(f"{names[arm]} has no measured output")
+        elif float(rate) < floor:
+            bad.append(f"{names[arm]} writes its own format in {float(rate):.0%} of its outputs "
+                       f"(< {floor:.0%}; {figures.get('untagged', 0)} untagged, "
+                       f"{figures.get('malformed', 0)} malformed)")
+    return "; ".join(bad) or None
+
+
 def judge_quality(alignments: Sequence[Mapping[str, Any]],
                   traces: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Quality figures of the alignments the arms trained on: the judge(s), how many samples

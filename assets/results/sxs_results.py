@@ -30,7 +30,11 @@ malformed counts among them), how many outputs showed nothing, and the share tha
 arm's own training format (standard CoT: one think block, then one speak block; SxS: a clean
 think/speak stream), in the claim rows' config and on the page. That share is a figure, not a
 setup check: a check compares the two arms and holds by construction, while this is a level
-per arm that the run measures (no arm here is the reference for it).
+per arm that the run measures (no arm here is the reference for it). It is also the run's
+validity rule (``eval.sxs_claims.FORMAT_FLOOR``, fixed before any run of this design): when an
+arm writes its own format in fewer than half of its outputs, every part is ``inconclusive``
+with reason ``invalid_arm`` naming the arm and its share, since that arm has not learned what
+the comparison is about.
 
 The paper's own SFT rows do not keep accuracy: Table 1 reports SxS SFT below standard-CoT SFT
 (AIME25, Qwen3-4B 38.3 vs 62.9; Qwen3-30B-A3B 50.8 vs 76.9), the "alignment tax" that §4.3's
@@ -66,6 +70,7 @@ from eval.sxs_claims import (
     ARMS,
     LATENCY_PARTS,
     MODE,
+    format_invalid_text,
     heldout_problems,
     judge_quality,
 )
@@ -292,7 +297,7 @@ def _judged(wh: Any, arms: Mapping[str, Mapping[str, Any]], benchmark: str,
     """The claim's rows and each arm's output formats, or the ClaimError that stops them
     (judged before the claims run opens so that its config carries the counts; the error is
     re-raised inside ``record_claims``, which records the failed run)."""
-    from eval.claims import judge
+    from eval.claims import judge, mark_invalid_arm
     from eval.claims.readers import problem_scores
 
     try:
@@ -302,7 +307,9 @@ def _judged(wh: Any, arms: Mapping[str, Mapping[str, Any]], benchmark: str,
         rows.append(judge(ACCURACY_PART, problem_scores(wh, treatment, benchmark, mode=MODE),
                           problem_scores(wh, reference, benchmark, mode=MODE),
                           n_boot=config.n_boot))
-        return rows, formats, None
+        # the validity rule: an arm that has not learned its own format is no evidence
+        invalid = format_invalid_text(formats)
+        return [mark_invalid_arm(r, invalid) for r in rows], formats, None
     except ValueError as exc:  # ClaimError is one
         return [], {}, exc if isinstance(exc, ClaimError) else ClaimError(str(exc))
 
@@ -338,11 +345,10 @@ def sxs_latency_claim(context: dg.AssetExecutionContext, config: SxsClaimConfig,
                                      f"{ {v: a['steps'] for v, a in arms.items()} }")
     evaluate_arms(context, arms, bench, problems, config, wh, llm, grader)
     rows, formats, error = _judged(wh, arms, bench.name, config)
-    for v in ARMS:
-        rate = (formats.get(v) or {}).get("format_following")
-        if rate is not None and rate < 0.5:
-            context.log.warning(f"arm {v}: only {rate:.0%} of its outputs follow its own "
-                                "format; train more steps before reading the latency parts")
+    invalid = format_invalid_text(formats) if formats else None
+    if invalid:
+        context.log.warning(f"every part is inconclusive (invalid_arm): {invalid}; train more "
+                            "steps so that both arms write their own format")
 
     def compute() -> list[dict[str, Any]]:
         if error is not None:

@@ -311,6 +311,17 @@ def uninformative(row: Mapping[str, Any]) -> str | None:
     return None
 
 
+def mark_invalid_arm(row: dict[str, Any], text: str | None) -> dict[str, Any]:
+    """``row`` (a :func:`judge` row) with its ``invalid_arm`` column set to ``text``: the
+    experiment's own validity rule found an arm unfit for this part and says which and why
+    (rule 0 of the verdict: the part is ``inconclusive`` for :data:`INVALID_ARM`, whatever its
+    CI says); None leaves the verdict as judged."""
+    row["invalid_arm"] = text
+    if text:
+        row["verdict"], row["inconclusive_reason"] = row_judgement(row)
+    return row
+
+
 def row_judgement(row: Mapping[str, Any]) -> tuple[str, str | None]:
     """``(verdict, inconclusive_reason)`` of one ``claims`` row (as :func:`judge` returns and
     the warehouse stores it) under the rule in the module docstring: ``inconclusive`` with the

@@ -125,6 +125,37 @@ def test_the_pairing_keeps_every_problem_and_counts_format_failures(weft_home, t
     assert formats["standard"]["shapes"] == {"untagged": 4, "no_speak": 2, "think_then_speak": 6}
     assert formats["standard"]["format_following"] == 0.5
     assert formats["sxs"]["format_following"] == 1.0 and formats["sxs"]["untagged"] == 0
+    # half in its own format is at the validity floor, not below it: the parts stand
+    assert all(r["invalid_arm"] is None for r in rows)
+
+
+def test_an_arm_that_has_not_learned_its_format_makes_every_part_inconclusive():
+    from eval.claims import judge, mark_invalid_arm
+    from eval.sxs_claims import ACCURACY_PART, FORMAT_FLOOR, LATENCY_PARTS, format_invalid_text
+
+    assert FORMAT_FLOOR == 0.5
+    formats = {"standard": {"format_following": 0.4, "untagged": 6, "malformed": 0},
+               "sxs": {"format_following": 0.95, "untagged": 0, "malformed": 1}}
+    text = format_invalid_text(formats)
+    assert text == ("standard-CoT SFT writes its own format in 40% of its outputs (< 50%; "
+                    "6 untagged, 0 malformed)")
+    assert format_invalid_text({"standard": {"format_following": 0.5}, "sxs": {
+        "format_following": 0.5}}) is None
+    assert "SxS SFT has no measured output" in format_invalid_text(
+        {"standard": {"format_following": 0.9}, "sxs": {"format_following": None}})
+    # a part whose CI alone reads "reproduced" (SxS 20 tokens earlier on all 30 problems, with
+    # spread) is inconclusive once the rule names an arm
+    ref = [100.0 + (i % 7) for i in range(30)]
+    treat = [v - 20.0 - (i % 3) for i, v in enumerate(ref)]
+    (_, abo) = LATENCY_PARTS[0]
+    row = judge(abo, ref, treat, n_boot=500)
+    assert row["verdict"] == "reproduced"
+    marked = mark_invalid_arm(dict(row), text)
+    assert (marked["verdict"], marked["inconclusive_reason"]) == ("inconclusive", "invalid_arm")
+    assert marked["invalid_arm"] == text
+    assert mark_invalid_arm(dict(row), None)["verdict"] == "reproduced"
+    acc = judge(ACCURACY_PART, [1.0] * 20 + [0.0] * 10, [0.0] * 30, n_boot=500)
+    assert mark_invalid_arm(acc, text)["inconclusive_reason"] == "invalid_arm"
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eval.claims import INCONCLUSIVE, INVALID_ARM, Claim, ClaimError, judge
+from eval.claims import Claim, ClaimError, judge, mark_invalid_arm
 from eval.claims.paper_reports import paper_value
 from eval.claims.readers import newest_samples, problem_scores
 from eval.handoff_team import handoff_label
@@ -58,10 +58,6 @@ TANDEM_SOLO_MARGIN = 0.10
 # sampling noise alone rarely crosses it; seed 2's collapse of the earlier design (0.24
 # against GRPO's 0.84, start about 0.5) was far beyond it.
 COLLAPSE_FRACTION = 0.5
-# The row column that names an arm ruled invalid for a part (null: both valid) and the reason
-# such a part is inconclusive for (the ``inconclusive_reason`` column).
-INVALID_ARM_COLUMN = "invalid_arm"
-INVALID_ARM_REASON = INVALID_ARM  # eval.claims' reason: the verdict rule's rule 0
 # Parts the validity rule applies to (keys of :func:`claim_parts`).
 COLLAPSE_PARTS = ("drift", "legibility")
 ARMS = ("grpo", "tandem")  # reference, treatment
@@ -181,15 +177,6 @@ def invalid_arm_text(check: Mapping[str, Any]) -> str | None:
                       f"{check['fraction']:g} x the start's {check['start']:.3f})"
                       for a in check["collapsed"])
     return f"{named}, on {check['problems']} problems"
-
-
-def mark_invalid(row: dict[str, Any], text: str | None) -> dict[str, Any]:
-    """``row`` with its ``invalid_arm`` column; a part with an invalid arm is inconclusive
-    for :data:`INVALID_ARM_REASON`, whatever its CI says."""
-    row[INVALID_ARM_COLUMN] = text
-    if text:
-        row["verdict"], row["inconclusive_reason"] = INCONCLUSIVE, INVALID_ARM_REASON
-    return row
 
 
 def claim_parts(handoff_k: int) -> dict[str, Claim]:
@@ -327,7 +314,7 @@ def tandem_claims(wh: Any, models: Mapping[str, str], junior: str, benchmarks: S
                     "handoffs_per_answer": handoffs_per_answer(handoffs)})
     invalid = invalid_arm_text(collapse)
     scores = {"solo": solo, "handoff": team, "drift": drift, "legibility": legible}
-    rows = [mark_invalid(judge(claims[part], scores[part]["grpo"], scores[part]["tandem"],
+    rows = [mark_invalid_arm(judge(claims[part], scores[part]["grpo"], scores[part]["tandem"],
                                n_boot=n_boot), invalid if part in COLLAPSE_PARTS else None)
             for part in ("solo", "handoff", "drift", "legibility")]
     return rows, details
