@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 
 PHASES = ("generation_s", "reward_s", "scoring_s", "optimisation_s")
+# GRPOConfig fields TRL derives from others when the config is built; copying them would set both
+DERIVED = ("generation_batch_size", "logging_dir")
 
 
 def _cpu_seconds() -> float:
@@ -141,8 +143,10 @@ def run_trl_peer(model_dir: Path, *, steps: int, generations: int, tokens: int,
         return [1.0 if _boxed(t) == a.strip() else 0.0 for t, a in zip(texts, answer)]
 
     with tempfile.TemporaryDirectory(prefix="weft-bench-trl-") as out:
+        # generation_batch_size is derived from steps_per_generation when the config is
+        # built (TRL refuses both set): the peer derives it the same way
         fields = {f.name: getattr(weft, f.name) for f in dataclasses.fields(GRPOConfig)
-                  if f.init and hasattr(weft, f.name)}
+                  if f.init and hasattr(weft, f.name) and f.name not in DERIVED}
         args = GRPOConfig(**{**fields, "output_dir": out})
         clock = step_clock()
         started = time.perf_counter()
