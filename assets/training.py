@@ -265,39 +265,13 @@ def trainer_for(env: str) -> TrainerLauncher:
     return TrainerLauncher()
 
 
-# WEFT_SLURM_<NAME> -> TrainerLauncher field (slurm mode)
-SLURM_ENV_TEXT = ("partition", "account", "qos", "time_limit", "mem", "constraint", "python",
-                  "workdir", "container_image", "accelerate_config")
-SLURM_ENV_INT = ("nodes", "gpus_per_node", "cpus_per_task", "vllm_nodes", "vllm_gpus")
-
-
 def slurm_trainer_from_env() -> TrainerLauncher:
-    """``TrainerLauncher(mode="slurm")`` from ``WEFT_SLURM_*`` variables: the text and number
-    fields by name (``WEFT_SLURM_PARTITION``, ``WEFT_SLURM_GPUS_PER_NODE``, ...),
-    ``WEFT_SLURM_SBATCH_ARGS`` split like a shell line, ``WEFT_SLURM_SETUP`` one shell line,
-    ``WEFT_SLURM_CONTAINER_MOUNTS`` comma-separated (Pyxis's own syntax)."""
-    import shlex
+    """``TrainerLauncher(mode="slurm")`` from the ``WEFT_SLURM_*`` variables
+    (``pipelines.slurm.env``: ``WEFT_SLURM_PARTITION``, ``WEFT_SLURM_GPUS_PER_NODE``, ...,
+    ``WEFT_SLURM_SBATCH_ARGS``, ``WEFT_SLURM_SETUP``, ``WEFT_SLURM_CONTAINER_MOUNTS``)."""
+    from pipelines.slurm.env import TRAINER_INT, TRAINER_TEXT, read_fields
 
-    fields: dict[str, Any] = {}
-    for name in SLURM_ENV_TEXT + SLURM_ENV_INT:
-        value = os.environ.get(f"WEFT_SLURM_{name.upper()}", "")
-        if not value:
-            continue
-        if name in SLURM_ENV_INT:
-            try:
-                fields[name] = int(value)
-            except ValueError as exc:
-                raise ValueError(f"WEFT_SLURM_{name.upper()} must be a whole number, got "
-                                 f"{value!r}") from exc
-        else:
-            fields[name] = value
-    if os.environ.get("WEFT_SLURM_SBATCH_ARGS"):
-        fields["sbatch_args"] = shlex.split(os.environ["WEFT_SLURM_SBATCH_ARGS"])
-    if os.environ.get("WEFT_SLURM_SETUP"):
-        fields["setup"] = [os.environ["WEFT_SLURM_SETUP"]]
-    if os.environ.get("WEFT_SLURM_CONTAINER_MOUNTS"):
-        fields["container_mounts"] = os.environ["WEFT_SLURM_CONTAINER_MOUNTS"].split(",")
-    return TrainerLauncher(mode="slurm", **fields)
+    return TrainerLauncher(mode="slurm", **read_fields(TRAINER_TEXT, TRAINER_INT))
 
 
 class SFTCheckpointConfig(dg.Config):

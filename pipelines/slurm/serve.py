@@ -55,6 +55,7 @@ from pathlib import Path, PurePosixPath
 
 from pipelines.serving import ServerStartError, served_models
 from pipelines.settings import PROJECT_ROOT, weft_home
+from pipelines.slurm.env import INT, TEXT, env_int, read_fields
 from pipelines.slurm.jobs import UNKNOWN, JobState, SlurmCommands, SlurmError, log_tail
 from pipelines.slurm.script import (
     JOB_NAME,
@@ -407,38 +408,16 @@ def stop_kept(served_name: str, commands: SlurmCommands | None = None) -> str | 
     return job_id
 
 
-# WEFT_SLURM_<NAME> -> SlurmSettings field, as the Slurm trainer reads them
-ENV_TEXT = ("partition", "account", "qos", "time_limit", "mem", "constraint", "python",
-            "workdir", "container_image")
-ENV_INT = ("gpus_per_node", "cpus_per_task")
-
-
-def _env_int(name: str, default: int, env: Mapping[str, str]) -> int:
-    value = env.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a whole number, got {value!r}") from exc
-
-
 def settings_from_env(env: Mapping[str, str] | None = None) -> SlurmSettings:
     """:class:`SlurmSettings` of a server job from ``WEFT_SLURM_*`` (the names the Slurm trainer
     reads; ``WEFT_SLURM_SERVE_GPUS`` overrides ``WEFT_SLURM_GPUS_PER_NODE`` for servers)."""
     env = os.environ if env is None else env
-    fields: dict[str, object] = {
-        name: env[f"WEFT_SLURM_{name.upper()}"] for name in ENV_TEXT
-        if env.get(f"WEFT_SLURM_{name.upper()}")}
-    for name in ENV_INT:
-        fields[name] = _env_int(f"WEFT_SLURM_{name.upper()}", 0, env)
-    fields["gpus_per_node"] = _env_int("WEFT_SLURM_SERVE_GPUS", int(fields["gpus_per_node"]), env)
-    if env.get("WEFT_SLURM_SBATCH_ARGS"):
-        fields["sbatch_args"] = tuple(shlex.split(env["WEFT_SLURM_SBATCH_ARGS"]))
-    if env.get("WEFT_SLURM_SETUP"):
-        fields["setup"] = (env["WEFT_SLURM_SETUP"],)
-    if env.get("WEFT_SLURM_CONTAINER_MOUNTS"):
-        fields["container_mounts"] = tuple(env["WEFT_SLURM_CONTAINER_MOUNTS"].split(","))
+    fields: dict[str, object] = {"gpus_per_node": 0, "cpus_per_task": 0,
+                                 **read_fields(TEXT, INT, env)}
+    fields["gpus_per_node"] = env_int("WEFT_SLURM_SERVE_GPUS", int(fields["gpus_per_node"]), env)
+    for name in ("sbatch_args", "setup", "container_mounts"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
     fields.setdefault("python", sys.executable)
     fields.setdefault("workdir", str(PROJECT_ROOT))
     return SlurmSettings(weft_home=str(weft_home()), job_name=SERVE_JOB_NAME, **fields)
@@ -472,7 +451,7 @@ def server_from_env(model_path: str | Path | None = None, served_name: str | Non
     return SlurmModelServer(
         settings=settings_from_env(env), model_path=str(folder),
         served_name=served_name or folder.name,
-        port=_env_int("WEFT_SLURM_SERVE_PORT", 0, env),
+        port=env_int("WEFT_SLURM_SERVE_PORT", 0, env),
         extra_args=tuple(shlex.split(env.get("WEFT_SLURM_SERVE_ARGS", ""))),
         keep=env.get("WEFT_SLURM_SERVE_KEEP", "").strip().lower() in ("1", "true", "yes"),
         queue_timeout_s=seconds("WEFT_SLURM_SERVE_QUEUE_TIMEOUT_S", QUEUE_TIMEOUT_S),
