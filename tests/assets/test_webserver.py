@@ -2,6 +2,7 @@
 (slow) the UI pages a researcher opens, rendered in headless Chromium over a small materialized
 graph, with screenshots kept under WEFT_HOME/screenshots for a person to look at."""
 
+import contextlib
 import json
 import os
 import signal
@@ -127,6 +128,36 @@ CHROMIUM = Path("/usr/bin/chromium")
 PAGE_TIMEOUT_MS = 180_000  # a loaded 2-core machine renders the UI slowly
 
 
+@contextlib.contextmanager
+def _browser(home: Path, weft_home: Path):
+    """A page of headless Chromium (Debian's, driven by Playwright) at 1,600 x 1,100 px on a
+    Dagster webserver started on ``home``: yields ``(page, base URL)``; the browser and the
+    webserver are stopped afterwards. Fails saying what to install when either is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser test needs Playwright: `make test-slow` installs it "
+                    "(or: .venv/bin/pip install playwright==1.65.2)")
+    if not CHROMIUM.is_file():
+        pytest.fail("the browser test needs Debian's chromium: `make test-slow` installs it "
+                    "as root (or: apt-get install -y chromium)")
+    port = _free_port()
+    proc = _start_webserver(home, weft_home, port)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=str(CHROMIUM),
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 1100})
+                page.set_default_timeout(PAGE_TIMEOUT_MS)
+                yield page, f"http://127.0.0.1:{port}"
+            finally:
+                browser.close()
+    finally:
+        _stop(proc)
+
+
 @pytest.mark.slow
 def test_ui_pages_in_headless_chromium(tmp_path, weft_home, shared_data, embedded_model_dir,
                                        monkeypatch):
@@ -137,14 +168,6 @@ def test_ui_pages_in_headless_chromium(tmp_path, weft_home, shared_data, embedde
     from pipelines.llm.testing import FakeLLMServer
     from tests.assets.small_graph import materialize_small_graph, responder
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the browser test needs Playwright: `make test-slow` installs it "
-                    "(or: .venv/bin/pip install playwright==1.65.2)")
-    if not CHROMIUM.is_file():
-        pytest.fail("the browser test needs Debian's chromium: `make test-slow` installs it "
-                    "as root (or: apt-get install -y chromium)")
     home = _dagster_home(tmp_path / "dagster_home")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     instance = dg.DagsterInstance.get()
@@ -154,53 +177,44 @@ def test_ui_pages_in_headless_chromium(tmp_path, weft_home, shared_data, embedde
     assert run_ids
     shots = weft_home / "screenshots"
     shots.mkdir()
-    port = _free_port()
-    proc = _start_webserver(home, weft_home, port)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=str(CHROMIUM),
-                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-            page = browser.new_page(viewport={"width": 1600, "height": 1100})
-            page.set_default_timeout(PAGE_TIMEOUT_MS)
+    with _browser(home, weft_home) as (page, base):
+        # the asset graph: every stage, and the train group with its upstream data
+        page.goto(f"{base}/asset-groups", timeout=PAGE_TIMEOUT_MS)
+        for group in ("ingest", "synthesize", "mosaic", "train", "evaluate", "report"):
+            page.get_by_text(group, exact=True).filter(visible=True).first.wait_for()
+        page.screenshot(path=str(shots / "asset_graph.png"))
+        page.goto(f"{base}/locations/assets.definitions/asset-groups/train/lineage",
+                  timeout=PAGE_TIMEOUT_MS)
+        for name in ("sft_checkpoint", "grpo_checkpoint", "sxs_sft_dataset",
+                     "math_train_problems", "tir_sft_checkpoint", "tir_sft_dataset",
+                     "step_instances"):
+            page.get_by_text(name, exact=True).filter(visible=True).first.wait_for()
+        page.screenshot(path=str(shots / "train_lineage.png"))
 
-            # the asset graph: every stage, and the train group with its upstream data
-            page.goto(f"{base}/asset-groups", timeout=PAGE_TIMEOUT_MS)
-            for group in ("ingest", "synthesize", "mosaic", "train", "evaluate", "report"):
-                page.get_by_text(group, exact=True).filter(visible=True).first.wait_for()
-            page.screenshot(path=str(shots / "asset_graph.png"))
-            page.goto(f"{base}/locations/assets.definitions/asset-groups/train/lineage",
-                      timeout=PAGE_TIMEOUT_MS)
-            for name in ("sft_checkpoint", "grpo_checkpoint", "sxs_sft_dataset", "problems",
-                         "tir_sft_checkpoint", "tir_sft_dataset", "step_instances"):
-                page.get_by_text(name, exact=True).filter(visible=True).first.wait_for()
-            page.screenshot(path=str(shots / "train_lineage.png"))
+        # an asset page: its metadata, the skipped plots with reasons, the leaderboard
+        # plot inline as a text figure (its title and a bar line, not behind a link)
+        page.goto(f"{base}/assets/eval_reports", timeout=PAGE_TIMEOUT_MS)
+        page.get_by_text("plots_skipped", exact=True).filter(visible=True).first.wait_for()
+        page.get_by_text("no interleaved samples yet", exact=False).filter(visible=True).first.wait_for()
+        title = page.get_by_text("leaderboard: accuracy [95% CI] on shared problems",
+                                 exact=True).filter(visible=True).first
+        title.wait_for()
+        title.scroll_into_view_if_needed()
+        figure = page.locator("code", has_text="gsm8k ").filter(visible=True).first
+        figure.wait_for()
+        assert "█" in figure.inner_text() or "·" * 20 in figure.inner_text()
+        page.screenshot(path=str(shots / "asset_eval_reports.png"))
 
-            # an asset page: its metadata, the skipped plots with reasons, the plot inline
-            page.goto(f"{base}/assets/eval_reports", timeout=PAGE_TIMEOUT_MS)
-            page.get_by_text("plots_skipped", exact=True).filter(visible=True).first.wait_for()
-            page.get_by_text("no interleaved samples yet", exact=False).filter(visible=True).first.wait_for()
-            image = page.locator('img[alt="leaderboard"]').first
-            image.wait_for()
-            assert image.get_attribute("src").startswith("data:image/png;base64,")
-            image.scroll_into_view_if_needed()
-            assert image.evaluate("img => img.complete && img.naturalWidth") > 100
-            page.screenshot(path=str(shots / "asset_eval_reports.png"))
+        # automation: the nightly schedule and the models sensor
+        page.goto(f"{base}/automation", timeout=PAGE_TIMEOUT_MS)
+        page.get_by_text("nightly_eval", exact=True).filter(visible=True).first.wait_for()
+        page.get_by_text("models_sensor", exact=True).filter(visible=True).first.wait_for()
+        page.screenshot(path=str(shots / "automation.png"))
 
-            # automation: the nightly schedule and the models sensor
-            page.goto(f"{base}/automation", timeout=PAGE_TIMEOUT_MS)
-            page.get_by_text("nightly_eval", exact=True).filter(visible=True).first.wait_for()
-            page.get_by_text("models_sensor", exact=True).filter(visible=True).first.wait_for()
-            page.screenshot(path=str(shots / "automation.png"))
-
-            # runs: the runs that materialized the graph
-            page.goto(f"{base}/runs", timeout=PAGE_TIMEOUT_MS)
-            page.get_by_text(run_ids[0][:8], exact=False).filter(visible=True).first.wait_for()
-            page.screenshot(path=str(shots / "runs.png"))
-            browser.close()
-    finally:
-        _stop(proc)
+        # runs: the runs that materialized the graph
+        page.goto(f"{base}/runs", timeout=PAGE_TIMEOUT_MS)
+        page.get_by_text(run_ids[0][:8], exact=False).filter(visible=True).first.wait_for()
+        page.screenshot(path=str(shots / "runs.png"))
     for name in ("asset_graph", "train_lineage", "asset_eval_reports", "automation", "runs"):
         assert (shots / f"{name}.png").stat().st_size > 10_000, name
 
@@ -213,14 +227,6 @@ def test_a_claim_page_reads_at_1600_pixels(tmp_path, weft_home, monkeypatch):
 
     from assets.definitions import defs
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the browser test needs Playwright: `make test-slow` installs it "
-                    "(or: .venv/bin/pip install playwright==1.65.2)")
-    if not CHROMIUM.is_file():
-        pytest.fail("the browser test needs Debian's chromium: `make test-slow` installs it "
-                    "as root (or: apt-get install -y chromium)")
     home = _dagster_home(tmp_path / "dagster_home")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     tiny = {"training_seeds": 2, "train_episodes": 1500, "eval_episodes": 60, "n_boot": 500}
@@ -232,28 +238,16 @@ def test_a_claim_page_reads_at_1600_pixels(tmp_path, weft_home, monkeypatch):
     assert result.success
     shots = weft_home / "screenshots"
     shots.mkdir(exist_ok=True)
-    port = _free_port()
-    proc = _start_webserver(home, weft_home, port)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=str(CHROMIUM),
-                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-            page = browser.new_page(viewport={"width": 1600, "height": 1100})
-            page.set_default_timeout(PAGE_TIMEOUT_MS)
-            page.goto(f"http://127.0.0.1:{port}/assets/ep_deliberation_claim",
-                      timeout=PAGE_TIMEOUT_MS)
-            page.get_by_text("why inconclusive", exact=True).filter(
-                visible=True).first.wait_for()
-            page.screenshot(path=str(shots / "claim_page_1600.png"), full_page=True)
-            header = page.get_by_text("verdict", exact=True).filter(visible=True).first
-            box = header.bounding_box()
-            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1600, box
-            for key in ("verdict_1", "plot_1", "what_limits_it"):
-                cell = page.get_by_text(key, exact=True).filter(visible=True).first
-                cell.wait_for()
-                kbox = cell.bounding_box()
-                assert kbox is not None and kbox["x"] + kbox["width"] <= 1600, (key, kbox)
-            browser.close()
-    finally:
-        _stop(proc)
+    with _browser(home, weft_home) as (page, base):
+        page.goto(f"{base}/assets/ep_deliberation_claim", timeout=PAGE_TIMEOUT_MS)
+        page.get_by_text("why inconclusive", exact=True).filter(
+            visible=True).first.wait_for()
+        page.screenshot(path=str(shots / "claim_page_1600.png"), full_page=True)
+        header = page.get_by_text("verdict", exact=True).filter(visible=True).first
+        box = header.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1600, box
+        for key in ("verdict_1", "plot_1", "what_limits_it"):
+            cell = page.get_by_text(key, exact=True).filter(visible=True).first
+            cell.wait_for()
+            kbox = cell.bounding_box()
+            assert kbox is not None and kbox["x"] + kbox["width"] <= 1600, (key, kbox)
