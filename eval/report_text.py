@@ -24,9 +24,10 @@ from typing import Any
 # 1,000 characters (ui-core MetadataEntry: `expandSmallValues && mdStr.length < 1000`), and
 # behind a "[Show Markdown]" link otherwise
 UI_INLINE_LIMIT = 999
-BAR_WIDTH = 20
+# a line fits the metadata table's value column at 1,600 px (about 58 monospace characters)
+BAR_WIDTH = 12
 SPARK = "▁▂▃▄▅▆▇█"
-LABEL_WIDTH = 26
+LABEL_WIDTH = 20
 
 
 def bar(value: float, lo: float = 0.0, hi: float = 1.0, width: int = BAR_WIDTH) -> str:
@@ -96,7 +97,7 @@ def latency_text(latency: Sequence[Mapping[str, Any]]) -> list[str]:
     points = sorted((r for r in latency if r.get("ari") is not None),
                     key=lambda r: (float(r["ari"]), str(r["model"])))
     return [f"{_label(' '.join((str(r['model']), str(r['benchmark']))))} ARI {_num(r['ari'])} "
-            f"acc {bar(float(r['accuracy'] or 0.0), width=10)} {_num(r['accuracy'])}"
+            f"acc {bar(float(r['accuracy'] or 0.0), width=8)} {_num(r['accuracy'])}"
             for r in points]
 
 
@@ -114,7 +115,7 @@ def budget_text(curve: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for label, pts in _curves(curve, "budget"):
         budgets = ",".join(str(p["budget"]) for p in pts)
-        out.append(f"{label}  B = {budgets}")
+        out.append(f"{_label(label).rstrip()}  B = {budgets}")
         for key, name in (("budgeted_success", "BS@B "), ("accuracy", "Acc@B")):
             values = [float(p[key]) for p in pts]
             out.append(f"  {name} {spark(values, 0.0, 1.0)} "
@@ -130,7 +131,7 @@ def sweep_text(curves: Mapping[str, Sequence[Any]]) -> list[str]:
         if not pts:
             continue
         values = [float(p.accuracy) for p in pts]
-        out.append(f"{label}  cap = {','.join(f'{p.cap:g}' for p in pts)}")
+        out.append(f"{_label(label).rstrip()}  cap = {','.join(f'{p.cap:g}' for p in pts)}")
         out.append(f"  acc {spark(values, 0.0, 1.0)} " + " ".join(f"{v:.2f}" for v in values))
     return out
 
@@ -145,7 +146,8 @@ def eff_text(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for label, pts in curves:
         values = [float(p["eff"]) for p in pts]
-        out.append(f"{label}  cap = {','.join(str(p['thinking_cap']) for p in pts)}")
+        out.append(f"{_label(label).rstrip()}  cap = "
+                   f"{','.join(str(p['thinking_cap']) for p in pts)}")
         out.append(f"  Eff {spark(values, lo, hi)} " + " ".join(
             f"{v:+.2g}@{float(p['mean_tokens']):.0f}tok" for v, p in zip(values, pts)))
     return out

@@ -20,10 +20,11 @@ from eval.report_text import (
 
 
 def test_a_bar_fills_the_share_of_its_scale():
-    assert bar(0.5) == "█" * 10 + "·" * 10
-    assert bar(0.583) == "█" * 12 + "·" * 8  # 0.583 x 20 = 11.66 cells
-    assert bar(0.021) == "·" * 20  # 0.42 of a cell
-    assert bar(-0.3) == "·" * 20 and bar(1.4) == "█" * 20  # drawn at the scale's ends
+    assert bar(0.5) == "█" * 6 + "·" * 6  # 12 cells by default
+    assert bar(0.583, width=20) == "█" * 12 + "·" * 8  # 0.583 x 20 = 11.66 cells
+    assert bar(0.583) == "█" * 7 + "·" * 5  # 0.583 x 12 = 7.0 cells
+    assert bar(0.021) == "·" * 12  # 0.25 of a cell
+    assert bar(-0.3) == "·" * 12 and bar(1.4) == "█" * 12  # drawn at the scale's ends
     assert bar(15, lo=10, hi=20, width=4) == "██··"
     with pytest.raises(ValueError, match="hi > lo"):
         bar(0.5, lo=1.0, hi=1.0)
@@ -58,7 +59,8 @@ def test_leaderboard_lines_write_out_each_value_and_ci():
     base, tuned = leaderboard_text(board)  # the plot's order: benchmark, then model
     assert base.startswith("gsm8k base") and base.endswith(" 0.021 [0, 0.06]")
     assert tuned.startswith("gsm8k sft+grpo") and tuned.endswith(" 0.583 [0.42, 0.73]")
-    assert tuned.count("█") == 12 and base.count("█") == 0
+    assert tuned.count("█") == 7 and base.count("█") == 0
+    assert max(len(line) for line in (base, tuned)) <= 58  # the value column at 1,600 px
 
 
 def test_curve_lines_follow_the_x_axis():
@@ -78,5 +80,5 @@ def test_curve_lines_follow_the_x_axis():
                {"model": "fast", "benchmark": "b", "ari": 12.5, "accuracy": 0.3},
                {"model": "none", "benchmark": "b", "ari": None, "accuracy": 0.9}]
     fast, slow = latency_text(latency)
-    assert fast.startswith("fast b") and "ARI 12.5" in fast and fast.endswith("███······· 0.3")
+    assert fast.startswith("fast b") and "ARI 12.5" in fast and fast.endswith("██······ 0.3")
     assert slow.startswith("slow b") and "ARI 40" in slow
