@@ -17,7 +17,7 @@ from typing import Any
 from eval.budget import per_problem_at_b
 from eval.claims import Claim, ClaimError, judge
 from eval.claims.paper_reports import PAPER_REPORTS, paper_value
-from eval.claims.readers import newest_rows, newest_samples
+from eval.claims.readers import newest_samples, rows_of
 from training.ep_budget import ARM_EP, HELDOUT_BENCHMARK, TABLE
 
 EXPERIMENT = "ep_budget_claim"
@@ -50,18 +50,8 @@ def table5_part(arm: str, metric: str) -> Claim:
 def table_rows(wh: Any, table_id: str | None = None) -> list[dict[str, Any]]:
     """The score rows of ``ep_budget_table`` run ``table_id`` (None: the newest). ClaimError
     naming the stored ids when there is no such run."""
-    if table_id is None:
-        return newest_rows(wh, TABLE, "table_id")
-    if TABLE not in wh.tables():
-        raise ClaimError(f"no {TABLE} rows yet: materialize ep_budget_table first")
-    rows = wh.sql(f"SELECT * FROM {TABLE} WHERE table_id = $t", {"t": table_id}).to_pylist()
-    if not rows:
-        ids = [r["table_id"] for r in wh.sql(
-            f"SELECT table_id FROM {TABLE} GROUP BY table_id "
-            "ORDER BY max(created_at) DESC").to_pylist()]
-        raise ClaimError(f"no ep_budget_table run with table_id {table_id!r}; stored: "
-                         f"{', '.join(ids) or 'none'}")
-    return rows
+    return rows_of(wh, TABLE, "table_id", table_id, asset="ep_budget_table",
+                   missing=f"no ep_budget_table run with table_id {table_id!r}")
 
 
 def table5_claims(wh: Any, table_id: str | None = None) -> list[dict[str, Any]]:

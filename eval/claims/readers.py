@@ -96,6 +96,24 @@ def newest_rows(wh: Any, table: str, key: str) -> list[dict[str, Any]]:
                   "ORDER BY created_at DESC LIMIT 1)").to_pylist()
 
 
+def rows_of(wh: Any, table: str, key: str, value: str | None, *, asset: str,
+            missing: str) -> list[dict[str, Any]]:
+    """The rows of ``table`` whose ``key`` is ``value`` (None: the newest, :func:`newest_rows`).
+    ClaimError when ``table`` does not exist (materialize ``asset``) or holds no such rows:
+    ``missing`` then the stored values of ``key``, newest first."""
+    if value is None:
+        return newest_rows(wh, table, key)
+    if table not in wh.tables():
+        raise ClaimError(f"no {table} rows yet: materialize {asset} first")
+    rows = wh.sql(f"SELECT * FROM {table} WHERE {key} = $v", {"v": value}).to_pylist()
+    if not rows:
+        stored = [r[key] for r in wh.sql(
+            f"SELECT {key} FROM {table} GROUP BY {key} ORDER BY max(created_at) DESC"
+        ).to_pylist()]
+        raise ClaimError(f"{missing}; stored: {', '.join(stored) or 'none'}")
+    return rows
+
+
 def run_settings(wh: Any, asset: str, partition: str) -> dict[str, Any]:
     """The recorded config of the newest ``runs`` row of ``asset`` and ``partition`` ({} if
     none)."""

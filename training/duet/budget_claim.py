@@ -30,7 +30,7 @@ from typing import Any
 
 from eval.claims import CHECK, CLAIM, Claim, ClaimError, judge
 from eval.claims.paper_reports import paper_value
-from eval.claims.readers import newest_rows, problem_scores
+from eval.claims.readers import problem_scores, rows_of
 from training.arms import finite_mean, metrics_logs
 from training.duet.sweep import duet_diagnostics
 
@@ -100,18 +100,8 @@ def step_series(wh: Any, checkpoint_id: str, duet: bool) -> dict[str, dict[int, 
 def sweep_arms(wh: Any, sweep: str | None = None) -> list[dict[str, Any]]:
     """The ``duet_sweep`` rows of sweep ``sweep`` (its partition; None: the newest sweep).
     ClaimError naming the stored sweeps when there is no such sweep."""
-    if sweep is None:
-        return newest_rows(wh, "duet_sweep", "sweep")
-    if "duet_sweep" not in wh.tables():
-        raise ClaimError("no duet_sweep rows yet: materialize duet_sweep first")
-    arms = wh.sql("SELECT * FROM duet_sweep WHERE sweep = $s", {"s": sweep}).to_pylist()
-    if not arms:
-        stored = [r["sweep"] for r in wh.sql(
-            "SELECT sweep FROM duet_sweep GROUP BY sweep ORDER BY max(created_at) DESC"
-        ).to_pylist()]
-        raise ClaimError(f"no duet_sweep rows of sweep {sweep!r}; stored: "
-                         f"{', '.join(stored) or 'none'}")
-    return arms
+    return rows_of(wh, "duet_sweep", "sweep", sweep, asset="duet_sweep",
+                   missing=f"no duet_sweep rows of sweep {sweep!r}")
 
 
 def compared_arms(wh: Any, budget: float = 0.5,
