@@ -31,9 +31,10 @@ from eval.report_plots import (
     SAMPLES_QUERY,
     SHARED_COLUMNS,
     ReportTables,
-    draw_plots,
-    inline_figures,
+    draw_inputs,
+    figures_of,
     invalid_pairs,
+    plot_inputs,
     png_md,
     publish_latest,
     report_tables,
@@ -104,8 +105,9 @@ def eval_reports(context: dg.AssetExecutionContext, config: EvalReportsConfig,
     inputs = {"board": board, "shared": tables.shared, "samples": samples,
               "latency": views["latency"], "curve": views["budget_curve"],
               "eff": views["eff_curve"]}
-    plots = draw_plots(out_dir, **inputs)
-    figures = inline_figures(**inputs)
+    prepared = plot_inputs(**inputs)  # the thinking sweeps once, for the PNGs and the text
+    plots = draw_inputs(out_dir, prepared)
+    figures = figures_of(prepared)
     skipped = skipped_plots(plots, skip_reasons(samples, views["latency"], views["budget_curve"],
                                                 views["eff_curve"], tables.no_baseline))
     for name, reason in skipped.items():

@@ -156,9 +156,13 @@ def draw_plots(out_dir: Path, *, board: Sequence[Mapping[str, Any]],
                eff: Sequence[Mapping[str, Any]]) -> dict[str, Path | None]:
     """Every report plot drawn into ``out_dir`` (created) as ``<name>.png``, by name; None for
     a plot with nothing to draw (inputs: :func:`plot_inputs`)."""
+    return draw_inputs(out_dir, plot_inputs(board=board, shared=shared, samples=samples,
+                                            latency=latency, curve=curve, eff=eff))
+
+
+def draw_inputs(out_dir: Path, inputs: Mapping[str, Any]) -> dict[str, Path | None]:
+    """:func:`draw_plots` from inputs :func:`plot_inputs` already prepared."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    inputs = plot_inputs(board=board, shared=shared, samples=samples, latency=latency,
-                         curve=curve, eff=eff)
     return {name: draw(inputs[name], out_dir / f"{name}.png") for name, draw in _DRAW.items()}
 
 
@@ -169,8 +173,12 @@ def inline_figures(*, board: Sequence[Mapping[str, Any]],
     """Every report plot as a text figure the UI shows inline (``eval.report_text``: the
     plotted values with bars or sparklines, under the UI's inline limit), from the same inputs
     as :func:`draw_plots`; None for a plot with nothing to draw."""
-    inputs = plot_inputs(board=board, shared=shared, samples=samples, latency=latency,
-                         curve=curve, eff=eff)
+    return figures_of(plot_inputs(board=board, shared=shared, samples=samples,
+                                  latency=latency, curve=curve, eff=eff))
+
+
+def figures_of(inputs: Mapping[str, Any]) -> dict[str, str | None]:
+    """:func:`inline_figures` from inputs :func:`plot_inputs` already prepared."""
     out: dict[str, str | None] = {}
     for name, (title, text) in _TEXT.items():
         lines = text(inputs[name])
