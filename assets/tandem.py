@@ -49,6 +49,7 @@ from assets.training import (
     check_recipe,
     latest_checkpoint,
 )
+from pipelines.progress import heartbeat
 from training.tandem.study import (
     STARTS,
     evaluation_summary,
@@ -264,10 +265,11 @@ def tandem_legibility(context: dg.AssetExecutionContext, config: TandemLegibilit
                          "must be local model folders (registered with --path)")
     samples = _solo_samples(wh, bench.name, (model, junior))
     problems = {p["problem_id"]: p for p in wh.read("problems", partition=bench.source).to_pylist()}
-    leg_rows, d_rows, summary = legibility_and_drift(
-        load_pair(specs[0].path, specs[1].path), bench, problems, samples[model],
-        samples[junior], model=model, junior=junior, max_samples=max(1, config.max_samples),
-        min_count=config.min_count, smoothing=config.smoothing)
+    with heartbeat(f"legibility and drift of {model} against {junior}", context.log.info):
+        leg_rows, d_rows, summary = legibility_and_drift(
+            load_pair(specs[0].path, specs[1].path), bench, problems, samples[model],
+            samples[junior], model=model, junior=junior, max_samples=max(1, config.max_samples),
+            min_count=config.min_count, smoothing=config.smoothing)
     summary["checkpoint_id"] = specs[0].checkpoint_id or None
     write_legibility(context, wh, config.model_dump(), bench.name, leg_rows, d_rows, summary,
                      started=started)

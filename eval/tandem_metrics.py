@@ -62,6 +62,7 @@ import torch
 
 from eval.claims import ClaimError
 from eval.modes import Job, build_mode, messages_for
+from pipelines.progress import report
 
 # |log-ratio| thresholds of the §4.4 survival curve (nats): 0 to 3 in steps of 0.25.
 SURVIVAL_THRESHOLDS = tuple(i / 4 for i in range(13))
@@ -100,12 +101,15 @@ def _log_probs(model, ids: list[int], start: int, stop: int) -> torch.Tensor:
 
 def legibility(senior, junior, prompt_ids: Sequence[Sequence[int]],
                completion_ids: Sequence[Sequence[int]]) -> list[Legibility]:
-    """§4.5 cross-entropy and overlap for each (prompt, senior completion) pair."""
+    """§4.5 cross-entropy and overlap for each (prompt, senior completion) pair. Two forward
+    passes a pair, so it says how far it is to an enclosing ``pipelines.progress.heartbeat``."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"one completion per prompt: {len(prompt_ids)} prompts, "
                          f"{len(completion_ids)} completions")
-    out = []
+    out: list[Legibility] = []
+    total = len(prompt_ids)
     for prompt, completion in zip(prompt_ids, completion_ids):
+        report("junior cross-entropy of the senior's outputs", len(out), total)
         if not prompt:
             raise ValueError("every prompt needs at least one token (the first completion "
                              "token is predicted from it)")
@@ -120,6 +124,7 @@ def legibility(senior, junior, prompt_ids: Sequence[Sequence[int]],
         ce = -lp_j.gather(-1, target).squeeze(-1)
         overlap = torch.minimum(lp_s.exp(), lp_j.exp()).sum(-1)
         out.append(Legibility(len(completion), float(ce.mean()), float(overlap.mean())))
+    report(done=len(out), total=total)
     return out
 
 

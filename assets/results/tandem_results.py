@@ -88,6 +88,7 @@ from assets.results.experiments import Experiment, ResultConfig, evaluate_models
 from assets.sampling import SamplingConfig
 from assets.training import TrainerLauncher, check_recipe, latest_checkpoint, launch_arm
 from eval.models import ModelSpec, safe_model_id
+from pipelines.progress import heartbeat
 from training.heldout import (
     checkpoint_chain,
     checkpoint_problems,
@@ -328,12 +329,15 @@ def legibility_of_arms(context: dg.AssetExecutionContext, specs: Mapping[str, An
     tok = None
     for arm in ARMS:
         senior = specs[arm]
-        pair = load_pair(senior.path, junior.path)
-        tok = pair[0]
-        leg, drift, summary = legibility_and_drift(
-            pair, bench, by_id, solo_rows(wh, senior.model_id, bench.name), junior_rows,
-            model=senior.model_id, junior=junior.model_id, max_samples=None,
-            min_count=config.min_count, smoothing=config.smoothing)
+        # two forward passes per solo sample: minutes on CPU, so a beat every 20 s
+        with heartbeat(f"legibility and drift of the {arm} arm against the junior",
+                       context.log.info):
+            pair = load_pair(senior.path, junior.path)
+            tok = pair[0]
+            leg, drift, summary = legibility_and_drift(
+                pair, bench, by_id, solo_rows(wh, senior.model_id, bench.name), junior_rows,
+                model=senior.model_id, junior=junior.model_id, max_samples=None,
+                min_count=config.min_count, smoothing=config.smoothing)
         summary["checkpoint_id"] = senior.checkpoint_id
         write_legibility(context, wh, config.model_dump(), bench.name, leg, drift, summary,
                          started=started)

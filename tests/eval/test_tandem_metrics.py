@@ -56,6 +56,25 @@ def test_legibility_matches_prefix_by_prefix_brute_force(models):
     assert same.overlap == pytest.approx(1.0, abs=1e-9)
 
 
+def test_legibility_says_how_far_it_is_to_an_enclosing_heartbeat(models):
+    """Scoring takes two forward passes a sample (minutes on CPU), so a claim's beat must say
+    what it is doing and how many samples are done, not only that it is still running."""
+    from pipelines.progress import heartbeat
+
+    tok, senior, junior = models
+    prompts = [tok.encode(f"Question: what is {i} + 1?\nAnswer:") for i in range(3)]
+    completions = [tok.encode(f" {i + 1}") for i in range(2)] + [[]]
+    lines: list[str] = []
+    with heartbeat("legibility", lines.append, every_s=0.005) as info:
+        stats = legibility(senior, junior, prompts, completions)
+    assert [s.tokens for s in stats] == [len(c) for c in completions]
+    assert info["done"] == 3 and info["total"] == 3
+    assert info["doing"] == "junior cross-entropy of the senior's outputs"
+    # every beat after the first report carries the count (how many beats fire is timing)
+    told = [b for b in lines[1:-1] if "junior cross-entropy" in b]
+    assert all("/3 (" in b for b in told), told
+
+
 def test_drift_matches_the_closed_form():
     senior = token_counts([[0, 0, 2], [0, 3, 3]], vocab_size=5)   # counts 3, 0, 1, 2, 0
     junior = token_counts([[1, 1, 2, 2, 0, 3]], vocab_size=5)     # counts 1, 2, 2, 1, 0
