@@ -129,6 +129,7 @@ def test_a_catalog_locked_by_another_process_is_not_taken_for_damaged(tmp_path, 
     wh = Warehouse(tmp_path / "wh")
     wh.write("problems", _problems(3, "a"), partition="a")
     _count(wh)
+    wh.close()  # the connection sql keeps holds the file read-only; a writer needs it alone
     holder = subprocess.Popen(
         [sys.executable, "-c", ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
                                 "print('held', flush=True); time.sleep(30)"), str(wh.catalog_path)],
