@@ -15,8 +15,9 @@ Then, per query, in rounds whose order alternates:
 - command line: ``python -m warehouse --root R sql --format csv QUERY`` against a fresh
   ``python -c`` that imports duckdb and prints the same rows as CSV.
 
-Prints one JSON line per (query, rows, mode) with the medians and the ratio weft / DuckDB, and
-a summary against the goal (weft within 1.05x of DuckDB).
+Prints one JSON line per (query, rows, mode) with the medians and the ratios weft / DuckDB, and
+a summary of weft against the faster DuckDB variant of each pair, against the goal (within
+1.05x).
 
 ``.venv/bin/python bench/warehouse_sql.py [--rows 1000000 10000000] [--rounds 7]``
 """
@@ -136,8 +137,9 @@ def command_line(root: Path, name: str, rounds: int) -> dict:
     q = QUERIES[name]
     weft = [PY, "-m", "warehouse", "--root", str(root), "sql", "--format", "csv",
             "--max-rows", "0", q.format(src="eval_samples")]
-    peer = [PY, "-c", "import duckdb, sys\n"
-                      f"duckdb.sql({q.format(src=_plain(root, False))!r}).write_csv('/dev/stdout')"]
+    peer = [PY, "-c", ("import duckdb\n"
+                       f"duckdb.sql({q.format(src=_plain(root, False))!r})"
+                       ".write_csv('/dev/stdout')")]
 
     def run(cmd):
         return lambda: subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, check=True,
@@ -168,15 +170,18 @@ def main(argv: list[str] | None = None) -> int:
                 for mode, fn in (("in_process", in_process), ("cli", command_line)):
                     r = fn(root, name, args.rounds)
                     med = r["median_s"]
+                    # against the faster of DuckDB's fresh and kept connection
+                    best = min(med["duckdb"], med.get("duckdb_one_connection", med["duckdb"]))
                     r.update(query=name, rows=rows, mode=mode, rounds=args.rounds,
-                             ratio_weft_over_duckdb=round(med["weft"] / med["duckdb"], 3))
+                             ratio_weft_over_duckdb=round(med["weft"] / med["duckdb"], 3),
+                             ratio_weft_over_fastest_duckdb=round(med["weft"] / best, 3))
                     if "duckdb_union_by_name" in med:
                         r["ratio_union_by_name_over_duckdb"] = round(
                             med["duckdb_union_by_name"] / med["duckdb"], 3)
                         r["ratio_weft_over_duckdb_one_connection"] = round(
                             med["weft"] / med["duckdb_one_connection"], 3)
                     print(json.dumps(r), flush=True)
-                    summary.append((name, rows, mode, r["ratio_weft_over_duckdb"]))
+                    summary.append((name, rows, mode, r["ratio_weft_over_fastest_duckdb"]))
         finally:
             if args.root is None:
                 shutil.rmtree(root, ignore_errors=True)
