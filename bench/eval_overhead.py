@@ -21,6 +21,12 @@ pairs), and how many outputs were byte-identical between the two. With ``--basel
     .venv/bin/python bench/eval_overhead.py [--problems 24] [--pairs 1] [--max-tokens 256]
         [--concurrency 8] [--base-url URL --model NAME] [--lm-eval-python /tmp/lmeval-venv/bin/python]
     .venv/bin/python bench/eval_overhead.py --baseline-root /tmp/weft-before --pairs 3
+    .venv/bin/python bench/eval_overhead.py --busy 4 --pairs 2
+
+``--busy N`` keeps N processes spinning on the CPU for the whole measurement (a shared machine:
+the server generates slower than weft's first deadline expects, and weft and lm-eval compete
+for the cores too), so weft's request deadlines are tested against a server slowed by other
+load; every row records N.
 
 Without ``--base-url`` the embedded model's server is found (or started, and then stopped at
 the end) as weft finds it. lm-eval may live in another virtualenv (``pip install
@@ -193,9 +199,24 @@ def main() -> int:
                     help="another checkout of weft: after one run that fills the cache, time "
                          "cached re-runs of this checkout and of that one, alternated (no "
                          "lm-eval)")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="N processes spinning on the CPU during the whole measurement")
     args = ap.parse_args()
     if args.problems < 1 or args.pairs < 1:
         ap.error("--problems and --pairs must be at least 1")
+    if args.busy < 0:
+        ap.error("--busy must be 0 or more")
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(args.busy)]
+    try:
+        return measure(args, ap)
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+
+
+def measure(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     if args.base_url and not args.model:
         ap.error("--base-url needs --model (the served model name)")
 
@@ -265,7 +286,7 @@ def main() -> int:
                        "generating_s": round(generating, 2),
                        "eval_generation_s": meta.get("generation_s"),
                        "overhead_s": round(wall - generating, 2),
-                       "cached_calls": meta.get("cached_calls"),
+                       "cached_calls": meta.get("cached_calls"), "busy": args.busy,
                        "load_avg_1m": round(os.getloadavg()[0], 2)}
                 print(json.dumps(row), flush=True)
                 out.append(row)
@@ -276,7 +297,8 @@ def main() -> int:
                                         args.concurrency)
             row = {"bench": "eval_overhead", "tool": "lm_eval", "run": "first", "pair": pair,
                    "problems": args.problems, "wall_s": round(wall, 2),
-                   "outputs": len(outputs), "load_avg_1m": round(os.getloadavg()[0], 2)}
+                   "outputs": len(outputs), "busy": args.busy,
+                   "load_avg_1m": round(os.getloadavg()[0], 2)}
             print(json.dumps(row), flush=True)
             return row, outputs
 
@@ -308,6 +330,7 @@ def main() -> int:
         summary = {
             "bench": "eval_overhead", "summary": True, "problems": args.problems,
             "pairs": args.pairs, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
+            "busy": args.busy,
             "weft_first_wall_s": med(firsts, "wall_s"),
             "weft_first_overhead_s": med(firsts, "overhead_s"),
             "weft_cached_wall_s": med(cacheds, "wall_s"),
