@@ -106,6 +106,9 @@ PARQUET_MAGIC = b"PAR1"
 _MIN_PARQUET_BYTES = 12
 # Verdicts of check_data_file by file version, so a file is opened once per version and process.
 _CHECKED: dict[tuple, str | None] = {}
+# The column names and types of each readable file version, in file order (its footer's schema,
+# read by the same check): the catalog uses plain reads over files that all agree.
+_SIGNATURES: dict[tuple, str] = {}
 _CHECKED_MAX = 200_000
 _CHECK_LOCK = threading.Lock()
 
@@ -132,12 +135,31 @@ def check_data_file(path: Path) -> str | None:
     with _CHECK_LOCK:
         if key in _CHECKED:
             return _CHECKED[key]
-    verdict = _check_parquet(path, st)
+    verdict, signature = _check_parquet(path, st)
     with _CHECK_LOCK:
         if len(_CHECKED) >= _CHECKED_MAX:
             _CHECKED.clear()
+            _SIGNATURES.clear()
         _CHECKED[key] = verdict
+        if signature is not None:
+            _SIGNATURES[key] = signature
     return verdict
+
+
+def data_file_signature(path: Path) -> str | None:
+    """``path``'s column names and types in file order (no metadata), read from its footer once
+    per file version (with :func:`check_data_file`); None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (str(path), *file_version(st))
+    with _CHECK_LOCK:
+        if key in _SIGNATURES or key in _CHECKED:  # checked: unreadable files have none
+            return _SIGNATURES.get(key)
+    check_data_file(path)
+    with _CHECK_LOCK:
+        return _SIGNATURES.get(key)
 
 
 def remember_unreadable(path: Path, reason: str) -> None:
@@ -151,12 +173,13 @@ def remember_unreadable(path: Path, reason: str) -> None:
         _CHECKED[(str(path), *file_version(st))] = reason
 
 
-def _check_parquet(path: Path, st: os.stat_result) -> str | None:
+def _check_parquet(path: Path, st: os.stat_result) -> tuple[str | None, str | None]:
+    """(why the file cannot be read, or None; its schema signature when it can)."""
     if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
+        return "is not a regular file", None
     if st.st_size < _MIN_PARQUET_BYTES:
         return (f"is not a Parquet file: {st.st_size} bytes, too short (an empty or truncated "
-                "file)")
+                "file)"), None
     try:
         with open(path, "rb") as fh:
             head = fh.read(4)
@@ -164,23 +187,24 @@ def _check_parquet(path: Path, st: os.stat_result) -> str | None:
             tail = fh.read(8)
             if head != PARQUET_MAGIC:
                 return ("is not a Parquet file: it does not start with the Parquet magic bytes "
-                        "(written by something else, or overwritten)")
+                        "(written by something else, or overwritten)"), None
             if tail[4:] != PARQUET_MAGIC:
                 return ("is not a whole Parquet file: no magic bytes at its end (truncated, e.g. "
-                        "by a full disk or a copy that stopped)")
+                        "by a full disk or a copy that stopped)"), None
             footer = int.from_bytes(tail[:4], "little")
             if footer <= 0 or footer > st.st_size - _MIN_PARQUET_BYTES:
                 return (f"is not a whole Parquet file: its footer length ({footer} bytes) does "
-                        f"not fit in the file ({st.st_size} bytes)")
+                        f"not fit in the file ({st.st_size} bytes)"), None
             fh.seek(0)
-            pq.read_schema(fh)
+            schema = pq.read_schema(fh)
     except PermissionError as err:
-        return f"cannot be read: {err.strerror or err}"
+        return f"cannot be read: {err.strerror or err}", None
     except OSError as err:
-        return f"cannot be read: {err.strerror or err}"
+        return f"cannot be read: {err.strerror or err}", None
     except (pa.ArrowException, ValueError) as err:
-        return f"has an unreadable Parquet footer: {err}"
-    return None
+        return f"has an unreadable Parquet footer: {err}", None
+    return None, schema.remove_metadata().to_string(show_field_metadata=False,
+                                                      show_schema_metadata=False)
 
 
 # ---- empty partition folders -----------------------------------------------------------------

@@ -4,7 +4,7 @@ Every table weft writes is declared here (``tests/warehouse/test_store.py`` chec
 declared schema gives a table a typed (empty) view before any Parquet exists, so SQL over a
 fresh warehouse works, including the derived views in ``warehouse/views``. Every declared
 column is written, NULL where a row does not set it. Writers may add columns beyond the
-declaration (views use ``union_by_name``); they may not change the type of a declared column
+declaration (a table whose files differ in their columns gets a view with ``union_by_name``); they may not change the type of a declared column
 (``Warehouse.write`` refuses such rows, naming the column).
 """
 

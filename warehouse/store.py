@@ -170,6 +170,7 @@ from warehouse.files import (
     STALE_TEMP_AGE_S,
     TEMP_PREFIX,
     TEMP_SUFFIX,
+    data_file_signature,
     host_tag,
     remember_unreadable,
     remove_empty_folder,
@@ -199,7 +200,7 @@ _TABLE_RE = TABLE_RE
 # writing, and two threads racing for one path would see that.
 _OPEN_LOCK = threading.Lock()
 # How the views are built; a catalog built another way (older weft) is rebuilt.
-CATALOG_FORMAT = 2
+CATALOG_FORMAT = 3
 # The name a query's connection gives the catalog file it attaches (its tables' schema).
 CATALOG_ALIAS = "catalog"
 # Temp files of a catalog being built: .catalog.duckdb.<pid>.<host tag>.<random>.tmp
@@ -632,6 +633,12 @@ class Warehouse:
                     "rest, or remove them"))
                 scan.files = []
         if present is not None:
+            # Files that all have the same columns in the same order are read without
+            # union_by_name, which costs 3-11% of a scan (bench/warehouse_sql.py); a file that
+            # differs changes the fingerprint, and the next query rebuilds the view unioned.
+            signatures = {data_file_signature(f) for f in scan.files}
+            if len(signatures) == 1 and None not in signatures:
+                source = f"read_parquet([{listed}], hive_partitioning=false)"
             # Files written before a column was declared lack it: the view still has every
             # declared column (NULL there), so views built on top of it keep working.
             missing = [f for f in (schema or []) if f.name not in present]
