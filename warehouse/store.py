@@ -77,8 +77,8 @@ limit covering the consumer's work too.
 
 Attaching the catalog and confining a connection cost 30-60 ms, as much as an aggregation over
 a million rows, so ``sql`` keeps its connection for the next ``sql`` call of the same thread on
-the same ``Warehouse`` while the folder's fingerprint and the limits' settings stay the same
-(at most ``MAX_IDLE_CONNECTIONS`` per object). The statement check, the quarantine check and
+the same ``Warehouse`` while the folder's fingerprint, the catalog file and the limits' settings
+stay the same (at most ``MAX_IDLE_CONNECTIONS`` per object). The statement check, the quarantine check and
 the wall-clock limit apply to every query as before; nothing a read-only query runs outlives
 it. An idle connection keeps the memory DuckDB held for the last query (about 200 MB after an
 aggregation over 10M rows) and the catalog file open read-only (a DuckDB client that opens
@@ -219,8 +219,8 @@ MAX_IDLE_CONNECTIONS = 4
 @dataclass
 class _Idle:
     """A confined query connection kept for the next ``sql`` call of its thread, valid while
-    the folder's fingerprint and the limits' instance settings are the ones it was opened
-    with."""
+    the folder's fingerprint, the catalog file's version and the limits' instance settings are
+    the ones it was opened with."""
 
     con: duckdb.DuckDBPyConnection
     fingerprint: tuple | str  # (the folder's fingerprint, the catalog file's version)
@@ -953,8 +953,9 @@ class Warehouse:
         """``connect``'s connection for ``query``: the quarantined partitions of the tables it
         reads raise ``UnreadablePartitionError`` when ``strict`` (None: ``strict_sql``), else
         are logged. With ``reuse``, the connection this thread's last query left (when the
-        folder and the limits' settings are unchanged) and, when the block ends without an
-        error, kept for the next one; otherwise a new one, closed at the end."""
+        folder, the catalog file and the limits' settings are unchanged) and, when the block
+        ends without an error, kept for the next one; otherwise a new one, closed at the
+        end."""
         strict = self.strict_sql if strict is None else strict
         key = (os.getpid(), threading.get_ident())
         # the folder as it is and the catalog file as attached (rebuilt or damaged since: open
