@@ -83,7 +83,9 @@ def build(root: Path, rows: int, seed: int = 0) -> None:
 
 
 def _plain(root: Path, union: bool) -> str:
-    glob = str(root / "eval_samples" / "*" / "data.parquet")
+    from warehouse import Warehouse
+
+    glob = Warehouse(root).glob("eval_samples")  # the data files themselves, not the catalog
     extra = ", union_by_name=true" if union else ""
     return f"read_parquet('{glob}'{extra}, hive_partitioning=false)"
 
