@@ -476,7 +476,7 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
     from pipelines.models import EMBEDDED_SERVED_NAME
     from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, served_models
     from warehouse import Warehouse
-    from warehouse.__main__ import format_table
+    from warehouse.output import format_table
 
     started = time.perf_counter()
     stages: dict[str, float] = {}

@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from warehouse.confine import UnsafeQueryError
 from warehouse.limits import (
@@ -68,7 +67,7 @@ from warehouse.output import (
     DeadlineWriter,
     OutputCaps,
     ResultWriter,
-    format_table,
+    format_rows,
     parse_count,
 )
 from warehouse.store import Warehouse
@@ -76,11 +75,13 @@ from warehouse.store import Warehouse
 
 def _print_query(wh: Warehouse, query: str, fmt: str, caps: OutputCaps) -> int:
     """Stream ``query``'s rows to stdout within ``caps``, all of it inside the query's limits;
-    the cap note goes to stderr. An error after output began says the output is incomplete."""
+    the cap note goes to stderr. An error after output began says the output is incomplete.
+    Rows are read without pyarrow (``Warehouse.stream(rows=True)``): importing it would be most
+    of the command's start."""
     writer = None
     try:
-        with wh.stream(query) as result:
-            writer = ResultWriter(fmt, result.schema.names, max_rows=caps.rows_for(fmt),
+        with wh.stream(query, rows=True) as result:
+            writer = ResultWriter(fmt, result.names, max_rows=caps.rows_for(fmt),
                                   max_bytes=caps.max_bytes,
                                   out=DeadlineWriter(sys.stdout, result.deadline))
             writer.write(result)
@@ -168,7 +169,7 @@ def _print_tables(wh: Warehouse) -> None:
             "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()]
         rows = [{"table": n, "rows": con.execute(f"SELECT count(*) FROM {n}").fetchall()[0][0]}
                 for n in names]
-    print(format_table(pa.Table.from_pylist(rows) if rows else pa.table({"table": [], "rows": []})))
+    print(format_rows(["table", "rows"], rows))
     for bad in wh.quarantined():
         print(f"quarantined partition, left out of its table: {bad}")
 

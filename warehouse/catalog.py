@@ -61,6 +61,9 @@ RETIRED_MIGRATIONS = {
 # The oldest DuckDB release that must open the catalog file; DuckDB names storage formats after
 # the release that introduced them (this one is readable from DuckDB 1.0 on).
 STORAGE_VERSION = "v1.1.0"
+# Stored tables whose own view has another name: the view ``models`` (warehouse/views/models.sql)
+# adds the embedded model to the registrations, which keep the view ``registered_models``.
+BASE_VIEW_NAMES: dict[str, str] = {"models": "registered_models"}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 _CREATE_RE = re.compile(r"^CREATE\s+OR\s+REPLACE\s+VIEW\s+(\"?)([A-Za-z0-9_]+)\1\s+AS\s+(.*)$",

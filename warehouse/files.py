@@ -24,9 +24,13 @@ import time
 import uuid
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow is imported where a file is written or its footer read, not by a query on a current
+# catalog (see warehouse.store).
 
 DATA_FILE = "data.parquet"
 TEMP_PREFIX = f".{DATA_FILE}."
@@ -41,6 +45,8 @@ def write_data_file(arrow: pa.Table, final: Path) -> None:
     one, and a writer killed half-way leaves only a temp file (removed later as stale). A
     folder removed as empty (:func:`remove_empty_folder`) between its creation and this write
     is created again."""
+    import pyarrow.parquet as pq
+
     tmp = final.with_name(
         f"{TEMP_PREFIX}{os.getpid()}.{host_tag()}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
     try:
@@ -175,6 +181,9 @@ def remember_unreadable(path: Path, reason: str) -> None:
 
 def _check_parquet(path: Path, st: os.stat_result) -> tuple[str | None, str | None]:
     """(why the file cannot be read, or None; its schema signature when it can)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file", None
     if st.st_size < _MIN_PARQUET_BYTES:

@@ -1,8 +1,8 @@
 """Printing query results within caps: the formats of ``python -m warehouse sql`` (table, csv,
 json), its row and byte caps, and a writer that stops at the query's deadline.
 
-Rows come from ``Warehouse.stream`` one Arrow record batch at a time and are formatted and
-written as they come (the table format keeps the rows it shows, their cells cut to
+Rows come from ``Warehouse.stream`` one batch at a time (lists of row dicts read without pyarrow,
+as the command reads them, or Arrow record batches) and are formatted and written as they come (the table format keeps the rows it shows, their cells cut to
 ``CELL_WIDTH`` characters, to align them), so memory holds one batch plus what is shown, and
 reading stops once a cap is reached: the rest of the result is never read.
 
@@ -50,11 +50,12 @@ import select
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TextIO
 
 from warehouse.limits import MIB, Deadline, format_size, parse_size
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ENV_MAX_ROWS = "WEFT_SQL_MAX_ROWS"
 ENV_MAX_BYTES = "WEFT_SQL_MAX_BYTES"
@@ -139,14 +140,21 @@ def _rows_text(n: int) -> str:
 
 def format_table(table: pa.Table, max_width: int = CELL_WIDTH, max_rows: int = TABLE_MAX_ROWS
                  ) -> str:
-    """Aligned plain-text rendering of a whole table with truncated cells and a row count
-    footer (the table format of ``python -m warehouse tables``)."""
-    names = table.column_names
-    rows = table.slice(0, max_rows).to_pylist()
+    """Aligned plain-text rendering of a whole Arrow table with truncated cells and a row
+    count footer."""
+    return format_rows(table.column_names, table.slice(0, max_rows).to_pylist(),
+                       total=table.num_rows, max_width=max_width)
+
+
+def format_rows(names: list[str], rows: list[dict], *, total: int | None = None,
+                max_width: int = CELL_WIDTH) -> str:
+    """``rows`` (dicts by column name) as aligned plain text with truncated cells and a row
+    count footer; ``total`` the result's rows when ``rows`` shows only the first ones (the
+    table format of ``python -m warehouse tables``)."""
+    total = len(rows) if total is None else total
     cells = [[_cell(r[n], max_width) for n in names] for r in rows]
-    more = f" (showing {max_rows})" if table.num_rows > max_rows else ""
-    return _table_text(names, cells, f"({table.num_rows} row{'s' if table.num_rows != 1 else ''}"
-                                     f"{more})")
+    more = f" (showing {len(rows)})" if total > len(rows) else ""
+    return _table_text(names, cells, f"({total} row{'s' if total != 1 else ''}{more})")
 
 
 def format_result(table: pa.Table, fmt: str) -> str:
@@ -357,14 +365,15 @@ class ResultWriter:
         self.capped_by: str | None = None
         self._format = _FORMATS[fmt](list(names))
 
-    def write(self, batches: Iterable[pa.RecordBatch]) -> None:
+    def write(self, batches: Iterable[pa.RecordBatch | list[dict[str, Any]]]) -> None:
+        """Write the rows of ``batches``: Arrow record batches or lists of row dicts."""
         fmt = self._format
         opening = fmt.opening()
         self.size = _utf8_len(opening)
         self.out.write(opening)
         budget = self.max_bytes - fmt.closing_reserve if self.max_bytes else None
         for batch in batches:
-            for row in batch.to_pylist():
+            for row in (batch if isinstance(batch, list) else batch.to_pylist()):
                 if self.max_rows and self.rows >= self.max_rows:
                     self.more, self.capped_by = True, "rows"
                     break

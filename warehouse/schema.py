@@ -693,7 +693,3 @@ TABLES: dict[str, pa.Schema] = {
         ("table_id", pa.string()),
     ),
 }
-
-# Stored tables whose own view has another name: the view ``models`` (warehouse/views/models.sql)
-# adds the embedded model to the registrations, which keep the view ``registered_models``.
-BASE_VIEW_NAMES: dict[str, str] = {"models": "registered_models"}

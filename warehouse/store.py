@@ -122,6 +122,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -133,13 +134,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from pipelines.settings import weft_home
 from warehouse.catalog import (
+    BASE_VIEW_NAMES,
     MIGRATIONS_DIR,
     STORAGE_VERSION,
     VIEWS_DIR,
@@ -177,7 +178,7 @@ from warehouse.files import (
     temp_file_is_stale,
     write_data_file,
 )
-from warehouse.limits import QueryLimits, enforce
+from warehouse.limits import Deadline, QueryLimits, enforce
 from warehouse.migrations import DATA_MIGRATIONS
 from warehouse.partitions import partition_dir_name, partition_from_dir
 from warehouse.quarantine import (
@@ -189,8 +190,14 @@ from warehouse.quarantine import (
     scan_table,
     table_names,
 )
-from warehouse.results import STREAM_BATCH_ROWS, ResultStream, next_batch
-from warehouse.schema import BASE_VIEW_NAMES, LINEAGE_COLUMNS, TABLES
+from warehouse.results import STREAM_BATCH_ROWS, ResultStream, RowStream, next_batch
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow and the declared schemas (warehouse.schema, which builds them with pyarrow) are
+# imported where they are used: a query on a current catalog (``python -m warehouse sql``)
+# needs neither, and importing pyarrow (and numpy with it) is most of the command's start.
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +302,10 @@ def _check_table(table: str) -> None:
 
 
 def _to_arrow(table: str, data: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
+    import pyarrow as pa
+
+    from warehouse.schema import LINEAGE_COLUMNS, TABLES
+
     declared = TABLES.get(table)
     if isinstance(data, pa.Table):
         if declared is not None:
@@ -329,6 +340,8 @@ def _to_arrow(table: str, data: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Ta
 def _type_mismatch(table: str, declared: pa.Schema, rows: list[Mapping[str, Any]],
                    err: Exception) -> str:
     """Which declared column of ``table`` a row's value does not fit, and what to do."""
+    import pyarrow as pa
+
     for name in declared.names:
         field = declared.field(name)
         for number, row in enumerate(rows, start=1):
@@ -412,6 +425,8 @@ class Warehouse:
         ``partition`` unless given: tables that keep one folder per run (`runs`,
         ``llm_calls``: ``warehouse.runs.run_partition``) store under a key of their own
         while their rows still name the partition they belong to."""
+        import pyarrow as pa
+
         _check_table(table)
         lineage = lineage or Lineage()
         partition = lineage.partition if partition is None else partition
@@ -558,6 +573,10 @@ class Warehouse:
                             bad.describe())
         files = scan.files
         if not files:
+            import pyarrow as pa
+
+            from warehouse.schema import TABLES
+
             schema = TABLES.get(table)
             return schema.empty_table() if schema is not None else pa.table({})
         glob = [str(f) for f in files]
@@ -592,11 +611,11 @@ class Warehouse:
         return f"{escaped}[{DATA_FILE[0]}]{DATA_FILE[1:]}"
 
     def view_patterns(self) -> list[str]:
-        """Every relative glob a table's view may read: one per stored or declared table and
-        one per partition file (the allow-list of the confined connection)."""
-        names = sorted(set(TABLES) | {p.name for p in self.root.iterdir()
-                                      if p.is_dir() and _TABLE_RE.match(p.name)}
-                       if self.root.is_dir() else set(TABLES))
+        """Every relative glob a table's view may read: one per stored table and one per
+        partition file (the allow-list of the confined connection). A declared table without a
+        folder reads no file: its view is an empty row set of its declared columns."""
+        names = sorted({p.name for p in self.root.iterdir()
+                        if p.is_dir() and _TABLE_RE.match(p.name)} if self.root.is_dir() else ())
         patterns = [self.relative_glob(t) for t in names]
         patterns += [self._relative_file(f) for f in sorted(self.root.glob(f"*/*/{DATA_FILE}"))
                      if _TABLE_RE.match(f.parent.parent.name)]
@@ -607,6 +626,8 @@ class Warehouse:
         """The statement creating ``table``'s view over the readable files of ``scan``. A file
         DuckDB cannot describe is moved to ``scan.quarantined``; files that fail only together
         (columns of clashing types) quarantine the table's rows as a whole."""
+        from warehouse.schema import TABLES
+
         schema = TABLES.get(table)
         view = BASE_VIEW_NAMES.get(table, table)
         present = None
@@ -673,6 +694,8 @@ class Warehouse:
 
     def _install_tables(self, con: duckdb.DuckDBPyConnection, skip: set[str]
                         ) -> list[QuarantinedPartition]:
+        from warehouse.schema import TABLES
+
         quarantined = []
         for table in sorted(set(TABLES) | set(table_names(self.root))):
             scan = self._scan(table)
@@ -1048,6 +1071,8 @@ class Warehouse:
         limits = self.query_limits(limits)
         started = time.monotonic()
 
+        import pyarrow as pa
+
         def run() -> pa.Table:
             with self._query_connection(limits, query, strict, reuse=True) as con:
                 check_read_only(con, query)
@@ -1063,12 +1088,15 @@ class Warehouse:
     @contextmanager
     def stream(self, query: str, params: Mapping[str, Any] | list[Any] | None = None, *,
                limits: QueryLimits | None = None, batch_rows: int = STREAM_BATCH_ROWS,
-               strict: bool | None = None) -> Iterator[ResultStream]:
+               strict: bool | None = None, rows: bool = False
+               ) -> Iterator[ResultStream | RowStream]:
         """Run one read-only query like ``sql`` and hand its rows over as DuckDB produces them:
         a ``ResultStream`` of Arrow record batches of at most ``batch_rows`` rows, so memory
         holds one batch whatever the size of the result (write a big result to Parquet with
         ``pyarrow.parquet.ParquetWriter(path, result.schema)``, one ``write_batch`` per batch).
-        Stopping early (leaving the ``with`` block) stops the query.
+        With ``rows``, a ``RowStream`` of lists of row dicts instead, read without pyarrow
+        (DuckDB's own Python values: ``warehouse.results``). Stopping early (leaving the
+        ``with`` block) stops the query.
 
         The wall-clock limit of ``limits`` covers the whole ``with`` block, counted from this
         call: the consumer's work between batches counts too, and the next batch raises
@@ -1088,10 +1116,12 @@ class Warehouse:
                 with enforce(con, limits, started) as deadline:
                     rel = reader = None
                     try:
-                        rel = con.sql(query, params=params) if params else con.sql(query)
-                        reader = (pa.RecordBatchReader.from_batches(pa.schema([]), [])
-                                  if rel is None else rel.to_arrow_reader(batch_rows))
-                        first = next_batch(reader)
+                        if rows:
+                            result = self._row_stream(con, query, params, deadline, batch_rows)
+                        else:
+                            rel = con.sql(query, params=params) if params else con.sql(query)
+                            reader = _arrow_reader(rel, batch_rows)
+                            result = ResultStream(reader, next_batch(reader), deadline, keep=rel)
                     except duckdb.PermissionException as err:
                         raise self._outside_error(err) from err
                     except duckdb.Error:
@@ -1101,13 +1131,24 @@ class Warehouse:
                         if attempt == RETRY_ATTEMPTS - 1 or _file_versions(self.root) == before:
                             raise
                     else:
-                        result = ResultStream(reader, first, deadline, keep=rel)
                         try:
                             yield result
                         finally:
                             result.close()
                         return
             time.sleep(0.01 * (attempt + 1))
+
+    @staticmethod
+    def _row_stream(con: duckdb.DuckDBPyConnection, query: str,
+                    params: Mapping[str, Any] | list[Any] | None, deadline: Deadline,
+                    batch_rows: int) -> RowStream:
+        """``query``'s rows read with DuckDB's ``fetchmany`` (no pyarrow), its first batch
+        fetched (so errors of the query's start are raised here)."""
+        con.execute(query, params) if params else con.execute(query)
+        description = con.description
+        names = [d[0] for d in description] if description else []
+        return RowStream(con, names, con.fetchmany(batch_rows) if names else [], deadline,
+                         batch_rows)
 
     def _outside_error(self, err: duckdb.PermissionException) -> UnsafeQueryError:
         return UnsafeQueryError(
@@ -1124,9 +1165,18 @@ _SCHEMA_SIGNATURE: list[str] = []
 
 
 def _schema_signature() -> str:
-    """The declared tables and their view names, as the catalog's views are built from them."""
+    """What the catalog's views are built from besides the files: the declarations of
+    ``warehouse.schema`` and the tables' view names. Hashes the declaring module's source, so
+    a query need not import pyarrow to build the declared schemas: any edit of that file
+    (a comment too) rebuilds the catalog once, which is always safe."""
     if not _SCHEMA_SIGNATURE:
-        text = repr(sorted((name, str(schema)) for name, schema in TABLES.items()))
+        spec = importlib.util.find_spec("warehouse.schema")
+        try:
+            text = Path(spec.origin).read_bytes().decode("utf-8", "replace")
+        except (AttributeError, OSError, TypeError):  # no source file (frozen, zipped)
+            from warehouse.schema import TABLES
+
+            text = repr(sorted((name, str(schema)) for name, schema in TABLES.items()))
         _SCHEMA_SIGNATURE.append(hashlib.sha256(
             (text + repr(sorted(BASE_VIEW_NAMES.items()))).encode()).hexdigest())
     return _SCHEMA_SIGNATURE[0]
@@ -1159,7 +1209,19 @@ def _file_versions(root: Path) -> dict[str, tuple[int, int, int]]:
     return versions
 
 
+def _arrow_reader(rel: duckdb.DuckDBPyRelation | None, batch_rows: int
+                  ) -> pa.RecordBatchReader:
+    """``rel``'s Arrow batches (none for a statement without a result)."""
+    import pyarrow as pa
+
+    if rel is None:
+        return pa.RecordBatchReader.from_batches(pa.schema([]), [])
+    return rel.to_arrow_reader(batch_rows)
+
+
 def _duck_type(dtype: pa.DataType) -> str:
+    import pyarrow as pa
+
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
         return "VARCHAR"
     if pa.types.is_integer(dtype):

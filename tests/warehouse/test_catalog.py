@@ -10,9 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from warehouse import Warehouse
-from warehouse.catalog import VIEWS_DIR, CatalogDefinitionError, load_views
-from warehouse.schema import BASE_VIEW_NAMES, TABLES
+from warehouse import Lineage, Warehouse
+from warehouse.catalog import BASE_VIEW_NAMES, VIEWS_DIR, CatalogDefinitionError, load_views
+from warehouse.schema import TABLES
 
 OLD_MIGRATIONS = Path(__file__).with_name("old_migrations")
 # every view the view migrations 001-008 defined (budget_curve of 002 had already been dropped)
@@ -283,3 +283,28 @@ def test_a_catalog_built_by_the_view_migrations_opens_with_the_same_views(tmp_pa
     assert sorted(wh.sql("SELECT model_id FROM models").column("model_id").to_pylist()) == [
         "smollm2-135m-instruct", "tuned"]
 
+
+
+def test_an_edit_of_the_declared_schemas_makes_the_catalog_stale(tmp_path, monkeypatch):
+    """The fingerprint covers the declarations through their module's source (a query does
+    not import pyarrow to build them): an edit there rebuilds the catalog."""
+    import importlib.util
+    import types
+
+    import warehouse.schema
+    from warehouse import store
+
+    wh = Warehouse(tmp_path / "wh")
+    wh.write("problems", [{"problem_id": "a"}], lineage=Lineage(partition="p"))
+    assert wh.refresh_catalog()
+    assert wh.catalog_status()[0] == "current"
+    copy = tmp_path / "schema.py"
+    copy.write_text(Path(warehouse.schema.__file__).read_text()
+                    + "\n# a declaration changed\n")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(store.importlib.util, "find_spec", lambda name, *a: (
+        types.SimpleNamespace(origin=str(copy)) if name == "warehouse.schema"
+        else real(name, *a)))
+    monkeypatch.setattr(store, "_SCHEMA_SIGNATURE", [])
+    assert wh.catalog_status()[0] == "stale"
+    assert wh.refresh_catalog() and wh.catalog_status()[0] == "current"

@@ -13,21 +13,22 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from warehouse import Lineage, Warehouse
-from warehouse import files as files_module
-from warehouse.files import EMPTY_FOLDER_AGE_S
+from warehouse.files import EMPTY_FOLDER_AGE_S, host_tag
 
 REPO = Path(__file__).resolve().parents[2]
 
 # A writer killed after creating its partition folder, before its temp file exists.
 _KILLED_AFTER_MKDIR = """
 import os, signal, sys
-from warehouse import Lineage, Warehouse, files
+import pyarrow.parquet as pq
+from warehouse import Lineage, Warehouse
 def killed(table, where, **kw):
     os.kill(os.getpid(), signal.SIGKILL)
-files.pq.write_table = killed
+pq.write_table = killed
 Warehouse(sys.argv[1]).write("problems", [{"problem_id": "x"}], lineage=Lineage(partition="k"))
 """
 
@@ -45,7 +46,7 @@ def test_a_write_stopped_by_a_full_disk_leaves_no_empty_folder(tmp_path, monkeyp
             fh.write(b"PAR1")
         raise OSError(errno.ENOSPC, "No space left on device", str(where))
 
-    monkeypatch.setattr(files_module.pq, "write_table", full)
+    monkeypatch.setattr(pq, "write_table", full)
     with pytest.raises(OSError, match="No space left"):
         wh.write("problems", _rows(2, "b"), lineage=Lineage(partition="new"))
     assert sorted(p.name for p in (tmp_path / "problems").iterdir()) == ["a"]
@@ -77,7 +78,7 @@ def test_a_folder_emptied_of_a_stale_temp_file_goes_at_once(tmp_path):
     folder = tmp_path / "problems" / "k"
     folder.mkdir(parents=True)
     # a temp file named after a writer PID that does not run here
-    (folder / f".data.parquet.999999999.{files_module.host_tag()}.0a.tmp").write_bytes(b"x")
+    (folder / f".data.parquet.999999999.{host_tag()}.0a.tmp").write_bytes(b"x")
     wh.write("problems", _rows(1, "a"), lineage=Lineage(partition="a"))
     assert not folder.exists()
 
@@ -91,7 +92,7 @@ def test_deleting_a_partition_removes_its_folder(tmp_path):
 
 def test_a_writer_whose_new_folder_was_just_removed_creates_it_again(tmp_path, monkeypatch):
     wh = Warehouse(tmp_path)
-    real = files_module.pq.write_table
+    real = pq.write_table
     calls = []
 
     def folder_gone_once(table, where, **kwargs):
@@ -100,6 +101,6 @@ def test_a_writer_whose_new_folder_was_just_removed_creates_it_again(tmp_path, m
             Path(where).parent.rmdir()  # a cleanup removed it between mkdir and this write
         return real(table, where, **kwargs)
 
-    monkeypatch.setattr(files_module.pq, "write_table", folder_gone_once)
+    monkeypatch.setattr(pq, "write_table", folder_gone_once)
     wh.write("problems", _rows(2, "a"), lineage=Lineage(partition="a"))
     assert wh.read("problems").num_rows == 2

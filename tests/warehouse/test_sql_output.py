@@ -295,6 +295,61 @@ def test_stream_time_limit_covers_the_consumer(wh):
     assert wh.sql("SELECT count(*) AS n FROM problems").to_pylist() == [{"n": 1}]
 
 
+def test_stream_rows_are_arrows_rows_in_bounded_batches(wh):
+    """``rows=True`` (what the command prints from) reads with DuckDB's fetch instead of
+    Arrow: the same rows, the same batching, the empty result and parameters alike."""
+    for query in (TYPED, "SELECT * FROM problems", "SELECT * FROM range(0)",
+                  "DESCRIBE problems"):
+        with wh.stream(query, rows=True) as result:
+            names, got = result.names, [r for batch in result for r in batch]
+        assert names == wh.sql(query).column_names
+        assert got == wh.sql(query).to_pylist(), query
+    sizes = []
+    with wh.stream(BIG, rows=True, batch_rows=4096) as result:
+        for batch in result:
+            sizes.append(len(batch))
+            if len(sizes) == 1:
+                assert batch[:2] == [{"range": 0}, {"range": 1}]
+    assert sum(sizes) == N and max(sizes) == 4096 and set(sizes[:-1]) == {4096}
+    with wh.stream("SELECT * FROM range($n)", {"n": 5}, rows=True) as result:
+        assert [r["range"] for b in result for r in b] == list(range(5))
+    with wh.stream("SELECT * FROM range(10)", rows=True, batch_rows=10) as result:
+        assert [len(b) for b in result] == [10]
+
+
+def test_a_row_stream_stops_early_and_its_time_limit_covers_the_consumer(wh):
+    with wh.stream(BIG, rows=True, batch_rows=100) as result:
+        first = next(iter(result))
+    assert len(first) == 100
+    with pytest.raises(ValueError, match="closed"):
+        next(iter(result))
+    consumed = 0
+    slow = wh.stream(BIG, limits=QueryLimits(timeout_s=1), batch_rows=2048, rows=True)
+    with pytest.raises(QueryLimitError) as info, slow as result:
+        for batch in result:
+            consumed += len(batch)
+            time.sleep(0.05)
+    assert info.value.limit == "time"
+    assert 0 < consumed < N
+
+
+def test_the_command_prints_without_importing_pyarrow(wh):
+    """On a current catalog ``sql`` needs neither pyarrow (nor numpy, which it imports) nor
+    the declared schemas built with it: importing them was most of the command's start."""
+    script = ("import sys\n"
+              "from warehouse.__main__ import main\n"
+              f"code = main(['--root', {str(wh.root)!r}, 'sql', '--format', 'csv', "
+              "'SELECT problem_id, created_at FROM problems'])\n"
+              "print('loaded', sorted(m for m in ('pyarrow', 'numpy', 'warehouse.schema') "
+              "if m in sys.modules), 'exit', code)\n")
+    proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                          text=True, cwd=REPO, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "problem_id,created_at" and lines[1].startswith("a,20")
+    assert lines[-1] == "loaded [] exit 0"
+
+
 def test_stream_refuses_what_sql_refuses(wh):
     from warehouse.confine import UnsafeQueryError
 

@@ -19,13 +19,14 @@ REPO = Path(__file__).resolve().parents[2]
 # prints the temp path, and finishes when told to on stdin.
 _PAUSED_WRITER = """
 import sys
-from warehouse import Lineage, Warehouse, files
-real_write = files.pq.write_table
+import pyarrow.parquet as pq
+from warehouse import Lineage, Warehouse
+real_write = pq.write_table
 def paused(table, where, **kw):
     real_write(table, where, **kw)
     print(where, flush=True)
     sys.stdin.readline()
-files.pq.write_table = paused
+pq.write_table = paused
 rows = [{"problem_id": f"child{i}", "answer": str(i)} for i in range(int(sys.argv[2]))]
 Warehouse(sys.argv[1]).write("problems", rows, lineage=Lineage(partition="p"))
 print("done", flush=True)

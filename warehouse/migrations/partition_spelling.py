@@ -24,12 +24,13 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from warehouse.files import DATA_FILE, check_data_file, write_data_file
 from warehouse.partitions import partition_dir_name, partition_from_dir, respell
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ def migrate(root: Path) -> int:
 def respell_folder(folder: Path, *, per_run: bool = False) -> bool:
     """Bring one partition folder to the current spelling (module docstring); ``per_run``: a
     folder of `runs` or `llm_calls`. Returns whether anything changed. Idempotent."""
+    import pyarrow.parquet as pq
+
     if folder.is_symlink():
         return False
     target = folder.with_name(partition_dir_name(respell(partition_from_dir(folder.name))))
@@ -94,6 +97,8 @@ def respell_folder(folder: Path, *, per_run: bool = False) -> bool:
 
 def respelled_rows(table: pa.Table, *, per_run: bool = False) -> pa.Table | None:
     """``table`` with its ``partition`` column respelled, or None when nothing changes."""
+    import pyarrow as pa
+
     if "partition" not in table.column_names:
         return None
     values = table.column("partition").to_pylist()
