@@ -93,28 +93,30 @@ def _quarantine(table: str, path: Path, reason: str, fix: str) -> QuarantinedPar
 
 
 def _entries(root: Path, table: str, only: str | None = None
-             ) -> Iterator[tuple[str, Path, os.stat_result | OSError | None, bool]]:
+             ) -> Iterator[tuple[str, str, os.stat_result | OSError | None, bool]]:
     """(folder name, data file path, its stat or the error, whether a symlink is on its way)
     for each entry of ``root/table`` (only the folder ``only`` when given); the folder name
     ``*`` with the error when the table's folder cannot be listed. Entries with no data file
-    give ``None``."""
-    base = root / table
+    give ``None``. Paths are strings and a folder's symlink test comes from its directory
+    entry: the catalog's fingerprint runs this over every partition before each query."""
+    base = os.path.join(root, table)
     if only is not None:
-        names = [only]
+        folders = [(only, None)]
     else:
         try:
             with os.scandir(base) as it:
-                names = sorted(e.name for e in it)
+                folders = sorted((e.name, e) for e in it)
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as err:
-            yield "*", base / "*" / DATA_FILE, err, False
+            yield "*", os.path.join(base, "*", DATA_FILE), err, False
             return
-    base_link = base.is_symlink()
-    for name in names:
-        path = base / name / DATA_FILE
+    base_link = os.path.islink(base)
+    for name, entry in folders:
+        path = os.path.join(base, name, DATA_FILE)
         try:
-            linked = base_link or path.parent.is_symlink()
+            linked = base_link or (entry.is_symlink() if entry is not None
+                                   else os.path.islink(os.path.join(base, name)))
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
                 linked = True
@@ -136,7 +138,8 @@ def scan_table(root: Path, table: str, *, validate: bool = True,
     quarantined)."""
     scan = TableScan()
     inside = os.path.realpath(root)
-    for name, path, st, linked in _entries(root, table, only):
+    for name, where, st, linked in _entries(root, table, only):
+        path = Path(where)
         if st is None:
             folder = path.parent
             if folder.is_dir() and not folder.is_symlink():

@@ -1198,15 +1198,10 @@ def _retry_replaced_files(fn, root: Path, attempts: int = RETRY_ATTEMPTS):
     raise AssertionError("unreachable")
 
 
-def _file_versions(root: Path) -> dict[str, tuple[int, int, int]]:
-    versions = {}
-    for path in root.glob(f"*/*/{DATA_FILE}"):
-        try:
-            st = path.stat()  # inodes are recycled: compare change time and size too
-            versions[str(path)] = (st.st_ino, st.st_ctime_ns, st.st_size)
-        except FileNotFoundError:
-            pass
-    return versions
+def _file_versions(root: Path) -> list[tuple]:
+    """Every table's partition files with their versions (inode, size, mtime, ctime: inodes
+    are recycled), from the same stats as the catalog's fingerprint."""
+    return fingerprint_entries(root)
 
 
 def _arrow_reader(rel: duckdb.DuckDBPyRelation | None, batch_rows: int
