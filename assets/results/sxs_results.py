@@ -78,8 +78,9 @@ from training.sxs_arms import arm_overrides, same_traces, unlike_settings
 
 SXS = Experiment(
     name="sxs_latency_claim",
-    # plumbing at cpu scale: the statement needs a capable model (see limits["cpu"])
-    plumbing={"cpu": ("accuracy",)},
+    # plumbing at cpu scale, every part: the embedded model does not learn either format in a
+    # training length this machine affords, so no part can be tested (see limits["cpu"])
+    plumbing={"cpu": ("*",)},
     paper="SxS",
     description="SxS Table 1 (SFT rows): SFT on interleaved traces vs SFT on the same traces in "
                 "think-then-answer form, from one start with the same steps and seed, both "
@@ -92,10 +93,13 @@ SXS = Experiment(
             "traces": {"config": {"sources": ["openmathreasoning"], "limit": None}},
             "sxs_alignments": {"config": {"judge": "evidence"}},
             "sxs_sft_dataset": {"config": {"max_example_tokens": 1000}},
-            # estimate on an idle 2-core machine, from a 1-step run (97 s for one 943-token
-            # example at load 10, so about 20 s idle): 2 arms x 16 examples about 11 min, two
-            # vLLM evaluations of 40 problems up to 768 tokens about 6 min, ingest, alignment,
-            # dataset and server starts about 4 min: about 21 min in all
+            # A plumbing run: it shows the pipeline end to end in about 25 min on 2 idle cores
+            # (2 arms x 8 steps, two vLLM evaluations of 40 problems up to 768 tokens, ingest,
+            # alignment and the dataset). Pilots of format following (seed 0, 23 traces per
+            # arm) found no affordable design in which both arms write their own format in
+            # half their outputs, the floor a latency comparison needs: 32 steps greedy, 35% and
+            # 15% (most outputs loop to a 1,280-token limit); 32 steps at the paper's
+            # temperature 1.0, 55% and 15%; 64 steps (47 min of training), 35% and 40%.
             "sxs_latency_claim": {"config": {
                 "recipe": "sxs_sft.cpu", "max_steps": 8, "dataset_limit": 16,
                 "overrides": ["max_length=1100", "per_device_train_batch_size=2",
@@ -127,9 +131,12 @@ SXS = Experiment(
         },
     },
     limits={"cpu": "135M embedded model, 8 SFT steps on 16 short traces aligned by the "
-                   "scripted evidence judge, 40 GSM8K problems greedy: the model barely learns "
-                   "the format and its accuracy is near zero in both arms, so the accuracy "
-                   "part cannot separate them",
+                   "scripted evidence judge, 40 GSM8K problems greedy: a plumbing run. Neither "
+                   "arm learns to write its own format in half its outputs, so the latency "
+                   "parts cannot compare the formats (pilots with up to 64 steps, greedy or "
+                   "at the paper's temperature 1.0, reached 15-55% per arm: under greedy "
+                   "decoding the 135M model loops past a 1,280-token limit), and its accuracy "
+                   "is near zero in both arms",
             "paper": "the SFT corpus comes from weft's trace sources (s1K, LIMO, "
                      "OpenMathReasoning), not from DeepMath and OpenThoughts; the SFT step "
                      "count is not stated (one epoch here); the GPT-OSS-120B entailment judge "
