@@ -942,10 +942,11 @@ class Warehouse:
         finally:
             con.close()
 
-    def _open(self, limits: QueryLimits
+    def _open(self, limits: QueryLimits, fingerprint: str | None = None
               ) -> tuple[duckdb.DuckDBPyConnection, list[QuarantinedPartition]]:
-        """The confined connection of ``connect`` and the partitions its views leave out."""
-        con, look = self._attach(self._fingerprint())
+        """The confined connection of ``connect`` and the partitions its views leave out;
+        ``fingerprint``: the folder's, when the caller has just taken it."""
+        con, look = self._attach(fingerprint or self._fingerprint())
         if (con is None and look.status in ("stale", "missing", "corrupt")
                 and self._refresh(force=False, wait_s=REFRESH_WAIT_S)):
             con, look = self._attach(self._fingerprint())
@@ -993,7 +994,7 @@ class Warehouse:
         if idle is not None:
             con, quarantined = idle.con, idle.quarantined
         else:
-            con, quarantined = self._open(limits)
+            con, quarantined = self._open(limits, fingerprint[0] if reuse else None)
             # only a connection to a current catalog file is kept (views built in memory are
             # not: the next query retries the rebuild), with the file's version as attached
             # (_open may have rebuilt it)
