@@ -1,10 +1,11 @@
 """Printing query results within caps: the formats of ``python -m warehouse sql`` (table, csv,
 json), its row and byte caps, and a writer that stops at the query's deadline.
 
-Rows come from ``Warehouse.stream`` one batch at a time (lists of row dicts read without pyarrow,
-as the command reads them, or Arrow record batches) and are formatted and written as they come (the table format keeps the rows it shows, their cells cut to
-``CELL_WIDTH`` characters, to align them), so memory holds one batch plus what is shown, and
-reading stops once a cap is reached: the rest of the result is never read.
+Rows come from ``Warehouse.stream`` one batch at a time (lists of row dicts read without
+pyarrow, as the command reads them, or Arrow record batches) and are formatted and written as
+they come (the table format keeps the rows it shows, their cells cut to ``CELL_WIDTH``
+characters, to align them), so memory holds one batch plus what is shown, and reading stops
+once a cap is reached: the rest of the result is never read.
 
 Caps (0 turns one off), each set by a flag of the command or an environment variable:
 
