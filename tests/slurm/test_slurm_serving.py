@@ -173,16 +173,16 @@ def _settings(weft_home, **changes) -> SlurmSettings:
                          weft_home=str(weft_home), **changes)
 
 
-def _stub(*extra: str) -> tuple[str, ...]:
+def _stub(*extra: str, name: str = "stub-model") -> tuple[str, ...]:
     return (sys.executable, str(HERE / "stub_server.py"), "--port", Raw('"$WEFT_SERVE_PORT"'),
-            "--served-model-name", "stub-model", *extra)
+            "--served-model-name", name, *extra)
 
 
-def _server(weft_home, command, **changes) -> SlurmModelServer:
+def _server(weft_home, command, *, name: str = "stub-model", **changes) -> SlurmModelServer:
     fields = {"queue_timeout_s": 60.0, "startup_timeout_s": 60.0, "poll_interval_s": 0.5,
               **changes}
     return SlurmModelServer(settings=_settings(weft_home), model_path=str(weft_home / "model"),
-                            served_name="stub-model", command=command, **fields)
+                            served_name=name, command=command, **fields)
 
 
 def _gone_from_queue(job_id: str, within_s: float = 90.0) -> bool:  # slurmd is slow under load
@@ -256,7 +256,13 @@ def test_a_job_that_exits_before_serving_is_an_error_with_its_log(slurm_cluster,
 @pytest.mark.slurm
 @pytest.mark.xdist_group("slurm_cluster")
 def test_a_server_that_never_answers_times_out_and_is_cancelled(slurm_cluster, weft_home):
-    server = _server(weft_home, _stub("--delay", "300"), startup_timeout_s=3.0)
+    # A served name of its own: twice, in a full run, a server answering as "stub-model" was
+    # found on this job's port (not this job's stub, which had not started); weft's check of
+    # the served name must reject such a server, and a name no other test serves makes that
+    # the test's condition.
+    name = "stub-never-answers"
+    server = _server(weft_home, _stub("--delay", "300", name=name), name=name,
+                     startup_timeout_s=3.0)
     with pytest.raises(ServerJobError, match=r"ran for 3 s .*without its server at http://"
                                              r".* to answer GET /health"):
         server.start()
