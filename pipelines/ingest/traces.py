@@ -1,7 +1,8 @@
 """Ingestion of reasoning traces: (problem, reasoning, final response, gold answer) rows.
 
-Reads the trace files under ``WEFT_DATA_DIR/traces`` (s1K, LIMO, OpenMathReasoning) and, for
-s1K, the matching Hugging Face layout. Each source has one adapter that splits a record into
+Reads the trace files under ``WEFT_DATA_DIR/traces`` (s1K, LIMO, OpenMathReasoning), GSM8K's
+training split as short traces (``gsm8k_worked``: its calculator notes as reasoning, its worked
+lines as the answer) and, for s1K and GSM8K, the matching Hugging Face layout. Each source has one adapter that splits a record into
 reasoning and final response; a record that cannot be split (no ``</think>``, empty
 reasoning, no gold answer, an unparseable trajectory list) becomes a :class:`Reject`, and so
 does a record over the :class:`pipelines.ingest.RecordLimits` (field size, nesting depth):
@@ -212,6 +213,39 @@ def adapt_openmathreasoning(record: Mapping[str, Any]) -> ParsedTrace:
     )
 
 
+_CALC_NOTE_RE = re.compile(r"<<([^<>]*)>>")
+
+
+def adapt_gsm8k_worked(record: Mapping[str, Any]) -> ParsedTrace:
+    """GSM8K's human-written worked solutions as short traces. Each solution line's calculator
+    notes (``<<48/2=24>>``, the arithmetic its writer did aside) are that line's reasoning
+    block; the line with its notes removed is the visible answer's block, and the answer ends
+    with a line that states the ``####`` result (``\\boxed{}``, so graders find it). Blocks
+    are separated by blank lines, one per solution line, so segmentation follows the lines.
+
+    A stand-in for the paper's (x, r, a) triples where traces must be short (about 100-200
+    tokens, where the reasoning traces run to thousands): the reasoning is scratch arithmetic,
+    not an exploratory trace, and the answer restates it line by line. A solution with no
+    calculator note has no private reasoning and is a reject. Problem and gold answer are
+    read exactly as for the ``gsm8k`` problem sources."""
+    parsed = ad.adapt_gsm8k(record)
+    worked = ad.as_text(record.get("answer"), "answer").rsplit("####", 1)[0]
+    reasoning, response = [], []
+    for line in worked.splitlines():
+        notes = [n.strip() for n in _CALC_NOTE_RE.findall(line) if n.strip()]
+        if notes:
+            reasoning.append("\n".join(notes))
+        shown = " ".join(_CALC_NOTE_RE.sub("", line).split())
+        if shown:
+            response.append(shown)
+    if not reasoning:
+        raise ad.RowError("no calculator notes (<<...>>) in the worked solution: it has no "
+                          "private reasoning to separate from the answer")
+    response.append(f"The answer is $\\boxed{{{parsed.answer}}}$.")
+    return ParsedTrace(problem=parsed.problem, reasoning="\n\n".join(reasoning),
+                       response="\n\n".join(response), answer=parsed.answer)
+
+
 # LIMO's hub release has no <think> split and OpenMathReasoning's is millions of rows: both are
 # local-file sources here.
 TRACE_SOURCES: dict[str, TraceSpec] = Registry()
@@ -221,6 +255,10 @@ for _spec in (
     TraceSpec(name="limo", adapter=adapt_limo, local_path="traces/limo_v2_subset40.jsonl"),
     TraceSpec(name="openmathreasoning", adapter=adapt_openmathreasoning,
               local_path="traces/openmathreasoning_r1_short72.jsonl"),
+    # the GSM8K training split (the same file and hub rows as the gsm8k_train problems)
+    TraceSpec(name="gsm8k_worked", adapter=adapt_gsm8k_worked,
+              local_path="train/gsm8k_train.jsonl", hf_id="openai/gsm8k", hf_configs=("main",),
+              hf_split="train", family="gsm8k"),
 ):
     TRACE_SOURCES[_spec.name] = _spec
 

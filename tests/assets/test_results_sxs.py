@@ -48,7 +48,7 @@ def test_the_scales_sample_as_configured_through_dagster():
     def probe(config: SxsClaimConfig) -> None:
         seen["sampling"] = config.sampling
 
-    for scale, expected in (("cpu", (1, 0.0, 1.0, 768)), ("paper", (16, 1.0, 1.0, 39000))):
+    for scale, expected in (("cpu", (1, 1.0, 1.0, 512)), ("paper", (16, 1.0, 1.0, 39000))):
         ops = SXS.run_config(scale)["ops"]
         assert dg.materialize([probe], run_config={"ops": {
             "sxs_latency_claim": ops["sxs_latency_claim"]}}).success
