@@ -134,3 +134,60 @@ def test_missing_trace_file_says_what_to_do(tmp_path):
         load_traces("limo", data_dir=tmp_path)
     with pytest.raises(KeyError, match="unknown trace source"):
         load_traces("nope")
+
+
+def _gsm8k_folder(tmp_path: Path, rows: list) -> Path:
+    folder = tmp_path / "train"
+    folder.mkdir()
+    (folder / "gsm8k_train.jsonl").write_text(
+        "\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return tmp_path
+
+
+def test_gsm8k_worked_puts_calculator_notes_in_the_reasoning_and_lines_in_the_answer(tmp_path):
+    record = {"question": "Ann has 3 boxes of 4 pens and gives away 5. How many are left?",
+              "answer": "Ann has 3 boxes.\n"
+                        "She has 3*4=<<3*4=12>>12 pens, so 12-5=<<12-5=7>>7 are left.\n"
+                        "#### 7"}
+    no_notes = {"question": "Q2", "answer": "It is 2 + 2 = 4.\n#### 4"}
+    no_answer = {"question": "Q3", "answer": "3*3=<<3*3=9>>9"}
+    result = load_traces("gsm8k_worked", data_dir=_gsm8k_folder(
+        tmp_path, [record, no_notes, no_answer, "{broken"]))
+    [trace] = result.traces
+    # written out by hand: one reasoning block per line with notes (its notes, one per line),
+    # one answer block per line (notes removed, spaces collapsed), then the stated result
+    assert trace.reasoning == "3*4=12\n12-5=7"
+    assert trace.response == ("Ann has 3 boxes.\n\n"
+                              "She has 3*4=12 pens, so 12-5=7 are left.\n\n"
+                              "The answer is $\\boxed{7}$.")
+    assert trace.answer == "7"
+    # problem ids join the gsm8k problem sources (one id namespace for train and test)
+    assert trace.problem_id == problem_id("gsm8k", record["question"])
+    reasons = {r.line: r.reason for r in result.rejects}
+    assert set(reasons) == {2, 3, 4}
+    assert "no calculator notes" in reasons[2]
+    assert reasons[3].startswith("missing answer")
+    assert "not valid JSON" in reasons[4]
+
+
+def test_gsm8k_worked_file_gives_short_traces_that_interleave(shared):
+    from pipelines.sxs_align import AlignConfig, segment
+    from pipelines.sxs_dataset import align_traces, make_judge
+
+    result = load_traces("gsm8k_worked")
+    raw = [json.loads(line) for line in (shared / "train/gsm8k_train.jsonl").open()]
+    with_notes = [r for r in raw if "<<" in r["answer"]]
+    assert (len(result.traces), len(result.rejects)) == (len(with_notes), len(raw) - len(with_notes))
+    for t in result.traces:
+        assert "<<" not in t.reasoning + t.response and "####" not in t.response
+        assert t.response.endswith(f"The answer is $\\boxed{{{t.answer}}}$.")
+    first = result.traces[0]  # Natalia's clips
+    assert segment(first.reasoning) == ["48/2=24", "48+24=72"]
+    judge, _ = make_judge("evidence")
+    [(_, alignment, error)] = align_traces([first.to_row()], judge, AlignConfig())
+    assert error is None
+    # each line is shown once the note that computed it has been thought
+    assert alignment.tagged == (
+        "<think>48/2=24</think><speak>Natalia sold 48/2 = 24 clips in May.</speak>"
+        "<think>48+24=72</think><speak>Natalia sold 48+24 = 72 clips altogether in April and "
+        "May.\n\nThe answer is $\\boxed{72}$.</speak>")
