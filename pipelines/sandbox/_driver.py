@@ -644,6 +644,7 @@ _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 # fds a candidate is handed, in this order (the template passes them on, then closes its own)
 _GIVEN = ("job_r", "rep_w", "res_w", "out_w", "in_fd", "st_w")
 _LIBC = []
+_CAP_STRUCTS = []
 
 
 def _libc():
@@ -672,22 +673,33 @@ def _has_admin():
         return False
 
 
+def _cap_structs():
+    """capset's header and data types (made once; a template makes them before it forks, so
+    no candidate builds ctypes classes)."""
+    if not _CAP_STRUCTS:
+        import ctypes
+
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        class Data(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                        ("inheritable", ctypes.c_uint32)]
+
+        _CAP_STRUCTS.extend((Header, Data * 2))
+    return _CAP_STRUCTS
+
+
 def _drop_caps():
     """Give up every capability for good (ambient, effective, permitted, inheritable) and set
     no_new_privs, so no later exec can regain one. Fails closed: exits when any set is left."""
     import ctypes
 
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
-
+    header, data = _cap_structs()
     libc = _libc()
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    libc.capset(ctypes.byref(Header(_CAPABILITY_VERSION_3, 0)), (Data * 2)())
+    libc.capset(ctypes.byref(header(_CAPABILITY_VERSION_3, 0)), data())
     try:
         left = any(_cap_masks().get(name, 1) for name in _CAP_FIELDS)
     except (OSError, ValueError):
@@ -747,6 +759,9 @@ def _template(ctl, isolated, mounts):
     program, stdin, output or results (the driver that handled them is never forked again)."""
     import socket
 
+    if isolated:  # what every candidate's set-up calls, loaded here once instead of per fork
+        _libc()
+        _cap_structs()
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ctl, 4096, len(_GIVEN))
