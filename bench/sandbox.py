@@ -186,6 +186,64 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
             "humaneval_workers": workers, "humaneval_rounds": rounds}
 
 
+# One grading measurement, run by the interpreter of the checkout given as argv[1] (this one or
+# a baseline), with this file's CPU accounting prepended: a warm pool, the tasks recorded once,
+# then `passes` timed passes over every canonical solution; prints the best pass's wall and CPU
+# seconds (this process and its jails).
+GRADE_ONCE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from eval.code_grader import grade_code_many, load_benchmark
+from pipelines.sandbox import LocalSandbox, SandboxPool
+problems = load_benchmark("humaneval")
+candidates = [p["canonical_solution"] for p in problems]
+with SandboxPool(LocalSandbox(isolation="bwrap"), workers=int(sys.argv[2])) as pool:
+    pool.warm_up()
+    passed = sum(r.passed for r in grade_code_many(candidates, problems, pool=pool))
+    best = min((_timed_cpu(lambda: grade_code_many(candidates, problems, pool=pool))
+                for _ in range(int(sys.argv[3]))), key=lambda wc: wc[0])
+print(json.dumps({"programs": len(candidates), "passed": passed, "wall_s": best[0],
+                  "cpu_s": best[1]}))
+"""
+
+
+def _grade_in(root: Path, workers: int, passes: int) -> dict:
+    """One GRADE_ONCE measurement with the checkout at ``root`` (its own interpreter when it
+    has a ``.venv``, else this one), in a process of its own."""
+    import inspect
+
+    program = "\n".join(["import json, os, time", "from pathlib import Path",
+                          inspect.getsource(_tree_cpu_s), inspect.getsource(_timed_cpu),
+                          GRADE_ONCE])
+    python = root / ".venv" / "bin" / "python"
+    out = subprocess.run([str(python if python.exists() else sys.executable), "-c", program,
+                          str(root), str(workers), str(passes)],
+                         check=True, capture_output=True, text=True, cwd=root)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def against_baseline(baseline: Path, workers: int, rounds: int, passes: int = 2) -> dict:
+    """HumanEval grading on a warm pool, this checkout against the one at ``baseline`` (for
+    example the commit before a change to the runners), alternated round by round (the order
+    flips each round), each measurement in a fresh process with its own pool; the best pass of
+    each side gives programs/s and CPU ms per program, and the ratio is this / baseline."""
+    sides = {"this": Path(__file__).resolve().parents[1], "baseline": baseline.resolve()}
+    runs: dict[str, list[dict]] = {name: [] for name in sides}
+    for r in range(rounds):
+        for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+            runs[name].append(_grade_in(sides[name], workers, passes))
+    figures = {"baseline_root": str(sides["baseline"]), "workers": workers, "rounds": rounds}
+    for name, done in runs.items():
+        best = min(done, key=lambda d: d["wall_s"])
+        figures[f"{name}_programs_per_s"] = round(best["programs"] / best["wall_s"], 1)
+        figures[f"{name}_cpu_ms_per_program"] = round(
+            1000 * min(d["cpu_s"] for d in done) / best["programs"], 2)
+        figures[f"{name}_passed"] = best["passed"]
+    figures["throughput_ratio_this_vs_baseline"] = round(
+        figures["this_programs_per_s"] / figures["baseline_programs_per_s"], 3)
+    return figures
+
+
 FLOOD = ("    import sys\n    sys.stdout.write('[' + '[],' * (21 * 1024 * 1024) + '[]]\\n')\n"
          "    sys.stdout.flush()\n    return None\n")
 
@@ -219,11 +277,22 @@ def main(argv: list[str] | None = None) -> dict:
                         help="interleaved HumanEval rounds per configuration")
     parser.add_argument("--only-humaneval", action="store_true",
                         help="only the HumanEval throughput figures")
+    parser.add_argument("--baseline-root", type=Path, default=None,
+                        help="another checkout: alternate HumanEval grading of this checkout "
+                             "and that one (each in fresh processes) and print their ratio")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.workers < 1 or args.rounds < 1:
         raise SystemExit("--runs, --workers and --rounds must be at least 1")
     figures: dict = {"bench": "sandbox", "machine": platform.node(), "cpus": os.cpu_count(),
                      "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+    if args.baseline_root is not None:
+        if not (args.baseline_root / "pipelines" / "sandbox").is_dir():
+            raise SystemExit(f"--baseline-root {args.baseline_root}: not a weft checkout "
+                             "(no pipelines/sandbox); make one with `git worktree add`")
+        figures.update(against_baseline(args.baseline_root, args.workers, args.rounds))
+        figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(figures))
+        return figures
     if not args.only_humaneval:
         figures.update(cold_start(args.runs))
         figures.update(session_round_trip(max(args.runs * 4, 50)))
