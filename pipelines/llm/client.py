@@ -59,8 +59,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-import openai
-
 from pipelines.llm.batch import map_ordered, on_loop_exit
 from pipelines.llm.cache import CacheUnavailable, ResponseCache, cache_key
 from pipelines.llm.endpoint import (
@@ -104,6 +102,15 @@ from pipelines.llm.types import (
 )
 from pipelines.settings import cache_dir
 
+
+def _sdk() -> Any:
+    """The openai SDK, imported on first use: it is a third of the time it takes to import
+    the pipeline's definitions, and most processes that import this module (the UI's code
+    server, a run replayed from the cache) never send a request."""
+    import openai
+
+    return openai
+
 logger = logging.getLogger("pipelines.llm")  # shared with the batch and endpoint helpers
 
 T = TypeVar("T")
@@ -127,7 +134,7 @@ class _LoopState:
     """Objects bound to one event loop: the HTTP client, the semaphore, the outage probe."""
 
     loop: asyncio.AbstractEventLoop
-    client: openai.AsyncOpenAI
+    client: Any  # openai.AsyncOpenAI
     semaphore: asyncio.Semaphore
     probe: ReachabilityProbe
 
@@ -307,8 +314,8 @@ class LLMClient:
         if self._state is None or self._state.loop is not loop:
             # the deadline itself is per request (``_attempt``); this is the pool's default
             longest = self.timeout_s or default_timeout_s(DEFAULT_PARAMS.max_tokens)
-            timeout = openai.Timeout(longest + 5.0, connect=min(CONNECT_TIMEOUT_S, longest))
-            client = openai.AsyncOpenAI(
+            timeout = _sdk().Timeout(longest + 5.0, connect=min(CONNECT_TIMEOUT_S, longest))
+            client = _sdk().AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=self.base_url,
                 max_retries=0,
@@ -316,7 +323,7 @@ class LLMClient:
                 # Our own pool (SDK defaults): the SDK's wrapper would, when a client left over
                 # from a finished loop is garbage-collected, schedule its close on the new loop.
                 # The response hook caps the bytes read per response.
-                http_client=openai.DefaultAsyncHttpxClient(
+                http_client=_sdk().DefaultAsyncHttpxClient(
                     timeout=timeout, event_hooks={"response": [self._response_hook]}
                 ),
             )
@@ -497,25 +504,25 @@ class LLMClient:
         try:
             async with state.semaphore:
                 async with asyncio.timeout(timeout_s):
-                    http_timeout = openai.Timeout(
+                    http_timeout = _sdk().Timeout(
                         timeout_s + 5.0, connect=min(CONNECT_TIMEOUT_S, timeout_s)
                     )
                     response = await state.client.chat.completions.create(
                         **kwargs, timeout=http_timeout
                     )
                     return _Attempt(response=response)
-        except (TimeoutError, openai.APITimeoutError):
+        except (TimeoutError, _sdk().APITimeoutError):
             return _Attempt(
                 error=f"timeout after {timeout_s:g}s", retryable=True, check_endpoint=True
             )
-        except openai.APIConnectionError as exc:
+        except _sdk().APIConnectionError as exc:
             cause = exc.__cause__ or exc
             return _Attempt(
                 error=f"connection error: {type(cause).__name__}: {cause}",
                 retryable=True,
                 check_endpoint=True,
             )
-        except openai.APIStatusError as exc:
+        except _sdk().APIStatusError as exc:
             status = exc.status_code
             message = re.sub(r"^Error code: \d+ - ", "", str(exc.message))
             error = f"HTTP {status}: {shorten(message)}"
@@ -530,7 +537,7 @@ class LLMClient:
             )
         except ResponseTooLarge as exc:  # the same request would get the same reply: no retry
             return _Attempt(error=f"bad response: {exc}")
-        except (openai.APIError, ValueError) as exc:  # e.g. a 200 whose body is not JSON
+        except (_sdk().APIError, ValueError) as exc:  # e.g. a 200 whose body is not JSON
             return _Attempt(error=f"bad response: {type(exc).__name__}: {shorten(str(exc))}")
 
     def _request_kwargs(

@@ -115,6 +115,30 @@ def test_cache_hit_makes_no_request(fake, cache_path):
     assert records[1]["attempts"] == 0
 
 
+def test_the_sdk_is_imported_by_the_first_request_not_by_the_definitions(fake, cache_path):
+    """Importing the pipeline's definitions, and replaying answers from the cache, never loads
+    the openai SDK (a third of the definitions' import time); a request sent does."""
+    import subprocess
+    import sys
+
+    run(make_client(fake, cache_path)[0].chat(USER, tag="t"))  # the answer, in the cache
+    script = ("import asyncio, sys\n"
+              "import assets.definitions\n"
+              "from pipelines.llm import LLMClient\n"
+              "print('definitions', 'openai' in sys.modules)\n"
+              f"client = LLMClient({fake.base_url!r}, 'fake-model', "
+              f"cache_path={str(cache_path)!r})\n"
+              f"cached = asyncio.run(client.chat({USER!r}, tag='t'))[0].cached\n"
+              "print('replayed', cached, 'openai' in sys.modules)\n"
+              "asyncio.run(client.chat([{'role': 'user', 'content': 'new'}], tag='t'))\n"
+              "print('sent', 'openai' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[3], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-3:] == ["definitions False", "replayed True False",
+                                             "sent True"]
+
+
 def test_cache_persists_across_client_instances(fake, cache_path):
     client, _ = make_client(fake, cache_path)
     texts = [run(client.chat([{"role": "user", "content": f"q{i}"}]))[0].text for i in range(5)]
