@@ -2,14 +2,14 @@
 
 Reads the trace files under ``WEFT_DATA_DIR/traces`` (s1K, LIMO, OpenMathReasoning), GSM8K's
 training split as short traces (``gsm8k_worked``: its calculator notes as reasoning, its worked
-lines as the answer) and, for s1K and GSM8K, the matching Hugging Face layout. Each source has one adapter that splits a record into
-reasoning and final response; a record that cannot be split (no ``</think>``, empty
-reasoning, no gold answer, an unparseable trajectory list) becomes a :class:`Reject`, and so
-does a record over the :class:`pipelines.ingest.RecordLimits` (field size, nesting depth):
-the checks and reject reasons are ``pipelines.ingest.core``'s, shared with problems and TIR.
-Control characters are stripped from problem text exactly as for ``problems`` (and counted:
-``control_chars_stripped``, ``control_char_rows``), so ids keep joining; reasoning and response
-text is kept as written. Trace files carry no dataset ids, so there is no id-conflict check.
+lines as the answer) and, for s1K and GSM8K, the matching Hugging Face layout. Each source has
+one adapter that splits a record into reasoning and final response; a record that cannot be
+split (no ``</think>``, empty reasoning, no gold answer, an unparseable trajectory list, a GSM8K
+solution without calculator notes) becomes a :class:`Reject`, and so does a record over the
+:class:`pipelines.ingest.RecordLimits` (field size, nesting depth): the checks and reject
+reasons are ``pipelines.ingest.core``'s, shared with problems and TIR. Control characters are
+stripped from problem text exactly as for ``problems`` (and counted: ``control_chars_stripped``,
+``control_char_rows``), so ids keep joining; reasoning and response text is kept as written. Trace files carry no dataset ids, so there is no id-conflict check.
 
 Guarantees: ``problem_id`` is computed exactly as for ``problems`` rows (same hash of source
 name and normalised text), so traces join problems of the same source; ``trace_id`` hashes

@@ -104,12 +104,13 @@ from pipelines.settings import cache_dir
 
 
 def _sdk() -> Any:
-    """The openai SDK, imported on first use: it is a third of the time it takes to import
-    the pipeline's definitions, and most processes that import this module (the UI's code
-    server, a run replayed from the cache) never send a request."""
+    """The openai SDK, imported on first use: it is about a quarter of the time it takes to
+    import the pipeline's definitions, and many processes that import this module (the UI's
+    code server, a run replayed from the cache) never send a request."""
     import openai
 
     return openai
+
 
 logger = logging.getLogger("pipelines.llm")  # shared with the batch and endpoint helpers
 

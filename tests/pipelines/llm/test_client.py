@@ -117,7 +117,7 @@ def test_cache_hit_makes_no_request(fake, cache_path):
 
 def test_the_sdk_is_imported_by_the_first_request_not_by_the_definitions(fake, cache_path):
     """Importing the pipeline's definitions, and replaying answers from the cache, never loads
-    the openai SDK (a third of the definitions' import time); a request sent does."""
+    the openai SDK (about a quarter of the definitions' import time); a request sent does."""
     import subprocess
     import sys
 
