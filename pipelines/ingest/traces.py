@@ -9,7 +9,8 @@ solution without calculator notes) becomes a :class:`Reject`, and so does a reco
 :class:`pipelines.ingest.RecordLimits` (field size, nesting depth): the checks and reject
 reasons are ``pipelines.ingest.core``'s, shared with problems and TIR. Control characters are
 stripped from problem text exactly as for ``problems`` (and counted: ``control_chars_stripped``,
-``control_char_rows``), so ids keep joining; reasoning and response text is kept as written. Trace files carry no dataset ids, so there is no id-conflict check.
+``control_char_rows``), so ids keep joining; reasoning and response text is kept as written.
+Trace files carry no dataset ids, so there is no id-conflict check.
 
 Guarantees: ``problem_id`` is computed exactly as for ``problems`` rows (same hash of source
 name and normalised text), so traces join problems of the same source; ``trace_id`` hashes
