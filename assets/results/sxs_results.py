@@ -92,10 +92,10 @@ SXS = Experiment(
             # Short traces: GSM8K's worked solutions (calculator notes as reasoning, the lines
             # as the answer; ``pipelines.ingest.traces.adapt_gsm8k_worked``), 240-560 tokens
             # per SFT example with the system prompt. The reasoning traces (620-1,010 tokens at
-            # the shortest) were piloted first: in up to 64 steps neither arm wrote its own format in half its
-            # outputs (15-55% per arm), the floor the latency parts need. This design was fixed
-            # before its first run, and its first seed's format share decides, with that same
-            # floor, whether seeds 1-2 run.
+            # the shortest) were piloted first: in up to 64 steps neither arm wrote its own
+            # format in half its outputs (15-55% per arm), the floor the latency parts need.
+            # This design was fixed before its first run, and its first seed's format share
+            # decided, with that same floor, whether seeds 1-2 ran.
             "traces": {"config": {"sources": ["gsm8k_worked"], "limit": 300}},
             "sxs_alignments": {"config": {"judge": "evidence"}},
             "sxs_sft_dataset": {"config": {"max_example_tokens": 512}},
