@@ -58,10 +58,10 @@ Not guaranteed: evalplus' per-test time limits (one wall-clock limit per program
 its time + 1 s); a verdict for a candidate whose answers make the test call the function with
 arguments that were never recorded (it fails, with that reason); that the host replay stops
 within :data:`eval.code_replay.REPLAY_TIMEOUT_S` when one operation of the benchmark's own test
-on the candidate's (size-capped) answer is slow (the limit is checked at each call of the
-stand-in);
-the guarantees above on the plain-subprocess fallback (the candidate runs as the grading
-user; see :mod:`pipelines.sandbox.harness`).
+on the candidate's (size-capped) answer is slow (the limit, CPU time of the replaying
+thread, is checked at each call of the stand-in); the guarantees above on the
+plain-subprocess fallback (the candidate runs as the grading user; see
+:mod:`pipelines.sandbox.harness`).
 """
 
 from __future__ import annotations

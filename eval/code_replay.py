@@ -12,12 +12,15 @@ candidate's process.
   never the candidate's) with a stand-in for the candidate: call ``i`` must have the recorded
   arguments and gets the candidate's decoded answer to call ``i``. The test gets a ``random``
   module of its own, seeded like the recording, so replays in several threads (or other users
-  of ``random`` in the process) never disturb each other.
+  of ``random`` in the process) never disturb each other. Its time limit counts the CPU time
+  of the replaying thread (``time.thread_time``), so a loaded host, or other grading threads
+  holding the GIL, never turn a correct answer into a failure.
 
 Not guaranteed: a verdict when the candidate's answers lead the test to call the function with
 arguments that were never recorded (the replay fails, with that reason); that the replay stops
 within :data:`REPLAY_TIMEOUT_S` inside one slow operation of the test itself (the limit is
-checked at each call of the stand-in; answers are size-capped before they get here).
+checked at each call of the stand-in; answers are size-capped before they get here); a bound
+on the wall time of a test that waits without using CPU (benchmark tests do not).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from pipelines.sandbox.harness import (
 )
 
 RECORD_SEED = 20_240_601  # ``random`` is seeded with this before a test is recorded/replayed
-REPLAY_TIMEOUT_S = 1.0  # normal replays take milliseconds; inside the reward path's per-item slack
+# CPU seconds of the replaying thread: normal replays take milliseconds; inside the reward
+# path's per-item slack. CPU time, not wall time: a verdict must not depend on the host's load.
+REPLAY_TIMEOUT_S = 1.0
 
 
 class RecordingError(RuntimeError):
@@ -186,8 +191,9 @@ class _Replayed:
     def __call__(self, *args, **kwargs):
         i = self.count
         self.count += 1
-        if time.monotonic() > self.deadline:
-            raise _ReplayStop(f"the test ran longer than {REPLAY_TIMEOUT_S:g} s on the host")
+        if time.thread_time() > self.deadline:
+            raise _ReplayStop(f"the test used more than {REPLAY_TIMEOUT_S:g} s of CPU time on "
+                              "the host")
         if i >= len(self.keys):
             raise _ReplayStop("the test called the function more often than when it was "
                               "recorded (an earlier answer differs from the reference one)")
@@ -233,7 +239,7 @@ def replay(setup: str, run: str, entry: str, calls: list,
 
     space = {"__name__": "__weft_replay__",
              "__builtins__": dict(_BUILTINS, __import__=importer)}
-    stand_in = _Replayed(calls, answers, time.monotonic() + REPLAY_TIMEOUT_S)
+    stand_in = _Replayed(calls, answers, time.thread_time() + REPLAY_TIMEOUT_S)
     try:
         if setup:
             exec(_compiled(setup, "benchmark"), space)  # noqa: S102 - the benchmark's own code
