@@ -22,8 +22,15 @@ quadratic. With ``--baseline-root`` (a checkout of an older commit) every case a
 code, side by side, and the old/new ratio is printed. One JSON line per case, then a summary,
 then one reward call over sympy bombs per inner timeout (1 s, 5 s) against its stated bound.
 
+``--startup`` times a pool's start under a main module like weft's entry points: a module run
+with ``python -m`` that imports weft's launcher (and with it Dagster and weft's definitions)
+before it starts the pool, in a fresh process per round: wall seconds from ``start`` until
+every worker is ready, and the workers' CPU seconds by then (from /proc). With
+``--baseline-root`` the same probe runs on that checkout's code, alternated round by round.
+
     python bench/grading.py [--pairs 10000] [--processes 2] [--rounds 4]
     python bench/grading.py --adversarial [--size 1000000] [--limit 60] [--baseline-root DIR]
+    python bench/grading.py --startup [--rounds 6] [--processes 2] [--baseline-root DIR]
 """
 
 from __future__ import annotations
@@ -213,6 +220,69 @@ def _workers_cpu(pool) -> dict[int, float | None]:
     return {pid: _cpu_seconds(pid) for pid in pool.worker_pids()}
 
 
+# The --startup probe: a main module that imports a weft entry point first, as
+# ``python -m cli.launcher`` does, then starts a pool and reports as one JSON line.
+_STARTUP_PROBE = """import json, os, sys, time
+import cli.launcher  # noqa: F401 - the entry point's imports (Dagster, weft's definitions)
+from eval.grading_pool import GradingPool
+
+
+def cpu(pid):
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    pool = GradingPool(processes=int(sys.argv[1]))
+    start = time.perf_counter()
+    pool.start(wait=True)
+    ready = time.perf_counter() - start
+    workers = sum(cpu(pid) for pid in pool.worker_pids())
+    ok = pool.grade_many([("The answer is \\\\boxed{4}", "4")], kind="math")[0].correct
+    pool.close()
+    print(json.dumps({"ready_s": round(ready, 3), "workers_cpu_s": round(workers, 3),
+                      "graded": ok}))
+"""
+
+
+def startup(rounds: int, processes: int, baseline_root: Path | None) -> None:
+    """The ``--startup`` comparison (module docstring); prints one JSON line per run and a
+    summary of medians."""
+    import statistics
+    import tempfile
+
+    here = Path(__file__).resolve().parent.parent
+    roots = {"current": here} | ({"baseline": baseline_root.resolve()} if baseline_root else {})
+    rows: dict[str, list[dict]] = {label: [] for label in roots}
+    with tempfile.TemporaryDirectory() as probe_dir:
+        (Path(probe_dir) / "weft_pool_start_probe.py").write_text(_STARTUP_PROBE)
+        for r in range(rounds):
+            order = list(roots) if r % 2 == 0 else list(roots)[::-1]
+            for label in order:
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([probe_dir, str(roots[label])])}
+                out = subprocess.run([sys.executable, "-m", "weft_pool_start_probe",
+                                      str(processes)], cwd=roots[label], env=env, timeout=300,
+                                     capture_output=True, text=True, check=True)
+                row = {"bench": "grading_pool_startup", "code": label, "round": r,
+                       **json.loads(out.stdout.strip().splitlines()[-1]),
+                       "load_avg_1m": round(os.getloadavg()[0], 2)}
+                rows[label].append(row)
+                print(json.dumps(row), flush=True)
+    summary: dict = {"bench": "grading_pool_startup_summary", "rounds": rounds,
+                     "processes": processes, "cpus": os.cpu_count()}
+    for label, got in rows.items():
+        summary[f"{label}_ready_s"] = round(statistics.median(x["ready_s"] for x in got), 3)
+        summary[f"{label}_workers_cpu_s"] = round(
+            statistics.median(x["workers_cpu_s"] for x in got), 3)
+    if baseline_root:
+        summary["ready_current_over_baseline"] = round(
+            summary["current_ready_s"] / summary["baseline_ready_s"], 3)
+        summary["cpu_current_over_baseline"] = round(
+            summary["current_workers_cpu_s"] / summary["baseline_workers_cpu_s"], 3)
+    print(json.dumps(summary), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=10_000)
@@ -223,8 +293,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1_000_000, help="adversarial input chars")
     parser.add_argument("--limit", type=float, default=60.0, help="seconds before a case is killed")
     parser.add_argument("--baseline-root", type=Path, default=None,
-                        help="checkout of older code to time side by side (--adversarial)")
+                        help="checkout of older code to time side by side (--adversarial, "
+                             "--startup)")
+    parser.add_argument("--startup", action="store_true",
+                        help="time the pool's start under a weft entry point instead")
     args = parser.parse_args()
+    if args.startup:
+        startup(args.rounds, args.processes, args.baseline_root)
+        return
     if args.adversarial:
         adversarial(args.size, args.limit, args.baseline_root)
         for timeout_s in (1, 5):

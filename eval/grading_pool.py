@@ -20,10 +20,17 @@ work stays balanced; queues hold the longest golds first and batches hold at mos
 
 Not guaranteed: ordering of work between workers (results are always returned in input
 order); that graders registered at run time (not at import of their module) exist in the
-workers; use from a script file without an ``if __name__ == "__main__":`` guard (workers
-re-import the main module under the forkserver and spawn start methods). A main module that has
-no file to re-import (a script read from standard input, ``python - <<EOF``) is not re-imported
-(:func:`_main_without_file`), as with ``python -c`` and notebooks.
+workers; use from a script file without an ``if __name__ == "__main__":`` guard when a grader
+lives in that script (workers then re-import the main module under the forkserver and spawn
+start methods).
+
+The main module: workers re-import it only when a grader or its arguments come from it
+(:func:`_main_hidden`). Re-importing it costs what the main program's imports cost, in every
+worker, and weft's entry points (``python -m cli.launcher``, Dagster's run worker) import
+Dagster: about a second of CPU per worker that a grading worker never uses. A pool whose
+workers started without it restarts them with it at the first call that sends something from
+the main module. A main module that has no file to re-import (a script read from standard
+input, ``python - <<EOF``) is never re-imported, as with ``python -c`` and notebooks.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from typing import Any, Self
 
 from eval.graders import (
     DEFAULT_ITEM_LIMIT_S,
+    GRADERS,
     TIMED_OUT,
     Grader,
     GradeResult,
@@ -125,30 +133,45 @@ def _start_failure(worker: _Worker) -> RuntimeError:
         "the project root")
 
 
+def _graders_in_main() -> bool:
+    """Whether a registered grader is a function of the main module (workers then need it)."""
+    return any(getattr(fn, "__module__", None) == "__main__" for fn in GRADERS.values())
+
+
 @contextlib.contextmanager
-def _main_without_file() -> Iterator[None]:
-    """Hide ``__main__.__file__`` while a worker starts when it names no file (``<stdin>``):
-    multiprocessing would hand that path to the worker, which then fails to run it. Workers
-    need nothing from such a main module (graders live in importable modules)."""
+def _main_hidden(hide: bool) -> Iterator[None]:
+    """While a worker starts, hide the main module from multiprocessing (so the worker does
+    not re-import it) when ``hide`` is set, or when it names no file (``<stdin>``):
+    multiprocessing would hand that path to the worker, which then fails to run it. Hiding
+    takes ``__spec__`` and ``__file__`` off the module for the start only; the module object
+    itself stays in place, so other threads still find its functions."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if (main is None or path is None or getattr(main, "__spec__", None) is not None
-            or os.path.isfile(path)):
+    no_file = (path is not None and getattr(main, "__spec__", None) is None
+               and not os.path.isfile(path))
+    if main is None or not (hide or no_file):
         yield
         return
-    del main.__file__
+    names = ("__spec__", "__file__")
+    saved = {name: main.__dict__[name] for name in names if name in main.__dict__}
+    main.__spec__ = None
+    main.__dict__.pop("__file__", None)
     try:
         yield
     finally:
-        main.__file__ = path
+        for name in names:
+            if name in saved:
+                main.__dict__[name] = saved[name]
+            else:
+                main.__dict__.pop(name, None)
 
 
 class _Worker:
-    def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
+    def __init__(self, ctx: multiprocessing.context.BaseContext, with_main: bool) -> None:
         parent_end, child_end = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_worker_main, args=(child_end,), daemon=True,
                                    name="weft-grader")
-        with _main_without_file():
+        with _main_hidden(not with_main):
             self.process.start()
         child_end.close()
         self.conn = parent_end
@@ -212,6 +235,7 @@ class GradingPool:
         self.timeouts = 0  # items killed by the outer limit, over the pool's life
         self.deaths = 0  # workers found dead (not killed by the pool)
         self.start_kills = 0  # of those, ended by a signal before they were ready
+        self.with_main = False  # whether the workers re-imported the main module
 
     def __enter__(self) -> Self:
         self.start()
@@ -235,8 +259,10 @@ class GradingPool:
                 "GradingPool cannot start worker processes from a daemonic process (e.g. a "
                 "multiprocessing.Pool worker); use eval.graders.grade_many_serial there"
             )
+        if not self._workers:
+            self.with_main = self.with_main or _graders_in_main()
         while len(self._workers) < self.processes:
-            self._workers.append(_Worker(self._ctx))
+            self._workers.append(_Worker(self._ctx, self.with_main))
         if wait:
             try:
                 with self._lock:
@@ -263,7 +289,7 @@ class GradingPool:
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
-        self._workers[self._workers.index(worker)] = _Worker(self._ctx)
+        self._workers[self._workers.index(worker)] = _Worker(self._ctx, self.with_main)
 
     def grade_many(self, items: Sequence[tuple[str, str]], kind: str = "math", *,
                    answer_format: str | None = None, call_timeout_s: float | None = None,
@@ -297,7 +323,7 @@ class GradingPool:
         else:
             fn = get_grader(kind)
         try:
-            pickle.dumps((fn, kw))
+            sent = pickle.dumps((fn, kw))
         except Exception as exc:
             raise TypeError(
                 f"grader {kind!r} or its arguments cannot be sent to worker processes ({exc}); "
@@ -307,6 +333,16 @@ class GradingPool:
         if not pairs:
             return []
         with self._lock:
+            from_main = (b"__main__" in sent
+                         or getattr(get_grader(kind), "__module__", None) == "__main__")
+            if from_main and not self.with_main:
+                # A grader (or an argument) from the main module: workers started without it
+                # could not unpickle or find it. Start them (again) with it, once.
+                if self._workers:
+                    log.info("grading pool: restarting its workers with the main module, "
+                             "which grader %r or its arguments come from", kind)
+                    self.close()
+                self.with_main = True
             try:
                 return self._run(fn, kw, pairs, call_timeout_s)
             except BaseException:

@@ -587,8 +587,8 @@ def test_pool_that_cannot_start_leaves_no_worker_running(monkeypatch):
     started: list[int] = []
     real_start = gp._Worker.__init__
 
-    def recording_init(self, ctx):
-        real_start(self, ctx)
+    def recording_init(self, ctx, with_main):
+        real_start(self, ctx, with_main)
         started.append(self.process.pid)
 
     monkeypatch.setattr(gp._Worker, "__init__", recording_init)
