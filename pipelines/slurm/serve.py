@@ -7,7 +7,11 @@ is set). The job picks its port on the node it lands on (``WEFT_SERVE_PORT``: th
 from ``20000 + job id % 20000`` up that nothing on the node answers on, or a fixed one), starts
 the server in the background, and writes ``{"job_id", "host", "port"}`` to ``address.json`` in
 its launch folder ``WEFT_HOME/serve/<served name>/<n>/`` (beside ``job.sh`` and
-``slurm-<job id>.log``). Why a file and not ``scontrol``'s ``BatchHost`` plus a port chosen by
+``slurm-<job id>.log``). Each launch also has an id of its own (``weft-launch-<random hex>``,
+exported as ``WEFT_SERVE_LAUNCH_ID``) that its server lists as a second served name: a server
+that answers on the job's address is taken for the job's only when it lists that id, so another
+server on the same port (one that took the port between the job's check and its own bind, or an
+older job's) is never used in its place, even when it serves a model of the same name. Why a file and not ``scontrol``'s ``BatchHost`` plus a port chosen by
 the submitter: only the node knows which of its ports are free (two servers often share a GPU
 node), the job may name its host as the submitter must dial it (``WEFT_SERVE_HOST``, default
 ``$(hostname)``, can be set in a setup line), and the file carries the job id, so an address
@@ -31,7 +35,8 @@ for (the queue, or the server's health) and cancels the job it submitted; an int
 Not guaranteed: that the model folder, the interpreter and ``WEFT_HOME`` are at the same paths on
 the nodes; that the host name the job writes resolves where weft runs (set ``WEFT_SERVE_HOST``
 in a setup line otherwise); that nothing takes the chosen port between the check and the
-server's bind (the job then fails with the server's own error); restarting a job that dies
+server's bind (the job then fails with the server's own error, and the server that took the
+port is not used: it does not list the launch's id); restarting a job that dies
 mid-run (``revive`` says False: the run fails with the endpoint's error).
 """
 
@@ -43,11 +48,13 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -89,7 +96,9 @@ class ServeLaunch:
     ``served_name`` the id clients send as ``model``, ``folder`` the launch folder (the job's
     log and ``address.json`` go there). ``port`` 0 lets the job pick a free port on its node.
     ``extra_args`` are more ``vllm serve`` flags. ``command`` replaces the server program: its
-    words, which must listen on ``$WEFT_SERVE_PORT`` (e.g. a stand-in server in tests)."""
+    words, which must listen on ``$WEFT_SERVE_PORT`` and list ``$WEFT_SERVE_LAUNCH_ID`` beside
+    the served name at ``GET /v1/models`` (e.g. a stand-in server in tests). ``launch_id`` is
+    the launch's own served name (:func:`new_launch_id`; empty: none, the script only)."""
 
     model_path: str
     served_name: str
@@ -98,6 +107,7 @@ class ServeLaunch:
     max_model_len: int = MAX_MODEL_LEN
     extra_args: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
+    launch_id: str = ""
 
     def __post_init__(self) -> None:
         if not self.served_name or not self.model_path:
@@ -108,6 +118,9 @@ class ServeLaunch:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be a TCP port, or 0 to pick one on the node, got "
                              f"{self.port}")
+        if self.launch_id and not re.fullmatch(r"[A-Za-z0-9._-]+", self.launch_id):
+            raise ValueError(f"a launch id is letters, digits, '.', '_' and '-', got "
+                             f"{self.launch_id!r}")
         texts = [self.model_path, self.served_name, self.folder, *self.extra_args, *self.command]
         if any("\n" in t or "\r" in t for t in texts):
             raise ValueError("a server job's model, name, folder and arguments must not contain "
@@ -133,7 +146,9 @@ def vllm_command(settings: SlurmSettings, launch: ServeLaunch) -> list[str | tup
     words: list[str | tuple[str, ...]] = [
         settings.python, ("-m", "vllm.entrypoints.openai.api_server"),
         ("--model", launch.model_path),
-        ("--served-model-name", launch.served_name), ("--host", "0.0.0.0"),
+        ("--served-model-name", launch.served_name,
+         *((Raw('"$WEFT_SERVE_LAUNCH_ID"'),) if launch.launch_id else ())),
+        ("--host", "0.0.0.0"),
         ("--port", Raw('"$WEFT_SERVE_PORT"')), ("--max-model-len", str(launch.max_model_len))]
     if settings.gpus_per_node > 1:
         words.append(("--tensor-parallel-size", str(settings.gpus_per_node)))
@@ -165,7 +180,8 @@ def serve_script(settings: SlurmSettings, launch: ServeLaunch) -> str:
             else f"$(weft_free_port $(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN})))")
     exports = {"WEFT_HOME": settings.weft_home, "PYTHONUNBUFFERED": "1",
                "WEFT_PYTHON": settings.python, **settings.env,
-               "WEFT_SERVE_ADDRESS_FILE": launch.address_file}
+               "WEFT_SERVE_ADDRESS_FILE": launch.address_file,
+               **({"WEFT_SERVE_LAUNCH_ID": launch.launch_id} if launch.launch_id else {})}
     server = ([*_srun(settings, "--nodes=1", "--ntasks=1"), *vllm_command(settings, launch)]
               if settings.container_image else vllm_command(settings, launch))
     lines = ["#!/bin/bash",
@@ -207,8 +223,15 @@ def read_address(path: str | Path, job_id: str) -> str | None:
         return None
 
 
-def answers(base_url: str, served_name: str, timeout_s: float = 3.0) -> bool:
-    """True when ``GET <root>/health`` answers 200 and ``GET /v1/models`` lists the model."""
+def new_launch_id() -> str:
+    """A server launch's own served name: ``weft-launch-`` and 16 random hex digits."""
+    return f"weft-launch-{uuid.uuid4().hex[:16]}"
+
+
+def answers(base_url: str, served_name: str, timeout_s: float = 3.0,
+            launch_id: str = "") -> bool:
+    """True when ``GET <root>/health`` answers 200 and ``GET /v1/models`` lists the model and,
+    when given, the launch's id (so the server is the one that launch started)."""
     root = base_url.removesuffix("/v1")
     try:
         with urllib.request.urlopen(f"{root}/health", timeout=timeout_s) as resp:
@@ -217,7 +240,8 @@ def answers(base_url: str, served_name: str, timeout_s: float = 3.0) -> bool:
     except (urllib.error.URLError, OSError, ValueError):
         return False
     models = served_models(base_url, timeout_s)
-    return models is not None and served_name in models
+    return (models is not None and served_name in models
+            and (not launch_id or launch_id in models))
 
 
 def launch_folder(served_name: str) -> Path:
@@ -267,12 +291,14 @@ class SlurmModelServer:
     poll_interval_s: float = POLL_INTERVAL_S
     commands: SlurmCommands = field(default_factory=SlurmCommands)
     job_id: str = field(default="", init=False)
+    launch_id: str = field(default="", init=False)
     base_url: str = field(default="", init=False)
     log_path: Path | None = field(default=None, init=False)
     owned: bool = field(default=False, init=False)
 
     def is_ready(self) -> bool:
-        return bool(self.base_url) and answers(self.base_url, self.served_name)
+        return bool(self.base_url) and answers(self.base_url, self.served_name,
+                                               launch_id=self.launch_id)
 
     def revive(self) -> bool:
         """Always False: a server job that died mid-run is not resubmitted (the run fails
@@ -285,8 +311,10 @@ class SlurmModelServer:
             if self._reuse():
                 return self
             folder = launch_folder(self.served_name)
+            self.launch_id = new_launch_id()
             launch = ServeLaunch(self.model_path, self.served_name, str(folder), self.port,
-                                 self.max_model_len, self.extra_args, self.command)
+                                 self.max_model_len, self.extra_args, self.command,
+                                 self.launch_id)
             script = folder / "job.sh"
             script.write_text(serve_script(self.settings, launch))
             try:
@@ -318,7 +346,8 @@ class SlurmModelServer:
             if state.state == "RUNNING":
                 running_since = running_since or now
                 self.base_url = read_address(address_file, self.job_id) or ""
-                if self.base_url and answers(self.base_url, self.served_name):
+                if self.base_url and answers(self.base_url, self.served_name,
+                                             launch_id=self.launch_id):
                     log.info("Slurm job %s serves %s at %s", self.job_id, self.served_name,
                              self.base_url)
                     return
@@ -337,7 +366,8 @@ class SlurmModelServer:
 
     def _not_serving(self, address_file: str) -> str:
         where = (f"its server at {self.base_url} to answer GET /health and list "
-                 f"{self.served_name!r} at GET /v1/models" if self.base_url
+                 f"{self.served_name!r} and its launch id {self.launch_id!r} at GET /v1/models"
+                 if self.base_url
                  else f"it to write its address to {address_file}")
         return (f"Slurm job {self.job_id} ran for {self.startup_timeout_s:.0f} s "
                 f"(startup_timeout_s, WEFT_SLURM_SERVE_STARTUP_TIMEOUT_S) without {where}; "
@@ -356,9 +386,12 @@ class SlurmModelServer:
             path.unlink(missing_ok=True)
             return False
         state = self.commands.state(str(found["job_id"]))
+        launch_id = str(found.get("launch_id", ""))  # none in records from before launch ids
         if (found.get("model_path") == str(self.model_path) and state.state == "RUNNING"
-                and answers(str(found.get("base_url", "")), self.served_name)):
+                and answers(str(found.get("base_url", "")), self.served_name,
+                            launch_id=launch_id)):
             self.job_id, self.base_url = str(found["job_id"]), str(found["base_url"])
+            self.launch_id = launch_id
             self.log_path, self.owned = Path(found.get("log", "")), False
             log.info("reusing Slurm job %s serving %s at %s", self.job_id, self.served_name,
                      self.base_url)
@@ -370,7 +403,8 @@ class SlurmModelServer:
     def _record(self) -> None:
         path = record_path(self.served_name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"job_id": self.job_id, "base_url": self.base_url,
+        path.write_text(json.dumps({"job_id": self.job_id, "launch_id": self.launch_id,
+                                    "base_url": self.base_url,
                                     "model_path": str(self.model_path),
                                     "served_name": self.served_name,
                                     "log": str(self.log_path), "started_at": time.time()}))

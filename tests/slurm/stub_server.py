@@ -1,6 +1,7 @@
 """A stand-in for ``vllm serve`` in Slurm server jobs: answers ``GET /health`` (200) and
-``GET /v1/models`` (the one served name) on ``--port``, after ``--delay`` seconds; nothing else.
-Run as ``python stub_server.py --port P --served-model-name NAME [--delay S]``."""
+``GET /v1/models`` (its served names, as vLLM lists each of several) on ``--port``, after
+``--delay`` seconds; nothing else.
+Run as ``python stub_server.py --port P --served-model-name NAME [NAME ...] [--delay S]``."""
 
 import argparse
 import json
@@ -11,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--served-model-name", required=True)
+    parser.add_argument("--served-model-name", nargs="+", required=True)
     parser.add_argument("--delay", type=float, default=0.0)
     args = parser.parse_args()
-    models = json.dumps({"object": "list",
-                         "data": [{"id": args.served_model_name, "object": "model"}]}).encode()
+    models = json.dumps({"object": "list", "data": [{"id": name, "object": "model"}
+                                                    for name in args.served_model_name]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):

@@ -23,6 +23,7 @@ from pipelines.slurm.serve import (
     ServeLaunch,
     ServerJobError,
     SlurmModelServer,
+    answers,
     read_address,
     record_path,
     serve_script,
@@ -56,6 +57,7 @@ export PYTHONUNBUFFERED=1
 export WEFT_PYTHON=/shared/weft/.venv/bin/python
 export HF_HUB_OFFLINE=1
 export WEFT_SERVE_ADDRESS_FILE=/shared/weft/.weft/serve/sft-1/1/address.json
+export WEFT_SERVE_LAUNCH_ID=weft-launch-5f1c0e2a9b7d4c3e
 unset WEFT_SERVE_HOST  # a setup line may set it: the host name weft dials
 # setup
 module load cuda/12.4
@@ -68,8 +70,9 @@ export WEFT_SERVE_HOST="${WEFT_SERVE_HOST:-$(hostname)}"
 export WEFT_SERVE_PORT="$(weft_free_port $((20000 + SLURM_JOB_ID % 20000)))"
 set +e
 /shared/weft/.venv/bin/python -m vllm.entrypoints.openai.api_server \
-    --model /shared/weft/.weft/checkpoints/sft-1 --served-model-name sft-1 --host 0.0.0.0 \
-    --port "$WEFT_SERVE_PORT" --max-model-len 4096 --gpu-memory-utilization 0.85 &
+    --model /shared/weft/.weft/checkpoints/sft-1 \
+    --served-model-name sft-1 "$WEFT_SERVE_LAUNCH_ID" --host 0.0.0.0 --port "$WEFT_SERVE_PORT" \
+    --max-model-len 4096 --gpu-memory-utilization 0.85 &
 weft_server=$!
 printf '{"job_id": "%s", "host": "%s", "port": %s}\n' "$SLURM_JOB_ID" "$WEFT_SERVE_HOST" "$WEFT_SERVE_PORT" > "$WEFT_SERVE_ADDRESS_FILE.tmp"
 mv -f "$WEFT_SERVE_ADDRESS_FILE.tmp" "$WEFT_SERVE_ADDRESS_FILE"
@@ -86,7 +89,8 @@ def test_serve_script_for_one_checkpoint_on_one_gpu_node():
                              env={"HF_HUB_OFFLINE": "1"})
     launch = ServeLaunch("/shared/weft/.weft/checkpoints/sft-1", "sft-1",
                          "/shared/weft/.weft/serve/sft-1/1",
-                         extra_args=("--gpu-memory-utilization", "0.85"))
+                         extra_args=("--gpu-memory-utilization", "0.85"),
+                         launch_id="weft-launch-5f1c0e2a9b7d4c3e")
     assert serve_script(settings, launch) == ONE_GPU_SCRIPT
 
 
@@ -157,6 +161,37 @@ def test_serve_mode_is_local_unless_set(monkeypatch):
         serve_mode()
 
 
+def test_the_launch_id_is_exported_and_served_as_a_second_name():
+    launch = ServeLaunch("/m/ck", "ck", "/w/serve/ck/1", launch_id="weft-launch-0123abcd")
+    text = serve_script(SlurmSettings(**SHARED), launch)
+    assert "export WEFT_SERVE_LAUNCH_ID=weft-launch-0123abcd" in text.splitlines()
+    assert '--served-model-name ck "$WEFT_SERVE_LAUNCH_ID"' in text.replace(" \\\n    ", " ")
+    with pytest.raises(ValueError, match="launch id"):
+        ServeLaunch("/m/ck", "ck", "/w/serve/ck/1", launch_id="x; rm -rf /")
+
+
+def test_a_server_is_the_launchs_only_when_it_lists_the_launch_id():
+    port = _free_port()
+    impostor = subprocess.Popen([sys.executable, str(HERE / "stub_server.py"), "--port",
+                                 str(port), "--served-model-name", "ck", "weft-launch-aaaa"],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in impostor.stdout.readline()
+        url = f"http://127.0.0.1:{port}/v1"
+        assert answers(url, "ck") and answers(url, "ck", launch_id="weft-launch-aaaa")
+        assert not answers(url, "ck", launch_id="weft-launch-bbbb")
+        assert not answers(url, "other", launch_id="weft-launch-aaaa")
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_an_address_left_by_another_job_is_not_taken(tmp_path):
     path = tmp_path / "address.json"
     path.write_text(json.dumps({"job_id": "41", "host": "node7", "port": 20041}))
@@ -173,9 +208,10 @@ def _settings(weft_home, **changes) -> SlurmSettings:
                          weft_home=str(weft_home), **changes)
 
 
-def _stub(*extra: str, name: str = "stub-model") -> tuple[str, ...]:
-    return (sys.executable, str(HERE / "stub_server.py"), "--port", Raw('"$WEFT_SERVE_PORT"'),
-            "--served-model-name", name, *extra)
+def _stub(*extra: str, name: str = "stub-model", port: str = '"$WEFT_SERVE_PORT"',
+          launch_id: str = '"$WEFT_SERVE_LAUNCH_ID"') -> tuple[str, ...]:
+    return (sys.executable, str(HERE / "stub_server.py"), "--port", Raw(port),
+            "--served-model-name", name, *((Raw(launch_id),) if launch_id else ()), *extra)
 
 
 def _server(weft_home, command, *, name: str = "stub-model", **changes) -> SlurmModelServer:
@@ -216,7 +252,8 @@ def test_a_server_job_serves_until_stopped_then_is_cancelled(slurm_cluster, weft
     first = 20000 + int(job_id) % 20000
     assert first <= address["port"] < first + 100
     assert server.base_url == f"http://{socket.gethostname()}:{address['port']}/v1"
-    assert _models(server.base_url) == ["stub-model"]
+    assert _models(server.base_url) == ["stub-model", server.launch_id]
+    assert server.launch_id.startswith("weft-launch-")
     assert subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
                           text=True, check=True).stdout.strip() == "RUNNING"
     server.stop()
@@ -267,6 +304,27 @@ def test_a_server_that_never_answers_times_out_and_is_cancelled(slurm_cluster, w
                                              r".* to answer GET /health"):
         server.start()
     assert _gone_from_queue(server.job_id)
+
+
+@pytest.mark.slurm
+@pytest.mark.xdist_group("slurm_cluster")
+def test_another_server_on_the_jobs_port_is_never_taken_for_the_jobs(slurm_cluster, weft_home):
+    # Another server answers as this very model on the port the job is given (it took the
+    # port first). The job's own stand-in starts late and cannot bind it, so the job fails:
+    # weft must say so, not hand out the other server's address as this job's.
+    name, port = "stub-same-name", _free_port()
+    other = subprocess.Popen(_stub(name=name, port=str(port), launch_id=""),
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in other.stdout.readline()
+        server = _server(weft_home, _stub("--delay", "3", name=name), name=name, port=port)
+        with pytest.raises(ServerJobError, match="ended before its server answered") as err:
+            server.start()
+        assert "Address already in use" in str(err.value)  # the job's stand-in, in its log
+        assert server.base_url.endswith(f":{port}/v1")  # it did find the other one there
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.slurm
