@@ -25,7 +25,7 @@ then one reward call over sympy bombs per inner timeout (1 s, 5 s) against its s
 ``--startup`` times a pool's start under a main module like weft's entry points: a module run
 with ``python -m`` that imports weft's launcher (and with it Dagster and weft's definitions)
 before it starts the pool, in a fresh process per round: wall seconds from ``start`` until
-every worker is ready, and the workers' CPU seconds by then (from /proc). With
+every worker is ready, and the workers' CPU seconds and resident memory by then (from /proc). With
 ``--baseline-root`` the same probe runs on that checkout's code, alternated round by round.
 
     python bench/grading.py [--pairs 10000] [--processes 2] [--rounds 4]
@@ -233,16 +233,23 @@ def cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        kib = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+    return kib / 1024
+
+
 if __name__ == "__main__":
     pool = GradingPool(processes=int(sys.argv[1]))
     start = time.perf_counter()
     pool.start(wait=True)
     ready = time.perf_counter() - start
     workers = sum(cpu(pid) for pid in pool.worker_pids())
+    rss = sum(rss_mib(pid) for pid in pool.worker_pids())
     ok = pool.grade_many([("The answer is \\\\boxed{4}", "4")], kind="math")[0].correct
     pool.close()
     print(json.dumps({"ready_s": round(ready, 3), "workers_cpu_s": round(workers, 3),
-                      "graded": ok}))
+                      "workers_rss_mib": round(rss, 1), "graded": ok}))
 """
 
 
@@ -275,6 +282,8 @@ def startup(rounds: int, processes: int, baseline_root: Path | None) -> None:
         summary[f"{label}_ready_s"] = round(statistics.median(x["ready_s"] for x in got), 3)
         summary[f"{label}_workers_cpu_s"] = round(
             statistics.median(x["workers_cpu_s"] for x in got), 3)
+        summary[f"{label}_workers_rss_mib"] = round(
+            statistics.median(x["workers_rss_mib"] for x in got), 1)
     if baseline_root:
         summary["ready_current_over_baseline"] = round(
             summary["current_ready_s"] / summary["baseline_ready_s"], 3)
