@@ -24,8 +24,9 @@ then one reward call over sympy bombs per inner timeout (1 s, 5 s) against its s
 
 ``--startup`` times a pool's start under a main module like weft's entry points: a module run
 with ``python -m`` that imports weft's launcher (and with it Dagster and weft's definitions)
-before it starts the pool, in a fresh process per round: wall seconds from ``start`` until
-every worker is ready, and the workers' CPU seconds and resident memory by then (from /proc). With
+before it starts the pool, in a fresh process per round: wall seconds until the call that
+warms the pool returns (``start_background``; ``start`` in checkouts without it) and until every
+worker is ready, and the workers' CPU seconds and resident memory by then (from /proc). With
 ``--baseline-root`` the same probe runs on that checkout's code, alternated round by round.
 
     python bench/grading.py [--pairs 10000] [--processes 2] [--rounds 4]
@@ -242,13 +243,17 @@ def rss_mib(pid):
 if __name__ == "__main__":
     pool = GradingPool(processes=int(sys.argv[1]))
     start = time.perf_counter()
+    # how long warming the pool keeps the caller (checkouts before start_background: start())
+    getattr(pool, "start_background", pool.start)()
+    returned = time.perf_counter() - start
     pool.start(wait=True)
     ready = time.perf_counter() - start
     workers = sum(cpu(pid) for pid in pool.worker_pids())
     rss = sum(rss_mib(pid) for pid in pool.worker_pids())
     ok = pool.grade_many([("The answer is \\\\boxed{4}", "4")], kind="math")[0].correct
     pool.close()
-    print(json.dumps({"ready_s": round(ready, 3), "workers_cpu_s": round(workers, 3),
+    print(json.dumps({"returned_s": round(returned, 3), "ready_s": round(ready, 3),
+                      "workers_cpu_s": round(workers, 3),
                       "workers_rss_mib": round(rss, 1), "graded": ok}))
 """
 
@@ -279,6 +284,8 @@ def startup(rounds: int, processes: int, baseline_root: Path | None) -> None:
     summary: dict = {"bench": "grading_pool_startup_summary", "rounds": rounds,
                      "processes": processes, "cpus": os.cpu_count()}
     for label, got in rows.items():
+        summary[f"{label}_returned_s"] = round(
+            statistics.median(x["returned_s"] for x in got), 3)
         summary[f"{label}_ready_s"] = round(statistics.median(x["ready_s"] for x in got), 3)
         summary[f"{label}_workers_cpu_s"] = round(
             statistics.median(x["workers_cpu_s"] for x in got), 3)

@@ -231,7 +231,11 @@ class GradingPool:
         self.batch_size = batch_size
         self._ctx = _pick_context(start_method)
         self._workers: list[_Worker] = []
-        self._lock = threading.Lock()
+        # held by a call, a start and a start in the background (re-entrant: a call starts
+        # the workers it needs while holding it)
+        self._lock = threading.RLock()
+        self._starter: threading.Thread | None = None  # a start in the background
+        self._starter_lock = threading.Lock()
         self.timeouts = 0  # items killed by the outer limit, over the pool's life
         self.deaths = 0  # workers found dead (not killed by the pool)
         self.start_kills = 0  # of those, ended by a signal before they were ready
@@ -259,10 +263,11 @@ class GradingPool:
                 "GradingPool cannot start worker processes from a daemonic process (e.g. a "
                 "multiprocessing.Pool worker); use eval.graders.grade_many_serial there"
             )
-        if not self._workers:
-            self.with_main = self.with_main or _graders_in_main()
-        while len(self._workers) < self.processes:
-            self._workers.append(_Worker(self._ctx, self.with_main))
+        with self._lock:
+            if not self._workers:
+                self.with_main = self.with_main or _graders_in_main()
+            while len(self._workers) < self.processes:
+                self._workers.append(_Worker(self._ctx, self.with_main))
         if wait:
             try:
                 with self._lock:
@@ -271,8 +276,34 @@ class GradingPool:
                 self.close()  # no worker outlives a failed start
                 raise
 
+    def start_background(self) -> None:
+        """:meth:`start` in a thread of its own, so the caller goes on at once. Starting the
+        workers blocks until the forkserver has imported math-verify (0.6-1.0 s on 2 cores):
+        a caller that warms the pool before other work would otherwise wait that long. A call
+        (or :meth:`start`) made meanwhile waits for this start and finds the workers there; a
+        call already holding the pool starts them itself. A start that fails here is logged
+        and fails again, with its error, where the pool is first used."""
+        def run() -> None:
+            if not self._lock.acquire(blocking=False):
+                return  # a call holds the pool: it starts the workers it needs itself
+            try:
+                self.start()
+            except Exception as exc:  # noqa: BLE001 - the first call raises it again
+                log.warning("the grading pool did not start in the background: %s", exc)
+            finally:
+                self._lock.release()
+
+        with self._starter_lock:
+            if self._workers or (self._starter is not None and self._starter.is_alive()):
+                return
+            self._starter = threading.Thread(target=run, name="weft-grading-start", daemon=True)
+            self._starter.start()
+
     def close(self) -> None:
         """Stop all workers: ask politely, then kill what is still running."""
+        starter = self._starter
+        if starter is not None and starter is not threading.current_thread():
+            starter.join()  # a start in the background ends first: none of its workers leaks
         workers, self._workers = self._workers, []
         for w in workers:
             try:

@@ -125,7 +125,7 @@ class Verdicts:
             return False
         from eval.grading_pool import shared_pool
 
-        shared_pool(self.processes, item_limit_s(timeout_s)).start(wait=False)
+        shared_pool(self.processes, item_limit_s(timeout_s)).start_background()
         return True
 
     def verdicts(self, texts: Sequence[str], golds: Sequence[Any], *, answer_format: str,

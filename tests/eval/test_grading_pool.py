@@ -78,3 +78,48 @@ else:
     assert "RESULT [True, True, False] True True" in done.stdout, done.stdout + done.stderr
     names = [line.split()[1] for line in imports.read_text().splitlines()]
     assert names == ["__main__", "__mp_main__"], names  # the restarted worker, once
+
+
+def _grader_children() -> set[int]:
+    import multiprocessing
+
+    return {p.pid for p in multiprocessing.active_children() if p.name == "weft-grader"}
+
+
+def test_a_pool_started_in_the_background_starts_its_workers_once():
+    import threading
+
+    from eval.grading_pool import GradingPool
+
+    before = _grader_children()
+    pool = GradingPool(processes=2)
+    try:
+        pool.start_background()
+        pool.start_background()  # while the first may still run: nothing more
+        other = threading.Thread(target=pool.start)  # a start from another thread meanwhile
+        other.start()
+        out = pool.grade_many([("\\boxed{4}", "4"), ("\\boxed{5}", "4")], kind="math")
+        other.join()
+        assert [r.correct for r in out] == [True, False]
+        assert len(pool.worker_pids()) == 2
+        assert _grader_children() - before == set(pool.worker_pids())
+    finally:
+        pool.close()
+    assert _grader_children() - before == set()
+
+
+def test_closing_a_pool_while_it_starts_in_the_background_leaves_no_worker():
+    from eval.grading_pool import GradingPool
+
+    before = _grader_children()
+    for _ in range(3):
+        pool = GradingPool(processes=2)
+        pool.start_background()
+        pool.close()  # waits for the start in the background, then stops what it started
+        assert pool.worker_pids() == []
+        assert _grader_children() - before == set()
+    pool.start_background()  # a closed pool starts again, as after close()
+    try:
+        assert pool.grade_many([("\\boxed{1}", "1")], kind="math")[0].correct
+    finally:
+        pool.close()
