@@ -315,7 +315,11 @@ class GradingPool:
             w.kill()
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the current workers (tests and monitoring)."""
+        """Process ids of the current workers (tests and monitoring), once a start in the
+        background (:meth:`start_background`) has made them."""
+        starter = self._starter
+        if starter is not None and starter is not threading.current_thread():
+            starter.join()
         return [w.process.pid for w in self._workers if w.process.pid is not None]
 
     def _replace(self, worker: _Worker) -> None:

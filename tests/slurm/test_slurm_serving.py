@@ -176,8 +176,11 @@ def test_a_server_is_the_launchs_only_when_it_lists_the_launch_id():
                                  str(port), "--served-model-name", "ck", "weft-launch-aaaa"],
                                 stdout=subprocess.PIPE, text=True)
     try:
-        assert "listening" in impostor.stdout.readline()
+        assert "listening" in impostor.stdout.readline()  # printed just before it binds
         url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 60
+        while not answers(url, "ck") and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert answers(url, "ck") and answers(url, "ck", launch_id="weft-launch-aaaa")
         assert not answers(url, "ck", launch_id="weft-launch-bbbb")
         assert not answers(url, "other", launch_id="weft-launch-aaaa")
