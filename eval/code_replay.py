@@ -47,7 +47,10 @@ from pipelines.sandbox.harness import (
 RECORD_SEED = 20_240_601  # ``random`` is seeded with this before a test is recorded/replayed
 # CPU seconds of the replaying thread: normal replays take milliseconds; inside the reward
 # path's per-item slack. CPU time, not wall time: a verdict must not depend on the host's load.
-REPLAY_TIMEOUT_S = 1.0
+# 1 s was too tight: in the test suite, the canonical replay of HumanEval/53 (105 calls) once
+# counted more than 1 s (cause not pinned down; a garbage collection of a large process's heap,
+# for one, runs in the replaying thread and counts).
+REPLAY_TIMEOUT_S = 5.0
 
 
 class RecordingError(RuntimeError):
