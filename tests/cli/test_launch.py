@@ -202,3 +202,34 @@ def test_every_demo_stage_goes_through_the_launcher():
     tags = {node.args[1].value for node in calls
             if ast.unparse(node.func) == "demo_stage_run" and isinstance(node.args[1], ast.Constant)}
     assert tags == {"ingest", "eval", "report", "train", "heldout"}
+
+
+_EXIT_PROBE = r"""
+import atexit, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from cli.launcher import _exit
+
+def late():
+    time.sleep(0.3)
+    print("thread finished", flush=True)
+
+atexit.register(lambda: print("atexit handler ran", flush=True))
+threading.Thread(target=late).start()
+sys.stderr.write("buffered, not flushed")  # no newline: still in the buffer
+_exit(3)
+"""
+
+
+def test_the_launchers_exit_waits_for_threads_runs_atexit_and_flushes():
+    """``python -m cli.launcher`` ends without the interpreter's teardown, but still as the
+    interpreter would end a finished program: non-daemon threads joined, then atexit
+    handlers, then the buffers flushed, with the run's exit code."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _EXIT_PROBE, str(repo)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["thread finished", "atexit handler ran"], done.stdout
+    assert done.stderr.endswith("buffered, not flushed"), done.stderr[-2000:]
