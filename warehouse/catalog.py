@@ -33,9 +33,10 @@ query, its record of applied migrations (``migration_record``) carried into the 
 Processes that have the old file open keep reading it until they close it.
 
 Besides views and the migration record, a catalog file records the fingerprint of the
-warehouse folder it was built from and the partitions its views leave out (``store_state``,
-``stored_state``): ``Warehouse`` reads it read-only and rebuilds the file only when the folder's
-fingerprint differs. ``is_corrupt`` tells a damaged file (rebuilt from the Parquet files) from
+warehouse folder it was built from, the key of what its views were built from and the
+partitions its views leave out (``store_state``, ``stored_state``): ``Warehouse`` reads it
+read-only and rebuilds the file only when the views would come out differently (see
+``Warehouse._views_key``). ``is_corrupt`` tells a damaged file (rebuilt from the Parquet files) from
 one that is merely locked.
 """
 
@@ -336,12 +337,16 @@ _CORRUPT_MARKERS = ("not a valid duckdb database file", "corrupt database file",
 
 
 def store_state(con: duckdb.DuckDBPyConnection, fingerprint: str,
-                quarantined: Iterable[tuple[str, str, str, str, str]]) -> None:
-    """Record on ``con`` the ``fingerprint`` the catalog was built from and its quarantined
-    partitions (table, partition, path relative to the warehouse folder, reason, fix)."""
+                quarantined: Iterable[tuple[str, str, str, str, str]],
+                views_key: str | None = None) -> None:
+    """Record on ``con`` the ``fingerprint`` the catalog was built from, the ``views_key``
+    of what its views were built from (``Warehouse``: the tables' column signatures and
+    quarantined files, not every file's version) and its quarantined partitions (table,
+    partition, path relative to the warehouse folder, reason, fix)."""
     con.execute(f"CREATE OR REPLACE TABLE {STATE_TABLE} (fingerprint VARCHAR NOT NULL, "
-                "built_at TIMESTAMPTZ DEFAULT now())")
-    con.execute(f"INSERT INTO {STATE_TABLE} (fingerprint) VALUES (?)", [fingerprint])
+                "built_at TIMESTAMPTZ DEFAULT now(), views_key VARCHAR)")
+    con.execute(f"INSERT INTO {STATE_TABLE} (fingerprint, views_key) VALUES (?, ?)",
+                [fingerprint, views_key])
     con.execute(f'CREATE OR REPLACE TABLE {QUARANTINE_TABLE} ("table" VARCHAR, partition '
                 "VARCHAR, path VARCHAR, reason VARCHAR, fix VARCHAR)")
     rows = [tuple(q) for q in quarantined]
@@ -349,21 +354,27 @@ def store_state(con: duckdb.DuckDBPyConnection, fingerprint: str,
         con.executemany(f"INSERT INTO {QUARANTINE_TABLE} VALUES (?, ?, ?, ?, ?)", rows)
 
 
-def stored_state(con: duckdb.DuckDBPyConnection) -> tuple[str | None, list[tuple]]:
+def stored_state(con: duckdb.DuckDBPyConnection
+                 ) -> tuple[str | None, list[tuple], str | None]:
     """The fingerprint ``con``'s catalog was built from (None for a catalog written before
-    fingerprints, or by someone else) and its quarantined partitions as ``store_state`` wrote
-    them. Raises ``duckdb.Error`` when the file cannot be read."""
+    fingerprints, or by someone else), its quarantined partitions and its views key, as
+    ``store_state`` wrote them (the key None for a catalog written before keys). Raises
+    ``duckdb.Error`` when the file cannot be read."""
+    quarantined = (f"(SELECT list((\"table\", partition, path, reason, fix) ORDER BY \"table\", "
+                   f"path) FROM {QUARANTINE_TABLE})")
     try:
-        row = con.execute(
-            f"SELECT fingerprint, (SELECT list((\"table\", partition, path, reason, fix) "
-            f"ORDER BY \"table\", path) FROM {QUARANTINE_TABLE}) FROM {STATE_TABLE} LIMIT 1"
-        ).fetchall()
+        row = con.execute(f"SELECT fingerprint, {quarantined}, views_key FROM {STATE_TABLE} "
+                          "LIMIT 1").fetchall()
     except duckdb.CatalogException:  # no such table: built before fingerprints
-        return None, []
+        return None, [], None
+    except duckdb.BinderException:  # no views_key column: built before views keys
+        row = [(*r, None) for r in con.execute(
+            f"SELECT fingerprint, {quarantined} FROM {STATE_TABLE} LIMIT 1").fetchall()]
     if not row:
-        return None, []
+        return None, [], None
     row = row[0]
-    return row[0], [tuple(q.values()) if isinstance(q, dict) else tuple(q) for q in row[1] or []]
+    return (row[0], [tuple(q.values()) if isinstance(q, dict) else tuple(q)
+                     for q in row[1] or []], row[2])
 
 
 def is_corrupt(err: BaseException) -> bool:

@@ -79,6 +79,8 @@ class TableScan:
     files: list[Path] = field(default_factory=list)
     quarantined: list[QuarantinedPartition] = field(default_factory=list)
     empty_folders: list[Path] = field(default_factory=list)
+    # the column signatures of ``files`` a view was built from (set by the catalog's builder)
+    signatures: set[str | None] | None = None
 
 
 def _fix_file(path: Path) -> str:

@@ -24,7 +24,8 @@ a heartbeat row to `run_heartbeats` (in the run's own folder) at once and then, 
 ``flush_every_s`` seconds (:data:`FLUSH_EVERY_S`, 30 s) from a background thread, writes the
 calls completed so far to `llm_calls` and rewrites its heartbeat: ``heartbeat_at`` now,
 ``alive_until`` :data:`ALIVE_FLUSHES` intervals later (5 minutes by default). Its `runs` row
-ends it and the heartbeat folder is removed. A run killed outright (SIGKILL, out of memory, the
+ends it and its heartbeat is removed (the table keeps an empty partition, ``idle``, so that its
+catalog view stays the same between runs). A run killed outright (SIGKILL, out of memory, the
 machine stopped) therefore leaves its calls up to the last flush and a heartbeat whose
 ``alive_until`` passes without a `runs` row: the view ``run_status``
 (``warehouse/views/run_status.sql``) shows such a run as ``crashed`` (``running`` until then),
@@ -56,12 +57,15 @@ from types import TracebackType
 from typing import Any
 
 from pipelines.settings import PROJECT_ROOT
+from warehouse.files import DATA_FILE
 from warehouse.store import Lineage, Warehouse, WriteResult
 
 log = logging.getLogger(__name__)
 
 RUN_STATUSES = ("success", "failed", "canceled")
 HEARTBEATS = "run_heartbeats"
+# The empty partition `run_heartbeats` keeps once no run has a heartbeat (see _end_heartbeats).
+IDLE_HEARTBEATS = "idle"
 ERROR_CHARS = 2000
 # How often a started run writes its calls and heartbeat, and for how many intervals without
 # one it still counts as alive.
@@ -253,14 +257,18 @@ class RunRecord:
                         alive_s=ALIVE_FLUSHES * self.flush_every_s)
 
     def _end_heartbeats(self) -> None:
-        """Remove the run's heartbeat folder once its `runs` row is written (best effort: a
-        heartbeat left behind is overruled by the `runs` row)."""
+        """Remove the run's heartbeat once its `runs` row is written (best effort: a heartbeat
+        left behind is overruled by the `runs` row). The table keeps an empty partition,
+        ``IDLE_HEARTBEATS``, written before the heartbeat goes the first time: with it, the
+        table's files have the same columns whether or not a run is going on, so its catalog
+        view does not change and the catalog is not rebuilt at every run's start and end."""
         if self._flusher is None:
             return
         try:
+            if not (self.wh.root / HEARTBEATS / IDLE_HEARTBEATS / DATA_FILE).is_file():
+                self.wh.write(HEARTBEATS, [], lineage=Lineage(run_id="", asset="", partition=""),
+                              folder=IDLE_HEARTBEATS)
             self.wh.delete_partition(HEARTBEATS, run_partition(self.lineage))
-            with contextlib.suppress(OSError):
-                (self.wh.root / HEARTBEATS).rmdir()  # only when no other run has one
         except Exception as err:  # noqa: BLE001 - the run's outcome is recorded already
             log.warning("could not remove the heartbeat of %s: %s", run_partition(self.lineage),
                         error_text(err))

@@ -207,7 +207,7 @@ _TABLE_RE = TABLE_RE
 # writing, and two threads racing for one path would see that.
 _OPEN_LOCK = threading.Lock()
 # How the views are built; a catalog built another way (older weft) is rebuilt.
-CATALOG_FORMAT = 3
+CATALOG_FORMAT = 4
 # The name a query's connection gives the catalog file it attaches (its tables' schema).
 CATALOG_ALIAS = "catalog"
 # Temp files of a catalog being built: .catalog.duckdb.<pid>.<host tag>.<random>.tmp
@@ -382,6 +382,7 @@ class Warehouse:
 
     def _init_idle(self) -> None:
         self._idle: dict[tuple[int, int], _Idle] = {}
+        self._keys: dict[str, str] = {}  # views keys by folder fingerprint (_current_key)
         self._idle_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_idle, self._idle, self._idle_lock)
 
@@ -656,8 +657,9 @@ class Warehouse:
         if present is not None:
             # Files that all have the same columns in the same order are read without
             # union_by_name, which costs 3-11% of a scan (bench/warehouse_sql.py); a file that
-            # differs changes the fingerprint, and the next query rebuilds the view unioned.
+            # differs changes the views key, and the next query rebuilds the view unioned.
             signatures = {data_file_signature(f) for f in scan.files}
+            scan.signatures = signatures
             if len(signatures) == 1 and None not in signatures:
                 source = f"read_parquet([{listed}], hive_partitioning=false)"
             # Files written before a column was declared lack it: the view still has every
@@ -692,22 +694,27 @@ class Warehouse:
                 f"file (rm '{path}')"))
         return bool(failing)
 
-    def _install_tables(self, con: duckdb.DuckDBPyConnection, skip: set[str]
-                        ) -> list[QuarantinedPartition]:
+    def _install_tables(self, con: duckdb.DuckDBPyConnection, skip: set[str],
+                        inputs: list[tuple] | None = None) -> list[QuarantinedPartition]:
+        """Create every table's view; returns the partitions they leave out. ``inputs``, when
+        given, receives what each table folder's view was built from (``_table_inputs``)."""
         from warehouse.schema import TABLES
 
         quarantined = []
-        for table in sorted(set(TABLES) | set(table_names(self.root))):
+        folders = set(table_names(self.root))
+        for table in sorted(set(TABLES) | folders):
             scan = self._scan(table)
             view = BASE_VIEW_NAMES.get(table, table)
             if view in skip:
                 log.warning("table %s has no view in the catalog: the view file %s.sql defines "
                             "a view of that name; read the table with Warehouse.read", table, view)
-                continue
-            sql = self._view_sql(table, con, scan)
-            quarantined += scan.quarantined
-            if sql:
-                con.execute(sql)
+            else:
+                sql = self._view_sql(table, con, scan)
+                quarantined += scan.quarantined
+                if sql:
+                    con.execute(sql)
+            if inputs is not None and table in folders:
+                inputs.append(_table_inputs(self.root, table, scan))
         return quarantined
 
     def _install_views(self, con: duckdb.DuckDBPyConnection, *, migrate: bool,
@@ -725,20 +732,22 @@ class Warehouse:
                       if migrate else [])
         names = {v.name for v in views}
         fingerprint = self._fingerprint() if record else ""
+        inputs: list[tuple] = []
         con.execute("BEGIN TRANSACTION")
         try:
             drop_views(con)
-            quarantined = self._install_tables(con, names)
+            quarantined = self._install_tables(con, names, inputs)
             applied = apply_migrations(con, self.root, migrations) if migrate else []
             if applied:  # stored data changed: the tables' views may have new columns
                 log.info("warehouse migrations applied: %s", applied)
                 fingerprint = self._fingerprint() if record else ""
-                quarantined = self._install_tables(con, names)
+                inputs = []
+                quarantined = self._install_tables(con, names, inputs)
             create_views(con, views, self.root)
             if record:
                 store_state(con, fingerprint, [
                     (q.table, q.partition, q.path.relative_to(self.root).as_posix(), q.reason,
-                     q.fix) for q in quarantined])
+                     q.fix) for q in quarantined], self._views_key(inputs))
         except BaseException:
             con.execute("ROLLBACK")
             raise
@@ -746,19 +755,51 @@ class Warehouse:
         return quarantined
 
     def _fingerprint(self) -> str:
-        """Changes whenever the catalog's views would come out differently: a data file
+        """Changes whenever the catalog's views could come out differently: a data file
         written, replaced, removed or made unreadable, a table folder added, a view file,
         migration or declared schema changed, the warehouse folder moved (stats only, no file
-        is opened)."""
+        is opened). A catalog built from another fingerprint is still current when its views
+        key is the folder's (``_views_key``)."""
+        return hashlib.sha256(repr((*self._definitions(), fingerprint_entries(self.root))
+                                   ).encode()).hexdigest()
+
+    def _definitions(self) -> tuple:
+        """What every view depends on besides the data files: the catalog's format, the
+        folder, the view files, the migrations and the declared schemas."""
         views = []
         for path in sorted(self.views_dir.glob("*.sql")):
             st = path.stat()
             views.append((path.name, st.st_size, st.st_mtime_ns))
         migrations = ([p.name for p in sorted(self.migrations_dir.glob("*.sql"))]
                       + [(m.version, m.name) for m in self.data_migrations])
-        parts = (CATALOG_FORMAT, STORAGE_VERSION, str(self.root), str(self.views_dir), views,
-                 migrations, _schema_signature(), fingerprint_entries(self.root))
-        return hashlib.sha256(repr(parts).encode()).hexdigest()
+        return (CATALOG_FORMAT, STORAGE_VERSION, str(self.root), str(self.views_dir), views,
+                migrations, _schema_signature())
+
+    def _views_key(self, inputs: list[tuple] | None = None) -> str:
+        """What the catalog's views are built from, finer than the fingerprint: the
+        definitions, and per table folder the distinct column signatures of its readable files
+        and its quarantined ones (``_table_inputs``), from ``inputs`` (the builder's) or a scan
+        of the folder now (file stats, and each new file version's footer read once). A
+        partition added, replaced or removed with columns the table's files already have
+        leaves it unchanged: the view reads the table's files by glob and comes out the same,
+        so the catalog is not rebuilt for it."""
+        if inputs is None:
+            inputs = [_table_inputs(self.root, table, self._scan(table))
+                      for table in table_names(self.root)]
+        return hashlib.sha256(repr((*self._definitions(), sorted(inputs))).encode()).hexdigest()
+
+    def _current_key(self, fingerprint: str) -> str:
+        """``_views_key`` of the folder as of ``fingerprint``, remembered per fingerprint (a
+        run's queries between its writes scan the folder once)."""
+        with self._idle_lock:
+            key = self._keys.get(fingerprint)
+        if key is None:
+            key = self._views_key()
+            with self._idle_lock:
+                self._keys[fingerprint] = key
+                while len(self._keys) > 8:
+                    self._keys.pop(next(iter(self._keys)))
+        return key
 
     @contextmanager
     def _catalog_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
@@ -855,16 +896,18 @@ class Warehouse:
                 con.execute(f"ATTACH {sql_string(str(self.catalog_path))} AS {CATALOG_ALIAS} "
                             "(READ_ONLY)")
             con.execute(f"USE {CATALOG_ALIAS}")
-            stored, rows = stored_state(con)
+            stored, rows, views_key = stored_state(con)
+            current = stored == fingerprint or (
+                views_key is not None and views_key == self._current_key(fingerprint))
             # the record of applied migrations goes into a rebuilt file
-            applied = migration_record(con) if record or stored != fingerprint else []
+            applied = migration_record(con) if record or not current else []
         except duckdb.Error as err:
             con.close()
             return None, _Look("corrupt" if is_corrupt(err) else "busy", str(err))
         except BaseException:
             con.close()
             raise
-        look = _Look("current" if stored == fingerprint else "stale", record=applied,
+        look = _Look("current" if current else "stale", record=applied,
                      quarantined=[QuarantinedPartition(t, p, self.root / rel, reason, fix or "")
                                   for t, p, rel, reason, fix in rows])
         if look.status != "current":
@@ -1163,6 +1206,18 @@ def _warn_quarantined(quarantined: Iterable[QuarantinedPartition]) -> None:
 
 
 _SCHEMA_SIGNATURE: list[str] = []
+
+
+def _table_inputs(root: Path, table: str, scan: TableScan) -> tuple:
+    """What ``table``'s view is built from (``Warehouse._view_sql``): the distinct column
+    signatures of its readable files (one: read plainly; several: unioned by name; none: the
+    declared columns, empty), its quarantined files with the reason, and, when there are any,
+    the readable files the view then lists one by one."""
+    signatures = scan.signatures if scan.signatures is not None else {
+        data_file_signature(f) for f in scan.files}
+    quarantined = sorted((q.partition, str(q.path), q.reason) for q in scan.quarantined)
+    listed = [f.relative_to(root).as_posix() for f in scan.files] if scan.quarantined else []
+    return (table, sorted(map(repr, signatures)), quarantined, listed)
 
 
 def _schema_signature() -> str:

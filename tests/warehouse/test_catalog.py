@@ -308,3 +308,24 @@ def test_an_edit_of_the_declared_schemas_makes_the_catalog_stale(tmp_path, monke
     monkeypatch.setattr(store, "_SCHEMA_SIGNATURE", [])
     assert wh.catalog_status()[0] == "stale"
     assert wh.refresh_catalog() and wh.catalog_status()[0] == "current"
+
+
+def test_a_catalog_written_before_views_keys_reads_as_having_none(tmp_path):
+    """A catalog file of the format before views keys (its state table has no such column)
+    reads with no key, so it is never taken for current by key; its other format makes its
+    fingerprint differ, and the next query rebuilds it."""
+    from warehouse.catalog import QUARANTINE_TABLE, STATE_TABLE, stored_state
+
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    try:
+        con.execute(f"CREATE TABLE {STATE_TABLE} (fingerprint VARCHAR NOT NULL, "
+                    "built_at TIMESTAMPTZ DEFAULT now())")
+        con.execute(f"INSERT INTO {STATE_TABLE} (fingerprint) VALUES ('abc')")
+        con.execute(f'CREATE TABLE {QUARANTINE_TABLE} ("table" VARCHAR, partition VARCHAR, '
+                    "path VARCHAR, reason VARCHAR, fix VARCHAR)")
+        con.execute(f"INSERT INTO {QUARANTINE_TABLE} VALUES ('t', 'p', 't/p/data.parquet', "
+                    "'bad', 'fix it')")
+        assert stored_state(con) == ("abc", [("t", "p", "t/p/data.parquet", "bad", "fix it")],
+                                     None)
+    finally:
+        con.close()

@@ -20,6 +20,7 @@ import pytest
 
 from warehouse import Lineage, Warehouse
 from warehouse.__main__ import main as warehouse_main
+from warehouse.files import DATA_FILE
 
 
 def _problems(n: int, tag: str) -> list[dict]:
@@ -81,7 +82,7 @@ def test_a_read_only_client_opens_the_catalog_while_weft_queries_and_writes(tmp_
     assert queries >= 10
 
 
-def test_the_catalog_is_rebuilt_only_when_the_folder_changed(tmp_path, weft_home):
+def test_the_catalog_is_rebuilt_only_when_its_views_would_change(tmp_path, weft_home):
     wh = Warehouse(tmp_path / "wh")
     wh.write("problems", _problems(3, "a"), partition="a")
     _count(wh)
@@ -91,11 +92,30 @@ def test_the_catalog_is_rebuilt_only_when_the_folder_changed(tmp_path, weft_home
     again = wh.catalog_path.stat()
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
     assert wh.catalog_status()[0] == "current"
+    # a partition with the columns the table's files already have: the view reads the
+    # table's files by glob and would come out the same, so the file is kept, in this
+    # process and in a fresh one
     wh.write("problems", _problems(2, "b"), partition="b")
-    assert wh.catalog_status()[0] == "stale"
+    assert wh.catalog_status()[0] == "current"
     assert _count(wh) == 5
+    assert Warehouse(wh.root).catalog_status()[0] == "current"
+    assert _count(Warehouse(wh.root)) == 5
+    kept = wh.catalog_path.stat()
+    assert (kept.st_ino, kept.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    # a new table changes the views: rebuilt
+    wh.write("eval_samples", [{"model": "m", "benchmark": "b", "problem_id": "p",
+                               "sample_index": 0, "correct": True}], partition="b|m")
+    assert wh.catalog_status()[0] == "stale"
+    assert _count(wh, "eval_samples") == 1
     assert wh.catalog_path.stat().st_ino != first.st_ino
-    assert sorted(os.listdir(wh.root)) == ["catalog.duckdb", "catalog.lock", "problems"]
+    # the last partition of a table removed: its view changes too
+    rebuilt = wh.catalog_path.stat().st_ino
+    wh.delete_partition("eval_samples", "b|m")
+    assert wh.catalog_status()[0] == "stale"
+    assert _count(wh, "eval_samples") == 0
+    assert wh.catalog_path.stat().st_ino != rebuilt
+    assert sorted(os.listdir(wh.root)) == ["catalog.duckdb", "catalog.lock", "eval_samples",
+                                           "problems"]
 
 
 # ---- a damaged catalog ------------------------------------------------------------------------
@@ -136,8 +156,11 @@ def test_a_catalog_locked_by_another_process_is_not_taken_for_damaged(tmp_path, 
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        wh.write("problems", _problems(2, "b"), partition="b")  # stale: weft wants to rebuild
-        assert _count(wh) == 5  # in memory meanwhile
+        wh.write("problems", _problems(2, "b"), partition="b")  # read by the views as they are
+        wh.write("eval_samples", [{"model": "m", "benchmark": "b", "problem_id": "p",
+                                   "sample_index": 0, "correct": True}],
+                 partition="b|m")  # a new table: stale, weft wants to rebuild
+        assert _count(wh) == 5 and _count(wh, "eval_samples") == 1  # in memory meanwhile
         assert wh.catalog_status()[0] == "busy"
         assert not list(wh.root.glob("catalog.duckdb.corrupt-*"))
     finally:
@@ -188,13 +211,21 @@ def test_reads_need_no_write_on_a_full_disk(small_disk, monkeypatch, caplog, cap
     # nothing changed: the catalog is current and read as it is
     assert _count(wh) == 20
     assert wh.read("problems").num_rows == 20
-    # something changed (a file touched): the catalog cannot be rewritten, the views are built
-    # in memory for the query
+    # a file touched: the views would come out the same, nothing needs writing
     os.utime(wh.root / "problems" / "a" / "data.parquet")
     with caplog.at_level(logging.WARNING):
         assert _count(wh) == 20
-        assert _count(wh, "eval_samples") == 1
+    assert not caplog.text
+    # a change of the views (the eval_samples partition moved away): the catalog cannot be
+    # rewritten, the views are built in memory for the query
+    (sample,) = (wh.root / "eval_samples").glob(f"*/{DATA_FILE}")
+    os.rename(sample, small_disk / "moved.parquet")
+    with caplog.at_level(logging.WARNING):
+        assert _count(wh) == 20
+        assert _count(wh, "eval_samples") == 0
     assert "No space left on device" in caplog.text
+    os.rename(small_disk / "moved.parquet", sample)  # back: the stored views fit again
+    assert _count(wh, "eval_samples") == 1
     assert warehouse_main(["--root", str(wh.root), "sql", "--format", "csv",
                            "SELECT count(*) AS n FROM problems"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "20"

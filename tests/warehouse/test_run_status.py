@@ -110,8 +110,30 @@ def test_a_started_record_flushes_calls_and_heartbeats_until_it_ends(weft_home):
         assert later["heartbeat_at"] > first["heartbeat_at"]
     (final,) = wh.read("runs").to_pylist()
     assert final["status"] == "success"
-    assert not (wh.root / "run_heartbeats").exists()  # the heartbeat ends with the run
+    # the heartbeat ends with the run; the table keeps only its empty idle partition
+    assert wh.partitions("run_heartbeats") == ["idle"]
+    assert wh.read("run_heartbeats").num_rows == 0
     time.sleep(0.3)  # the flusher has stopped: nothing is written any more
-    assert not (wh.root / "run_heartbeats").exists()
+    assert wh.partitions("run_heartbeats") == ["idle"]
+    assert wh.read("run_heartbeats").num_rows == 0
     assert wh.read("runs").to_pylist() == [final]
     assert _status(wh)["r1"]["status"] == "success"
+
+
+def test_runs_after_the_first_start_and_end_without_rebuilding_the_catalog(weft_home):
+    """The heartbeat table keeps its empty idle partition, so a run's heartbeat appearing and
+    going leaves every view as it was: the catalog file is not rewritten, and run_status
+    still shows the run going on, then finished."""
+    wh = Warehouse()
+    with RunRecord(wh, LIN):  # the first run leaves the idle partition
+        pass
+    assert _status(wh)["r1"]["status"] == "success"
+    built = wh.catalog_path.stat()
+    second = Lineage(run_id="r2", asset="a", partition="p")
+    with RunRecord(wh, second):
+        assert _status(wh)["r2"]["status"] == "running"
+        assert sorted(wh.partitions("run_heartbeats")) == sorted(["idle", run_partition(second)])
+    assert _status(wh)["r2"]["status"] == "success"
+    assert wh.partitions("run_heartbeats") == ["idle"]
+    after = wh.catalog_path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (built.st_ino, built.st_mtime_ns)

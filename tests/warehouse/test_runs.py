@@ -52,8 +52,12 @@ def test_success_writes_calls_then_data_then_the_runs_row(weft_home):
                                "raw": "x"}], counted=False)
         client.call(1)  # a call after the first data write is kept too
         rec.write("traces", [], counted=True)
-    # the run's first heartbeat at its start, the `runs` row last
-    assert wh.order == ["run_heartbeats", "llm_calls", "rejects", "llm_calls", "traces", "runs"]
+    # the run's first heartbeat at its start, the `runs` row last; then, the first time, the
+    # heartbeat table's empty idle partition (before the run's heartbeat is removed)
+    assert wh.order == ["run_heartbeats", "llm_calls", "rejects", "llm_calls", "traces", "runs",
+                        "run_heartbeats"]
+    assert wh.partitions("run_heartbeats") == ["idle"]
+    assert wh.read("run_heartbeats").num_rows == 0
     (run,) = _rows(wh, "runs")
     assert run["status"] == "success" and run["error"] is None and run["rows_written"] == 0
     # the row names the run's partition (it joins the data on it); its folder is the run's own
@@ -71,7 +75,7 @@ def test_a_stopped_run_writes_its_calls_and_why(weft_home, exc, status):
         rec.track(client)
         client.call(4)
         raise exc
-    assert wh.order == ["run_heartbeats", "llm_calls", "runs"]
+    assert wh.order == ["run_heartbeats", "llm_calls", "runs", "run_heartbeats"]
     assert len(_rows(wh, "llm_calls")) == 4
     (run,) = _rows(wh, "runs")
     assert run["status"] == status
@@ -115,7 +119,7 @@ def test_a_second_interrupt_while_recording_a_canceled_run_does_not_cut_the_reco
         client.call(2)
         wh.armed = True  # every write of the record interrupted from here on
         raise KeyboardInterrupt("first")
-    assert wh.order == ["run_heartbeats", "llm_calls", "runs"]
+    assert wh.order == ["run_heartbeats", "llm_calls", "runs", "run_heartbeats"]
     assert len(_rows(wh, "llm_calls")) == 2
     (run,) = _rows(wh, "runs")
     assert run["status"] == "canceled" and run["error"] == "KeyboardInterrupt: first"
