@@ -21,9 +21,16 @@ Parquet never touch it.
 
 Each query computes the folder's fingerprint (``warehouse.quarantine.fingerprint_entries``:
 stats of every data file, no file opened) and uses the catalog file as it is when it was built
-from the same fingerprint; otherwise (a partition written, a view file edited, the folder
-moved) it rebuilds it first, under ``catalog.lock``, waiting up to ``REFRESH_WAIT_S`` for
-another process that is rebuilding it. A query needs no write when nothing changed. When the
+from the same fingerprint. Otherwise it computes the views key (``Warehouse._views_key``: per
+table, the distinct column signatures of its files, read from each new file's footer, and its
+quarantined files) and still uses the file when the key is the one it was built with: a
+partition written with columns its table's files already have changes no view (each reads its
+table's files by glob). The first query that finds so records it in ``catalog.equivalent``
+(the fingerprint and the key; best effort), so later queries of that folder state skip the
+footers. Only when the views would change (a new table, new columns, a file that cannot be read,
+a table's last partition removed, a view file edited, the folder moved) is the file rebuilt,
+under ``catalog.lock``, waiting up to ``REFRESH_WAIT_S`` for another process that is
+rebuilding it. A query needs no write when nothing changed. When the
 file cannot be rebuilt (a full disk, a read-only folder, a DuckDB client of another process
 holding it open for writing) the query builds the same views in memory (without applying
 migrations) and says why in a warning. A catalog file DuckDB cannot read (not a DuckDB file,
@@ -208,6 +215,8 @@ _TABLE_RE = TABLE_RE
 _OPEN_LOCK = threading.Lock()
 # How the views are built; a catalog built another way (older weft) is rebuilt.
 CATALOG_FORMAT = 4
+# Records that a folder state (its fingerprint) has a views key (Warehouse._fits).
+EQUIVALENT_FILE = "catalog.equivalent"
 # The name a query's connection gives the catalog file it attaches (its tables' schema).
 CATALOG_ALIAS = "catalog"
 # Temp files of a catalog being built: .catalog.duckdb.<pid>.<host tag>.<random>.tmp
@@ -382,7 +391,7 @@ class Warehouse:
 
     def _init_idle(self) -> None:
         self._idle: dict[tuple[int, int], _Idle] = {}
-        self._keys: dict[str, str] = {}  # views keys by folder fingerprint (_current_key)
+        self._keys: dict[str, str] = {}  # views keys by folder fingerprint (_fits)
         self._idle_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_idle, self._idle, self._idle_lock)
 
@@ -788,18 +797,48 @@ class Warehouse:
                       for table in table_names(self.root)]
         return hashlib.sha256(repr((*self._definitions(), sorted(inputs))).encode()).hexdigest()
 
-    def _current_key(self, fingerprint: str) -> str:
-        """``_views_key`` of the folder as of ``fingerprint``, remembered per fingerprint (a
-        run's queries between its writes scan the folder once)."""
+    def _fits(self, fingerprint: str, views_key: str) -> bool:
+        """Whether the folder as of ``fingerprint`` has the views key ``views_key`` (a catalog
+        built with that key is then current): remembered in this process per fingerprint,
+        read from ``catalog.equivalent`` when another process found it, else computed
+        (``_views_key``) and, when it matches, recorded there."""
         with self._idle_lock:
             key = self._keys.get(fingerprint)
+        if key is None and self._equivalent_file() == (fingerprint, views_key):
+            key = views_key
         if key is None:
             key = self._views_key()
-            with self._idle_lock:
-                self._keys[fingerprint] = key
-                while len(self._keys) > 8:
-                    self._keys.pop(next(iter(self._keys)))
-        return key
+            if key == views_key:
+                self._record_equivalent(fingerprint, views_key)
+        with self._idle_lock:
+            self._keys[fingerprint] = key
+            while len(self._keys) > 8:
+                self._keys.pop(next(iter(self._keys)))
+        return key == views_key
+
+    def _equivalent_file(self) -> tuple[str, str] | None:
+        """(fingerprint, views key) from ``catalog.equivalent``; None when there is none or it
+        cannot be read."""
+        try:
+            data = json.loads((self.root / EQUIVALENT_FILE).read_text(encoding="utf-8"))
+            return str(data["fingerprint"]), str(data["views_key"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _record_equivalent(self, fingerprint: str, views_key: str) -> None:
+        """Write ``catalog.equivalent`` (temp file, then moved over it); skipped when the
+        folder cannot be written: the next query computes the key again."""
+        path = self.root / EQUIVALENT_FILE
+        tmp = path.with_name(f"{CATALOG_TEMP_PREFIX}{os.getpid()}.{host_tag()}."
+                             f"{uuid.uuid4().hex}{TEMP_SUFFIX}")
+        try:
+            tmp.write_text(json.dumps({"fingerprint": fingerprint, "views_key": views_key}),
+                           encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as err:
+            log.debug("could not record %s: %s", path, err)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     @contextmanager
     def _catalog_lock(self, wait_s: float = 0.0) -> Iterator[bool]:
@@ -898,7 +937,7 @@ class Warehouse:
             con.execute(f"USE {CATALOG_ALIAS}")
             stored, rows, views_key = stored_state(con)
             current = stored == fingerprint or (
-                views_key is not None and views_key == self._current_key(fingerprint))
+                views_key is not None and self._fits(fingerprint, views_key))
             # the record of applied migrations goes into a rebuilt file
             applied = migration_record(con) if record or not current else []
         except duckdb.Error as err:
