@@ -301,9 +301,7 @@ class GradingPool:
 
     def close(self) -> None:
         """Stop all workers: ask politely, then kill what is still running."""
-        starter = self._starter
-        if starter is not None and starter is not threading.current_thread():
-            starter.join()  # a start in the background ends first: none of its workers leaks
+        self._wait_for_start()  # a start in the background ends first: none of its workers leaks
         workers, self._workers = self._workers, []
         for w in workers:
             try:
@@ -317,10 +315,14 @@ class GradingPool:
     def worker_pids(self) -> list[int]:
         """Process ids of the current workers (tests and monitoring), once a start in the
         background (:meth:`start_background`) has made them."""
+        self._wait_for_start()
+        return [w.process.pid for w in self._workers if w.process.pid is not None]
+
+    def _wait_for_start(self) -> None:
+        """Wait for a start in the background to end (unless called from that start)."""
         starter = self._starter
         if starter is not None and starter is not threading.current_thread():
             starter.join()
-        return [w.process.pid for w in self._workers if w.process.pid is not None]
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
