@@ -10,9 +10,11 @@ of being collected by the host's init at some unknown time.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -104,34 +106,45 @@ print(LocalSandbox(Limits(timeout_s=10), isolation="bwrap").run("print('started'
 """
 
 
-def _start_holder() -> tuple[subprocess.Popen, str]:
+def _start_holder(tmpdir: str) -> tuple[subprocess.Popen, str]:
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER], cwd=REPO, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+                              env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": tmpdir})
     folder = holder.stdout.readline().strip()
     assert folder, "the holder process did not start a jail"
     return holder, folder
 
 
-def _start_jail_elsewhere() -> None:
+def _start_jail_elsewhere(tmpdir: str) -> None:
     done = subprocess.run([sys.executable, "-c", _STARTER], cwd=REPO, capture_output=True,
                           text=True, timeout=120, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": tmpdir})
     assert done.stdout == "started\n", done.stderr[-3000:]
 
 
-def test_mount_folder_of_a_sigkilled_process_is_removed_by_the_next_start(jail):
+@pytest.fixture
+def own_tmpdir():
+    """A temp dir of this test's own for the processes it starts (world-traversable, as the
+    jail's user reaches its mount points through it): a process of another test starting jails
+    meanwhile cleans up the shared temp dir and would take the killed holder's folder first."""
+    folder = tempfile.mkdtemp(prefix="weft-hygiene-")
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_mount_folder_of_a_sigkilled_process_is_removed_by_the_next_start(jail, own_tmpdir):
     if resolve_spec("bwrap").inode_mounts is None:
         pytest.skip("jails use mount folders only when the host runs as root and can mount")
-    killed, killed_folder = _start_holder()
-    alive, alive_folder = _start_holder()
+    killed, killed_folder = _start_holder(own_tmpdir)
+    alive, alive_folder = _start_holder(own_tmpdir)
     try:
         assert os.path.isdir(killed_folder) and os.path.isdir(alive_folder)
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait(timeout=30)
         time.sleep(0.2)
         assert os.path.isdir(killed_folder)  # no exit handler ran
-        _start_jail_elsewhere()
+        _start_jail_elsewhere(own_tmpdir)
         assert not os.path.exists(killed_folder)
         assert re.search(rf"weft-jail-mnt-{killed.pid}\.", killed_folder)
         assert os.path.isdir(alive_folder)  # a live process's folder is never touched
@@ -144,7 +157,7 @@ def test_mount_folder_of_a_sigkilled_process_is_removed_by_the_next_start(jail):
     # and once that process is killed too, the next start removes its folder as well
     from pipelines.sandbox.jail import remove_stale_mount_dirs
 
-    assert alive_folder in remove_stale_mount_dirs()
+    assert alive_folder in remove_stale_mount_dirs(own_tmpdir)
 
 
 def test_only_empty_unmounted_folders_of_dead_owners_are_removed(tmp_path):
