@@ -825,12 +825,17 @@ class Warehouse:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def _catalog_temp(self) -> Path:
+        """A new temp file name for a catalog file or record being written (a dead writer's
+        is removed by ``_remove_stale_catalog_temps``)."""
+        return self.root / (f"{CATALOG_TEMP_PREFIX}{os.getpid()}.{host_tag()}."
+                            f"{uuid.uuid4().hex}{TEMP_SUFFIX}")
+
     def _record_equivalent(self, fingerprint: str, views_key: str) -> None:
         """Write ``catalog.equivalent`` (temp file, then moved over it); skipped when the
         folder cannot be written: the next query computes the key again."""
         path = self.root / EQUIVALENT_FILE
-        tmp = path.with_name(f"{CATALOG_TEMP_PREFIX}{os.getpid()}.{host_tag()}."
-                             f"{uuid.uuid4().hex}{TEMP_SUFFIX}")
+        tmp = self._catalog_temp()
         try:
             tmp.write_text(json.dumps({"fingerprint": fingerprint, "views_key": views_key}),
                            encoding="utf-8")
@@ -976,8 +981,7 @@ class Warehouse:
         the old one, so the catalog file is never open for writing: readers of the old file
         keep reading it, later ones open the new one. The caller holds the catalog lock."""
         self._remove_stale_catalog_temps()
-        tmp = self.root / (f"{CATALOG_TEMP_PREFIX}{os.getpid()}.{host_tag()}."
-                           f"{uuid.uuid4().hex}{TEMP_SUFFIX}")
+        tmp = self._catalog_temp()
         try:
             with _OPEN_LOCK:
                 con = open_catalog_file(tmp)
