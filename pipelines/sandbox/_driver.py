@@ -18,15 +18,17 @@ Modes:
   is returned as the value, like a notebook; inside the jail, processes a cell started are
   killed when it ends; after a timed-out cell the reply says how many threads are still
   running, ``threads_left``, and the host then replaces the kernel). ROLE ``runner`` (a warm
-  "fork server") first forks a *template* that never reads a request, then serves: each
-  program's init is cloned from the template (in the jail, into mount, IPC and pid namespaces
-  of its own, as the driver's child; through a middle process where the kernel refuses that
-  clone) and forks the program; optional argument MOUNTS gives the sizes of the fresh
-  ``/tmp`` and ``/dev/shm`` each candidate mounts before dropping every capability), so no
-  program inherits a byte of an earlier one's code, input, output or results, and its init's
-  end ends everything it left. This driver enforces the wall-clock limit and answers. The
-  child is forked before its request is read and gets its code over a pipe and its stdin in a
-  memfd, so the request's stdin (a grader's secret nonce) is never in the program's memory.
+  "fork server") first forks a *template* that never reads a request, then serves: in the
+  jail, each program is cloned from the template into mount, IPC and pid namespaces of its
+  own, as the driver's child, under a holder (its pid namespace's init, a clone of the
+  template that only sleeps; see ``_fork_isolated``); where that is refused, and outside the
+  jail, a Python init is started first and forks the program. Optional argument MOUNTS gives
+  the sizes of the fresh ``/tmp`` and ``/dev/shm`` each candidate mounts before dropping every
+  capability. So no program inherits a byte of an earlier one's code, input, output or
+  results, and the end of its namespace's init ends everything it left. This driver enforces
+  the wall-clock limit and answers. The child is forked before its request is read and gets
+  its code over a pipe and its stdin in a memfd, so the request's stdin (a grader's secret
+  nonce) is never in the program's memory.
   A ``preload`` request (from the host, before any program: trusted code such as the
   grader's relay module) is executed once in the template as a module of the given name, and
   every program forked after it finds that module in ``sys.modules`` already loaded.
@@ -635,7 +637,13 @@ _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_PARENT = 0x00008000
+_CLONE_VM, _CLONE_FILES = 0x00000100, 0x00000400
 _SIGCHLD = 17
+_EAGAIN, _EINVAL = 11, 22
+_TEMPLATE = []  # a pidfd of the runner's template (in the driver)
+_OWN_PID_NS = []  # in a template in the runner's own pid namespace: a descriptor of it
+_HOLDER = None  # what isolated candidates' holders need (``_prepare_holders``, in the template)
+_HOLDER_STACK = 1 << 16
 # the clone system call's number where its first argument is the flags and, with every other
 # argument 0, it returns twice like fork (elsewhere the template uses a middle process)
 _CLONE_NUMBER = {"x86_64": 56, "aarch64": 220}
@@ -644,7 +652,7 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _CAP_SYS_ADMIN = 21
 _PR_SET_CHILD_SUBREAPER = 36
-_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_NO_NEW_PRIVS, _PR_GET_NO_NEW_PRIVS = 38, 39
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
@@ -707,10 +715,12 @@ def _drop_caps():
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     libc.capset(ctypes.byref(header(_CAPABILITY_VERSION_3, 0)), data())
-    try:
-        left = any(_cap_masks().get(name, 1) for name in _CAP_FIELDS)
-    except (OSError, ValueError):
-        left = True
+    # checked with capget (reading /proc/self/status costs a candidate ~0.3 ms): the kernel
+    # keeps the ambient set within permitted and inheritable, so with both empty it is empty
+    now = data()
+    left = (libc.capget(ctypes.byref(header(_CAPABILITY_VERSION_3, 0)), now) != 0
+            or any(half.effective or half.permitted or half.inheritable for half in now)
+            or libc.prctl(_PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
     if left:
         sys.stderr.write("weft sandbox driver: could not drop capabilities\n")
         os._exit(71)
@@ -725,9 +735,10 @@ def _mount(source, target, fstype, flags, data):
 
 
 def _fresh_mounts(mounts):
-    """In a new mount namespace: private propagation, a fresh size- and inode-limited tmpfs on
-    /tmp and on /dev/shm, a /proc of the candidate's own pid namespace (where the kernel allows
-    it), the work dir entered anew; then every capability dropped."""
+    """In a new mount namespace (and, in it, the candidate's pid namespace): private
+    propagation, a fresh size- and inode-limited tmpfs on /tmp and on /dev/shm, a /proc of the
+    candidate's own pid namespace (where the kernel allows it), the work dir entered anew; then
+    every capability dropped."""
     disk_b, disk_files, shm_b, shm_files = mounts
     _mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None)
     flags = _MS_NOSUID | _MS_NODEV
@@ -766,9 +777,14 @@ def _template(ctl, isolated, mounts):
     program, stdin, output or results (the driver that handled them is never forked again)."""
     import socket
 
+    # the interpreter builds its AST types at the first compile() (about 1 ms): here, once,
+    # instead of in every candidate that compiles its program
+    compile("pass", "<template>", "exec")
     if isolated:  # what every candidate's set-up calls, loaded here once instead of per fork
         _libc()
         _cap_structs()
+        if _HOLDER is not None:
+            _OWN_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ctl, 4096, len(_GIVEN))
@@ -784,10 +800,10 @@ def _template(ctl, isolated, mounts):
             ctl.send(("E" + error[0] + "\0" + error[1]).encode("utf-8", "replace")[:4000]
                      if error else b"ok")
         elif msg[:1] == b"F" and len(fds) == len(_GIVEN):
-            pid = _fork_candidate(ctl, fds, isolated, mounts)
+            started = _fork_candidate(ctl, fds, isolated, mounts)
             for fd in fds:
                 os.close(fd)
-            ctl.send(b"%d" % pid if pid else b"E")
+            ctl.send(b"%d %d" % started if started else b"E")
         else:
             for fd in fds:
                 os.close(fd)
@@ -795,22 +811,36 @@ def _template(ctl, isolated, mounts):
 
 
 def _fork_candidate(ctl, fds, isolated, mounts):
-    """Start a candidate's init as a child of the driver (the jail's pid 1, or a subreaper in
-    the fallback), which waits for it; in the jail, in mount, IPC and pid namespaces of its
-    own. One ``clone(CLONE_PARENT | namespaces)`` does it where the kernel and the machine
-    allow it; otherwise a short-lived middle process unshares the namespaces, forks the init
-    and exits at once, so the init is re-parented to the driver. Returns the init's pid (None
-    when it could not be started)."""
+    """Start a candidate as the driver's child (the driver is the jail's pid 1, or a subreaper
+    in the fallback), which waits for it. In the jail (``isolated``) the candidate gets mount,
+    IPC and pid namespaces of its own. Where the runner could make a pid namespace of its own
+    (``_runner_pid_namespace``), a holder is the candidate's init and the program is cloned
+    straight into its namespace (``_fork_isolated``). Elsewhere a Python init starts first and
+    forks the program: cloned with ``CLONE_PARENT`` (and the namespaces) where the kernel and
+    the machine allow it, else through a short-lived middle process that unshares the
+    namespaces, forks the init and exits at once, so the init is re-parented to the driver.
+    Returns ``(program or init pid, holder pid or 0)``, or None when the candidate could not be
+    started (the runner is then replaced)."""
+    global _HOLDER
+    if isolated and _HOLDER is not None:
+        started = _fork_isolated(ctl, fds, mounts)
+        if started != "refused":
+            return started
+        _HOLDER = None  # (a preload started a thread): Python inits from now on
     if _CLONE_USABLE:
         flags = _CLONE_PARENT | (_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWPID if isolated else 0)
         pid = _clone(flags)
         if pid == 0:
             try:
                 ctl.close()
+                for fd in _OWN_PID_NS:
+                    os.close(fd)
             finally:
                 _candidate_init(dict(zip(_GIVEN, fds)), isolated, mounts)  # never returns
         if pid > 0:
-            return pid
+            return (_driver_pid(pid) if _OWN_PID_NS else pid), 0
+        if pid == -_EAGAIN or _OWN_PID_NS:  # the process limit, for a moment (or, in the
+            return None  # runner's own namespace, no middle process: its orphans go astray)
         _CLONE_USABLE.clear()  # refused here (a seccomp filter, an old kernel): use the middle
     r, w = os.pipe()
     middle = _fork()
@@ -833,7 +863,176 @@ def _fork_candidate(ctl, fds, isolated, mounts):
     data = _read_all(r)
     os.close(r)
     os.waitpid(middle, 0)
-    return int(data) if data.isdigit() else None
+    return (int(data), 0) if data.isdigit() else None
+
+
+def _fork_isolated(ctl, fds, mounts):
+    """Start an isolated candidate with no Python process but its program. The template
+    unshares a pid namespace for its next children, clones a *holder* into it (pid 1: it
+    shares the template's memory and descriptor table and sleeps in ``pause()`` with every
+    signal blocked, so it costs no page-table copy and runs no code), clones the program into
+    it (pid 2) with mount and IPC namespaces of its own, and points its children back at its
+    own pid namespace. Both are the driver's children: the driver waits for the program and
+    then kills the holder, and the kernel ends every process the candidate left as the
+    namespace's init goes. The holder is non-dumpable (it shares the template's memory, which
+    is), so a program without capabilities can neither ptrace it nor open its ``/proc`` files;
+    from inside its namespace no signal reaches it (the kernel drops an init's default-action
+    signals sent from there, and it blocks every other). Returns ``(program, holder)``, None
+    when it could not be started (the kernel refused a step, or the process limit was hit
+    for a moment), or "refused" when no holder can be made here."""
+    import ctypes
+    import signal
+
+    libc = _libc()
+    if libc.unshare(_CLONE_NEWPID) != 0:
+        return "refused"
+    holder = pid = 0
+    try:
+        holder = _start_holder(ctypes, signal, libc)
+        if holder > 0:
+            pid = _clone(_CLONE_PARENT | _CLONE_NEWNS | _CLONE_NEWIPC)
+            if pid == 0:
+                try:
+                    ctl.close()
+                    os.close(_OWN_PID_NS[0])
+                finally:
+                    _isolated_program(dict(zip(_GIVEN, fds)), mounts)  # never returns
+        # the next fork must not land in this namespace: a template that cannot return its
+        # children to its own pid namespace stops (the runner is then replaced)
+        if libc.setns(_OWN_PID_NS[0], _CLONE_NEWPID) != 0:
+            raise OSError(ctypes.get_errno(), "setns back to the runner's pid namespace")
+        if holder > 0 and pid > 0:
+            return _driver_pid(pid), _driver_pid(holder)
+    except BaseException:
+        for started in (pid, holder):  # the holder holds this template's descriptors
+            if started > 0:
+                os.kill(started, signal.SIGKILL)
+        os._exit(74)
+    if holder > 0:
+        os.kill(holder, signal.SIGKILL)  # its namespace's program never started
+    return None if holder > 0 or holder == -_EAGAIN else "refused"
+
+
+def _driver_pid(pid):
+    """The pid the driver knows the template's child ``pid`` by: the template lives in a pid
+    namespace of its own (see ``_runner_pid_namespace``), the driver in the jail's, whose
+    numbers the jail's ``/proc`` gives (a pidfd's fdinfo)."""
+    fd = os.pidfd_open(pid)
+    try:
+        info = os.open(b"/proc/self/fdinfo/%d" % fd, os.O_RDONLY)
+        try:
+            text = os.read(info, 4096)
+        finally:
+            os.close(info)
+    finally:
+        os.close(fd)
+    for line in text.split(b"\n"):
+        if line.startswith(b"Pid:"):
+            return int(line.split()[1])
+    raise OSError("no Pid line in a pidfd's fdinfo")
+
+
+def _start_holder(ctypes, signal, libc):
+    """``clone(CLONE_VM | CLONE_FILES | CLONE_PARENT)`` onto glibc's ``pause``, on a stack of
+    its own in the template's memory, with every signal blocked (the holder inherits the
+    mask; the template's is restored at once). ``pause`` is a bare system call in a
+    single-threaded process (the template is one): it touches no thread state the template
+    owns. Returns the holder's pid or minus errno."""
+    if not _HOLDER["single"]():
+        return -_EINVAL
+    full, old = _HOLDER["masks"]  # (libc's own calls: ``signal``'s wrap every signal in enums)
+    if libc.pthread_sigmask(signal.SIG_BLOCK, full, old) != 0:
+        return -_EINVAL
+    try:
+        holder = libc.clone(_HOLDER["pause"], _HOLDER["top"],
+                            _CLONE_VM | _CLONE_FILES | _CLONE_PARENT | _SIGCHLD, None)
+        errno = ctypes.get_errno()
+    finally:
+        libc.pthread_sigmask(signal.SIG_SETMASK, old, None)
+    return holder if holder > 0 else -errno
+
+
+def _runner_pid_namespace():
+    """Before the template is forked: make the pid namespace it will live in, owned by the
+    jail's innermost user namespace. bubblewrap's own pid namespace belongs to an outer one
+    (``--disable-userns`` nests a user namespace), where the template's CAP_SYS_ADMIN does not
+    count, so ``setns`` back into it is refused; into this one it is allowed, and that is how
+    the template points its children back at its own namespace after each candidate. The
+    namespace's init is a forked process of the driver's that closes every descriptor and
+    sleeps with every signal blocked until the jail ends. Leaves ``_HOLDER`` None (candidates
+    then start with a Python init of their own) where any of it is refused."""
+    global _HOLDER
+    import signal
+
+    _prepare_holders()
+    if _HOLDER is None or _libc().unshare(_CLONE_NEWPID) != 0:
+        _HOLDER = None
+        return
+    if _fork() == 0:
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            os.closerange(0, os.sysconf("SC_OPEN_MAX"))
+            while True:
+                signal.pause()
+        finally:
+            os._exit(0)
+
+
+def _prepare_holders():
+    """What ``_fork_isolated`` needs, made once before the template is forked: glibc's
+    ``clone`` and ``pause``, the holders' stack (holders only ever sit in ``pause``, so they
+    can share it) and a check that the caller is single-threaded. The template adds its own
+    pid namespace (``_OWN_PID_NS``)."""
+    global _HOLDER
+    import ctypes
+
+    libc = _libc()
+    try:
+        clone, pause = libc.clone, libc.pause
+    except AttributeError:
+        return
+    try:
+        flag = ctypes.c_bool.in_dll(libc, "__libc_single_threaded")
+
+        def single():
+            return flag.value
+    except ValueError:  # glibc before 2.32 keeps the flag per thread; count the threads
+
+        def single():
+            return len(os.listdir("/proc/self/task")) == 1
+    clone.restype = ctypes.c_int
+    clone.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+    stack = ctypes.create_string_buffer(_HOLDER_STACK)
+    top = (ctypes.addressof(stack) + _HOLDER_STACK - 64) & ~15
+    masks = (ctypes.create_string_buffer(128), ctypes.create_string_buffer(128))  # sigset_t
+    if libc.sigfillset(masks[0]) != 0:
+        return
+    _HOLDER = {"stack": stack, "top": top, "pause": ctypes.cast(pause, ctypes.c_void_p),
+               "single": single, "masks": masks}
+
+
+def _isolated_program(fds, mounts):
+    """The program process of an isolated candidate (pid 2 of its pid namespace, in mount
+    and IPC namespaces of its own): its fresh mounts, its capabilities dropped, then
+    ``_program``."""
+    status = 73
+    try:
+        os.close(fds.pop("st_w"))  # its wait status reaches the driver directly
+        # a session of its own: ``kill(0, ...)`` (its parent, the driver, is pid 0 to it) and
+        # ``killpg(getpgrp(), ...)`` then reach only the candidate's own processes
+        os.setsid()
+        _fresh_mounts(mounts)
+        try:  # the first to go when short
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            try:
+                os.write(fd, b"1000")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        _program(fds)  # never returns
+    finally:
+        os._exit(status)
 
 
 def _clone(flags):
@@ -865,13 +1064,15 @@ def _clone(flags):
 
 
 def _candidate_init(fds, isolated, mounts):
-    """A candidate's first process: in the jail, pid 1 of the candidate's own pid namespace
-    (when it exits the kernel kills everything the candidate left), holding its own mounts and
-    IPC namespace. It forks the program, reaps whatever is re-parented to it, and writes the
-    program's wait status to the driver on a pipe the program does not hold."""
+    """A candidate's Python init, where it has no holder (``_fork_candidate``): in the jail,
+    pid 1 of the candidate's own pid namespace (when it exits the kernel kills everything the
+    candidate left), holding its own mounts and IPC namespace. It forks the program, reaps
+    whatever is re-parented to it, and writes the program's wait status to the driver on a
+    pipe the program does not hold."""
     status = 73
     try:
         if isolated:
+            os.setsid()  # (see ``_isolated_program``)
             _fresh_mounts(mounts)
         else:
             os.setpgid(0, 0)
@@ -904,7 +1105,7 @@ def _candidate_init(fds, isolated, mounts):
 def _program(fds):
     """The candidate's program process: waits for its job (code and limits) on a pipe; its
     stdin arrives in a memfd it already holds."""
-    import signal
+    import _signal
 
     status = 70
     try:
@@ -927,9 +1128,10 @@ def _program(fds):
             in_fd = os.open("/dev/null", os.O_RDONLY)
         os.dup2(in_fd, 0)
         os.close(in_fd)
-        for signum in (signal.SIGALRM, signal.SIGXCPU, signal.SIGTERM, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # (``_signal``'s own functions: ``signal.signal`` wraps each call in enum look-ups)
+        for signum in (_signal.SIGALRM, _signal.SIGXCPU, _signal.SIGTERM, _signal.SIGCHLD):
+            _signal.signal(signum, _signal.SIG_DFL)
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
         _set_limits(job["limits"])
         if relay is not None:
             _relay_child(relay, fds["rep_w"], fds["res_w"], fds["out_w"])  # never returns
@@ -937,6 +1139,20 @@ def _program(fds):
         _finish_child()
     finally:
         os._exit(status)
+
+
+def _ctl_recv(ctl, size):
+    """The template's answer on ``ctl``, or b"" once the template is gone (an isolated
+    candidate's holder shares the template's descriptors, its end of ``ctl`` included, so
+    the socket alone would not say so until the holder is killed)."""
+    import select
+
+    while True:
+        ready = select.select([ctl, *_TEMPLATE], [], [])[0]
+        if ctl in ready:
+            return ctl.recv(size)
+        if ready:
+            return b""
 
 
 def _prefork(ctl):
@@ -953,15 +1169,16 @@ def _prefork(ctl):
     given = (job_r, rep_w, res_w, out_w, in_fd, st_w)
     try:
         socket.send_fds(ctl, [b"F"], list(given))
-        answer = ctl.recv(64)
+        answer = _ctl_recv(ctl, 64)
     except OSError:
         answer = b""
     for fd in (job_r, rep_w, res_w, out_w, st_w):
         os.close(fd)
-    if not answer.isdigit():
+    pids = answer.split(b" ")
+    if len(pids) != 2 or not all(pid.isdigit() for pid in pids):
         sys.stderr.write("weft sandbox driver: the runner's template is gone\n")
         os._exit(75)  # the host sees the runner die and starts a new one
-    return {"pid": int(answer), "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd,
+    return {"pid": int(pids[0]), "holder": int(pids[1]), "job_w": job_w, "rep_r": rep_r, "in_fd": in_fd,
             "res_r": res_r, "out_r": out_r, "st_r": st_r}
 
 
@@ -1061,6 +1278,20 @@ def _drop(zygote):
         os.waitpid(zygote["pid"], 0)
     except ChildProcessError:
         pass
+    _end_holder(zygote)
+
+
+def _end_holder(zygote):
+    """Kill an isolated candidate's holder (its pid namespace's init: the kernel then kills
+    every process left in the namespace) and reap it. Called after the program was reaped:
+    the holder's exit waits until no other process of its namespace is left, zombies
+    included."""
+    import signal
+
+    holder = zygote["holder"]
+    if holder:
+        os.kill(holder, signal.SIGKILL)  # an unreaped child of this driver: never a reused pid
+        os.waitpid(holder, 0)
 
 
 def _spawn(req, zygote, mode, keep):
@@ -1101,11 +1332,12 @@ def _spawn(req, zygote, mode, keep):
     finally:
         os.close(pidfd)
     if timed_out:
-        try:
-            os.kill(pid, signal.SIGKILL)
+        try:  # a holder's end ends the program and whatever it started
+            os.kill(zygote["holder"] or pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     _, init_status, usage = os.wait4(pid, 0)
+    _end_holder(zygote)
     if mode == "jailed":
         _reap_jail(keep)
     elif mode == "plain":
@@ -1180,7 +1412,7 @@ def _ask_preload(ctl, req):
     try:
         _write_all(fd, source.encode("utf-8", "surrogatepass"))
         socket.send_fds(ctl, [b"P" + name.encode("utf-8")], [fd])
-        answer = ctl.recv(4096)
+        answer = _ctl_recv(ctl, 4096)
     except OSError:
         answer = b""
     finally:
@@ -1209,6 +1441,8 @@ def _serve_runner(rfd, wfd, jailed, mounts):
     if not jailed:  # orphaned candidates come back to this driver, which reaps them
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     ctl, ctl_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if isolated and _CLONE_USABLE:
+        _runner_pid_namespace()
     template = _fork()
     if template == 0:
         try:
@@ -1219,6 +1453,7 @@ def _serve_runner(rfd, wfd, jailed, mounts):
         finally:
             os._exit(0)
     ctl_child.close()
+    _TEMPLATE.append(os.pidfd_open(template))
     if _has_admin():
         _drop_caps()  # only the template (and each candidate's set-up) needs them
     mode = "isolated" if isolated else "jailed" if jailed else "plain"

@@ -452,9 +452,10 @@ def test_the_candidate_cannot_reach_the_relay_parent(jail, pool):
 
 
 def test_the_candidate_cannot_reach_the_fork_server_that_relays_it(pool):
-    """On a warm pool the grader runs the relay with the runner's fork server (pid 1 of the
-    jail, never given the nonce's stdin) as the candidate's parent: the same probe finds its
-    fds, memory and ptrace refused, and its stdout is the drain pipe."""
+    """On a warm pool the grader runs the relay with the runner's driver (pid 1 of the jail,
+    never given the nonce's stdin) as the candidate's parent, outside the candidate's pid
+    namespace, whose pid 1 is a holder sharing the runner template's memory: the same probe
+    finds the holder's fds, memory and ptrace refused, and its stdout is the drain pipe."""
     probe = ("import ctypes, os, sys\n"
              "def f():\n"
              "    out = [os.getppid()]\n"
@@ -478,7 +479,7 @@ def test_the_candidate_cannot_reach_the_fork_server_that_relays_it(pool):
     outcome = read_relay(result.stdout, marker, 1)
     assert outcome.problem == "" and outcome.results[0].ok, (outcome, result)
     seen = outcome.results[0].value
-    assert seen[0] == 1  # the fork server itself is the parent
+    assert seen[0] == 0  # the parent is outside the candidate's pid namespace: no pid there
     assert not any(isinstance(s, str) and ("opened" in s or s == "attached") for s in seen), seen
     assert seen[-2] == ""  # its stdin is empty: the nonce never reached it
     assert seen[-1].startswith("pipe:"), seen  # its stdout is the fork server's drain pipe
