@@ -88,15 +88,17 @@ NONCE_HEX = 32
 # no module globals)
 
 
-def plain_encode(value, digest_above=0):
+def plain_encode(value, digest_above=0,
+                 _not_plain=type("NotPlain", (Exception,), {})):  # noqa: B008 - made once
     """``["ok", encoding]`` for plain data, else ``["bad", why]`` (``why`` names the type and
     starts the ``repr``). Dicts keep their order, sets are sorted; ``Counter``, ``OrderedDict``
     and ``defaultdict`` are encoded as the dicts they hold, numpy values via ``tolist()``. With ``digest_above`` > 0 an encoding longer than that crosses as
     ``{"t": "sha256", ...}`` of its canonical JSON (dict items sorted there too)."""
     import json
 
-    class NotPlain(Exception):
-        pass
+    # (its error class is made once, with the function, which is copied into sandbox programs
+    # and can use no module global: a class made per call costs more than a small value)
+    NotPlain = _not_plain
 
     def canon(x):
         return json.dumps(x, sort_keys=True)
@@ -174,7 +176,9 @@ def plain_decode(obj, on_digest=None):
     members of one hash value, is malformed (see ``MAX_INT_DIGITS``, ``MAX_EQUAL_HASHES``)."""
     # copies of the module's constants (this function also runs in sandbox programs)
     max_int_digits, max_int_hex, max_equal_hashes = 4300, 3575, 8
-    int_bound = 10 ** max_int_digits
+    # (10 ** 4300).bit_length() is 14285: an int of fewer bits is within the bound, one of more
+    # is outside it, and only one of exactly that many needs the power (too dear per call)
+    bound_bits = 14285
 
     def dec(o, depth):
         if depth > 110:
@@ -211,7 +215,9 @@ def plain_decode(obj, on_digest=None):
                 raise ValueError(f"unhashable dict key: {exc}") from None
         if type(v) is str and tag == "int":
             number = int(v, 16) if len(v) <= max_int_hex else None
-            if number is None or not -int_bound < number < int_bound:
+            bits = -1 if number is None else number.bit_length()
+            if bits < 0 or bits > bound_bits or bits == bound_bits and not (
+                    -10 ** max_int_digits < number < 10 ** max_int_digits):
                 raise ValueError(f"an int of more than {max_int_digits:,} decimal digits")
             return number
         if type(v) is str and tag == "float" and v in ("nan", "inf", "-inf"):

@@ -34,13 +34,14 @@ def encoded(value):
 @pytest.mark.parametrize("value", [
     10 ** MAX_INT_DIGITS,
     -(10 ** MAX_INT_DIGITS),
+    2 ** (10 ** MAX_INT_DIGITS).bit_length(),
     [1, 2, {"k": 3 ** 20000}],
     {i * M for i in range(MAX_EQUAL_HASHES + 1)},
     frozenset(i * M for i in range(100)),
     {float(2 ** (61 * k)): 0 for k in range(MAX_EQUAL_HASHES + 1)},  # each hashes to 1
     {(i * M, "x") for i in range(50)},
     [{i * M: i for i in range(1000)}],
-], ids=["int", "negative int", "nested int", "set", "frozenset", "float keys", "tuples",
+], ids=["int", "negative int", "power of two past the bound", "nested int", "set", "frozenset", "float keys", "tuples",
         "nested dict"])
 def test_values_the_host_cannot_handle_cheaply_are_unreadable_results(value):
     with pytest.raises(ValueError):
@@ -53,11 +54,15 @@ def test_values_the_host_cannot_handle_cheaply_are_unreadable_results(value):
 @pytest.mark.parametrize("value", [
     10 ** (MAX_INT_DIGITS - 1),
     -(10 ** (MAX_INT_DIGITS - 2)),
+    10 ** MAX_INT_DIGITS - 1,  # the bound's own bit length: compared with the power itself
+    -(10 ** MAX_INT_DIGITS - 1),
+    2 ** ((10 ** MAX_INT_DIGITS).bit_length() - 1),
     set(range(20000)),
     {i * M for i in range(MAX_EQUAL_HASHES)},
     {str(i): i for i in range(5000)},
     frozenset((i, i + 1) for i in range(1000)),
-], ids=["int", "negative int", "set", "few equal hashes", "dict", "frozenset of tuples"])
+], ids=["int", "negative int", "largest int", "most negative int", "power of two at the bound",
+        "set", "few equal hashes", "dict", "frozenset of tuples"])
 def test_legitimate_large_values_still_decode(value):
     assert plain_decode(encoded(value)) == value
 
