@@ -781,7 +781,9 @@ def _template(ctl, isolated, mounts):
     # instead of in every candidate that compiles its program
     compile("pass", "<template>", "exec")
     if isolated:  # what every candidate's set-up calls, loaded here once instead of per fork
-        _libc()
+        libc = _libc()
+        for name in ("mount", "prctl", "capset", "capget"):  # ctypes looks a function up and
+            getattr(libc, name)  # builds its caller at the first use: ~50 us each in a fork
         _cap_structs()
         if _HOLDER is not None:
             _OWN_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
