@@ -203,3 +203,43 @@ def test_decode_value_restores_tagged_types():
 ])
 def test_stdout_matches(got, expected, same):
     assert stdout_matches(got, expected) is same
+
+
+class _Pool:
+    """Stands in for a pool in the dispatch tests (only its size is read)."""
+
+    workers = 3
+
+
+def test_many_results_come_in_candidate_order_whichever_finishes_first(monkeypatch):
+    import time
+
+    from eval import code_grader
+
+    def grade(candidate, problem, pool, timeout_s):
+        time.sleep(random.random() / 100)
+        return candidate * 2
+
+    monkeypatch.setattr(code_grader, "_grade_one", grade)
+    assert grade_code_many(list(range(40)), {}, pool=_Pool()) == [2 * i for i in range(40)]
+
+
+def test_many_stops_taking_items_at_a_missing_sandbox(monkeypatch):
+    import threading
+
+    from eval import code_grader
+    from pipelines.sandbox import SandboxUnavailable
+
+    taken, lock = [], threading.Lock()
+
+    def grade(candidate, problem, pool, timeout_s):
+        with lock:
+            taken.append(candidate)
+        if candidate == 5:
+            raise SandboxUnavailable("apt-get install bubblewrap")
+        return candidate
+
+    monkeypatch.setattr(code_grader, "_grade_one", grade)
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        grade_code_many(list(range(100)), {}, pool=_Pool())
+    assert 5 in taken and len(taken) < 10  # the others stopped after their current item
