@@ -798,6 +798,7 @@ def _template(ctl, isolated, mounts):
             source = os.pread(fds[0], os.fstat(fds[0]).st_size, 0)
             os.close(fds[0])
             reply = _preload(msg[1:].decode("utf-8"), source.decode("utf-8"))
+            _check_holders()
             error = reply.get("error")
             ctl.send(("E" + error[0] + "\0" + error[1]).encode("utf-8", "replace")[:4000]
                      if error else b"ok")
@@ -980,6 +981,27 @@ def _runner_pid_namespace():
             os._exit(0)
 
 
+def _check_holders():
+    """Give up holders (Python inits from then on) when this process handles a signal a holder
+    could not block: glibc keeps its two internal signals (32 and 33, which it handles only
+    once threads or cancellation were used) out of any mask, and a holder running a handler
+    would run it on the template's memory. Read once before the template is forked and after
+    each preload."""
+    global _HOLDER
+    if _HOLDER is None:
+        return
+    caught = -1
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    caught = int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    if caught < 0 or caught >> 31 & 0b11:
+        _HOLDER = None
+
+
 def _prepare_holders():
     """What ``_fork_isolated`` needs, made once before the template is forked: glibc's
     ``clone`` and ``pause``, the holders' stack (holders only ever sit in ``pause``, so they
@@ -1011,6 +1033,7 @@ def _prepare_holders():
         return
     _HOLDER = {"stack": stack, "top": top, "pause": ctypes.cast(pause, ctypes.c_void_p),
                "single": single, "masks": masks}
+    _check_holders()
 
 
 def _isolated_program(fds, mounts):

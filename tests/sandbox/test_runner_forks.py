@@ -204,6 +204,16 @@ def test_a_template_that_cannot_make_holders_falls_back_to_python_inits(jail, mo
     assert left == []
 
 
+def test_a_handler_a_holder_could_not_block_means_python_inits(jail, monkeypatch):
+    # (glibc's internal signals cannot be handled from Python: SIGINT, which the driver
+    # handles, stands for them here)
+    _patched(monkeypatch, "caught >> 31 & 0b11", "caught >> 1 & 1")
+    seen, reaped, left = _run_probes(jail)
+    _assert_isolated(seen, parent=1)
+    assert reaped == 0
+    assert left == []
+
+
 def test_where_the_clone_is_refused_a_middle_process_gives_the_same_isolation(jail,
                                                                                 monkeypatch):
     _patched(monkeypatch,
