@@ -204,6 +204,19 @@ def test_a_template_that_cannot_make_holders_falls_back_to_python_inits(jail, mo
     assert left == []
 
 
+def test_a_template_that_dies_beside_a_holder_is_noticed(jail, monkeypatch):
+    # the holder shares the template's descriptors, the template's end of the control socket
+    # among them: the driver must tell the template's death from its pidfd, not wait for EOF
+    _patched(monkeypatch, "        holder = _start_holder(ctypes, signal, libc)\n",
+             "        holder = _start_holder(ctypes, signal, libc)\n        os._exit(9)\n")
+    with jail.runner(BASE) as worker:
+        if not worker._kernel.isolated:
+            pytest.skip("this jail cannot give candidates namespaces of their own")
+        result = worker.run("print('never')")
+    assert result.error is not None and result.error.name == "SandboxDied", result
+    assert "template is gone" in result.stderr, result
+
+
 def test_a_handler_a_holder_could_not_block_means_python_inits(jail, monkeypatch):
     # (glibc's internal signals cannot be handled from Python: SIGINT, which the driver
     # handles, stands for them here)
