@@ -940,19 +940,26 @@ def _start_holder(ctypes, signal, libc):
     its own in the template's memory, with every signal blocked (the holder inherits the
     mask; the template's is restored at once). ``pause`` is a bare system call in a
     single-threaded process (the template is one): it touches no thread state the template
-    owns. Returns the holder's pid or minus errno."""
+    owns. Returns the holder's pid or minus errno (EAGAIN is retried for a moment, as in
+    ``_fork``)."""
+    import time
+
     if not _HOLDER["single"]():
         return -_EINVAL
     full, old = _HOLDER["masks"]  # (libc's own calls: ``signal``'s wrap every signal in enums)
-    if libc.pthread_sigmask(signal.SIG_BLOCK, full, old) != 0:
-        return -_EINVAL
-    try:
-        holder = libc.clone(_HOLDER["pause"], _HOLDER["top"],
-                            _CLONE_VM | _CLONE_FILES | _CLONE_PARENT | _SIGCHLD, None)
-        errno = ctypes.get_errno()
-    finally:
-        libc.pthread_sigmask(signal.SIG_SETMASK, old, None)
-    return holder if holder > 0 else -errno
+    for attempt in range(10):
+        if libc.pthread_sigmask(signal.SIG_BLOCK, full, old) != 0:
+            return -_EINVAL
+        try:
+            holder = libc.clone(_HOLDER["pause"], _HOLDER["top"],
+                                _CLONE_VM | _CLONE_FILES | _CLONE_PARENT | _SIGCHLD, None)
+            errno = ctypes.get_errno()
+        finally:
+            libc.pthread_sigmask(signal.SIG_SETMASK, old, None)
+        if holder > 0 or errno != _EAGAIN or attempt == 9:
+            return holder if holder > 0 else -errno
+        time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _runner_pid_namespace():
