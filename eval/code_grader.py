@@ -648,8 +648,13 @@ def grade_code_many(candidates: Sequence[str], problems: Sequence[dict] | dict, 
     try:
         with ThreadPoolExecutor(max_workers=max(1, pool.workers),
                                 thread_name_prefix="weft-grade") as ex:
-            for task in [ex.submit(take) for _ in range(max(1, pool.workers))]:
-                task.exception()  # waits for it; the first error is raised below
+            tasks = [ex.submit(take) for _ in range(max(1, pool.workers))]
+            try:
+                for task in tasks:
+                    task.exception()  # waits for it; the first error is raised below
+            except BaseException as exc:  # (an interrupt here): no further item is taken
+                stop.append(exc)
+                raise
         if stop:
             raise stop[0]
         return results  # type: ignore[return-value]

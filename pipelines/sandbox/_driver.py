@@ -642,7 +642,7 @@ _SIGCHLD = 17
 _EAGAIN, _EINVAL = 11, 22
 _TEMPLATE = []  # a pidfd of the runner's template (in the driver)
 _OWN_PID_NS = []  # in a template in the runner's own pid namespace: a descriptor of it
-_HOLDER = None  # what isolated candidates' holders need (``_prepare_holders``, in the template)
+_HOLDER = None  # what isolated candidates' holders need (``_prepare_holders``, in the driver)
 _HOLDER_STACK = 1 << 16
 # the clone system call's number where its first argument is the flags and, with every other
 # argument 0, it returns twice like fork (elsewhere the template uses a middle process)
@@ -829,7 +829,7 @@ def _fork_candidate(ctl, fds, isolated, mounts):
         started = _fork_isolated(ctl, fds, mounts)
         if started != "refused":
             return started
-        _HOLDER = None  # (a preload started a thread): Python inits from now on
+        _HOLDER = None  # (say, a preload started a thread): Python inits from now on
     if _CLONE_USABLE:
         flags = _CLONE_PARENT | (_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWPID if isolated else 0)
         pid = _clone(flags)
