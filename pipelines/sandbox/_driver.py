@@ -670,20 +670,20 @@ def _libc():
     return _LIBC[0]
 
 
-def _cap_masks():
-    """The capability sets of this process (CapInh, CapPrm, CapEff, CapAmb) from /proc."""
+def _status_masks(fields):
+    """Hex fields of this process's /proc status (capability sets, signal masks), by name."""
     masks = {}
     with open("/proc/self/status") as fh:
         for line in fh:
             name, _, value = line.partition(":")
-            if name in _CAP_FIELDS:
+            if name in fields:
                 masks[name] = int(value.strip(), 16)
     return masks
 
 
 def _has_admin():
     try:
-        return bool(_cap_masks().get("CapEff", 0) >> _CAP_SYS_ADMIN & 1)
+        return bool(_status_masks(_CAP_FIELDS).get("CapEff", 0) >> _CAP_SYS_ADMIN & 1)
     except (OSError, ValueError):
         return False
 
@@ -997,14 +997,10 @@ def _check_holders():
     global _HOLDER
     if _HOLDER is None:
         return
-    caught = -1
     try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("SigCgt:"):
-                    caught = int(line.split()[1], 16)
+        caught = _status_masks(("SigCgt",)).get("SigCgt", -1)
     except (OSError, ValueError):
-        pass
+        caught = -1
     if caught < 0 or caught >> 31 & 0b11:
         _HOLDER = None
 

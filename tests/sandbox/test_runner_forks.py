@@ -143,11 +143,14 @@ def _assert_isolated(seen: list[dict], parent: int) -> None:
         assert probe["tmp"] == [], probe
 
 
-def _patched(monkeypatch, old: str, new: str) -> None:
+def _patched(monkeypatch, *edits: tuple[str, str]) -> None:
+    """Runners start from the driver's source with each (old, new) edit made once."""
     source = jail_module.driver_source()
-    assert old in source
+    for old, new in edits:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
     monkeypatch.setattr(jail_module, "driver_code_fd", lambda python: None)
-    monkeypatch.setattr(jail_module, "driver_source", lambda: source.replace(old, new))
+    monkeypatch.setattr(jail_module, "driver_source", lambda: source)
 
 
 def test_candidates_start_under_a_holder_with_no_python_init(jail):
@@ -192,8 +195,8 @@ def test_a_candidate_that_kills_its_process_group_ends_only_itself(jail):
 
 
 def test_without_holders_a_cloned_python_init_gives_the_same_isolation(jail, monkeypatch):
-    _patched(monkeypatch, "        clone, pause = libc.clone, libc.pause\n",
-             "        raise AttributeError('no holders here')\n")
+    _patched(monkeypatch, ("        clone, pause = libc.clone, libc.pause\n",
+                           "        raise AttributeError('no holders here')\n"))
     seen, reaped, left = _run_probes(jail)
     _assert_isolated(seen, parent=1)  # its init
     assert reaped == 0  # the init was the driver's child at once: no middle process
@@ -203,7 +206,7 @@ def test_without_holders_a_cloned_python_init_gives_the_same_isolation(jail, mon
 def test_a_template_that_cannot_make_holders_falls_back_to_python_inits(jail, monkeypatch):
     # the template already lives in the runner's own pid namespace when it finds this out (a
     # preload that started a thread): its inits' pids must still reach the driver as its own
-    _patched(monkeypatch, '    if not _HOLDER["single"]():\n', "    if True:\n")
+    _patched(monkeypatch, ('    if not _HOLDER["single"]():\n', "    if True:\n"))
     seen, reaped, left = _run_probes(jail)
     _assert_isolated(seen, parent=1)
     assert reaped == 0
@@ -213,8 +216,8 @@ def test_a_template_that_cannot_make_holders_falls_back_to_python_inits(jail, mo
 def test_a_template_that_dies_beside_a_holder_is_noticed(jail, monkeypatch):
     # the holder shares the template's descriptors, the template's end of the control socket
     # among them: the driver must tell the template's death from its pidfd, not wait for EOF
-    _patched(monkeypatch, "        holder = _start_holder(ctypes, signal, libc)\n",
-             "        holder = _start_holder(ctypes, signal, libc)\n        os._exit(9)\n")
+    start = "        holder = _start_holder(ctypes, signal, libc)\n"
+    _patched(monkeypatch, (start, start + "        os._exit(9)\n"))
     with jail.runner(BASE) as worker:
         if not worker._kernel.isolated:
             pytest.skip("this jail cannot give candidates namespaces of their own")
@@ -226,14 +229,9 @@ def test_a_template_that_dies_beside_a_holder_is_noticed(jail, monkeypatch):
 def test_a_handler_a_holder_could_not_block_means_python_inits(jail, monkeypatch):
     # (glibc's internal signals cannot be handled from Python: a SIGUSR2 handler the driver
     # installs stands for them here)
-    source = jail_module.driver_source()
-    for old, new in (("caught >> 31 & 0b11", "caught >> 11 & 1"),
-                     ("    _prepare_holders()\n", ("    signal.signal(signal.SIGUSR2, print)\n"
-                                                    "    _prepare_holders()\n"))):
-        assert source.count(old) == 1
-        source = source.replace(old, new)
-    monkeypatch.setattr(jail_module, "driver_code_fd", lambda python: None)
-    monkeypatch.setattr(jail_module, "driver_source", lambda: source)
+    _patched(monkeypatch, ("caught >> 31 & 0b11", "caught >> 11 & 1"),
+             ("    _prepare_holders()\n", ("    signal.signal(signal.SIGUSR2, print)\n"
+                                           "    _prepare_holders()\n")))
     seen, reaped, left = _run_probes(jail)
     _assert_isolated(seen, parent=1)
     assert reaped == 0
@@ -243,8 +241,8 @@ def test_a_handler_a_holder_could_not_block_means_python_inits(jail, monkeypatch
 def test_where_the_clone_is_refused_a_middle_process_gives_the_same_isolation(jail,
                                                                                 monkeypatch):
     _patched(monkeypatch,
-             "_CLONE_USABLE = [True] if os.uname().machine in _CLONE_NUMBER else []",
-             "_CLONE_USABLE = []")
+             ("_CLONE_USABLE = [True] if os.uname().machine in _CLONE_NUMBER else []",
+              "_CLONE_USABLE = []"))
     seen, reaped, left = _run_probes(jail)
     _assert_isolated(seen, parent=1)
     assert reaped > 0  # the middle processes were forked and reaped by the template
