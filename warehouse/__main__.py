@@ -38,9 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
-
 from warehouse.confine import UnsafeQueryError
+from warehouse.engine import duckdb
 from warehouse.limits import (
     DEFAULT_SPILL,
     DEFAULT_TIMEOUT_S,

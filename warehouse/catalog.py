@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
+from warehouse.engine import duckdb
 
 VIEWS_DIR = Path(__file__).with_name("views")
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")

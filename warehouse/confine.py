@@ -18,8 +18,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-import duckdb
-
+from warehouse.engine import duckdb
 from warehouse.limits import QueryLimits, limit_settings
 
 _EXPLAIN_RE = re.compile(

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import stat
 import threading
 import time
-import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +43,8 @@ def write_data_file(arrow: pa.Table, final: Path) -> None:
     one, and a writer killed half-way leaves only a temp file (removed later as stale). A
     folder removed as empty (:func:`remove_empty_folder`) between its creation and this write
     is created again."""
+    import uuid
+
     import pyarrow.parquet as pq
 
     tmp = final.with_name(
@@ -71,7 +71,8 @@ def host_tag() -> str:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         namespace = ""
-    return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
+    # the host name as gethostname(2) gives it (socket.gethostname), without importing socket
+    return hashlib.sha256(f"{os.uname().nodename}|{namespace}".encode()).hexdigest()[:8]
 
 
 def _pid_alive(pid: int) -> bool:

@@ -58,9 +58,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import duckdb
-
 from pipelines.settings import weft_home
+from warehouse.engine import duckdb
 
 ENV_MEMORY = "WEFT_SQL_MEMORY_LIMIT"
 ENV_THREADS = "WEFT_SQL_THREADS"

@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
+from warehouse.engine import duckdb
 from warehouse.limits import Deadline
 
 if TYPE_CHECKING:

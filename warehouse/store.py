@@ -126,7 +126,6 @@ replaces it may fail and must retry (weft's own queries retry).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import fcntl
 import hashlib
 import importlib.util
@@ -135,15 +134,12 @@ import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import duckdb
 
 from pipelines.settings import weft_home
 from warehouse.catalog import (
@@ -172,6 +168,7 @@ from warehouse.confine import (
     search_warehouse,
     sql_string,
 )
+from warehouse.engine import duckdb, with_relations
 from warehouse.files import (
     DATA_FILE,
     EMPTY_FOLDER_AGE_S,
@@ -448,6 +445,8 @@ class Warehouse:
             if name not in arrow.column_names:
                 arrow = arrow.append_column(name, pa.array([value] * n, pa.string()))
         if "created_at" not in arrow.column_names:
+            import datetime as dt
+
             now = dt.datetime.now(dt.UTC)
             arrow = arrow.append_column(
                 "created_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
@@ -590,8 +589,9 @@ class Warehouse:
             schema = TABLES.get(table)
             return schema.empty_table() if schema is not None else pa.table({})
         glob = [str(f) for f in files]
+        with_relations()
 
-        def query() -> pa.Table:
+        def query(_entries: list[tuple]) -> pa.Table:
             con = duckdb.connect()
             try:
                 return con.sql(
@@ -763,14 +763,16 @@ class Warehouse:
         con.execute("COMMIT")
         return quarantined
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, entries: list[tuple] | None = None) -> str:
         """Changes whenever the catalog's views could come out differently: a data file
         written, replaced, removed or made unreadable, a table folder added, a view file,
         migration or declared schema changed, the warehouse folder moved (stats only, no file
         is opened). A catalog built from another fingerprint is still current when its views
-        key is the folder's (``_views_key``)."""
-        return hashlib.sha256(repr((*self._definitions(), fingerprint_entries(self.root))
-                                   ).encode()).hexdigest()
+        key is the folder's (``_views_key``). ``entries``: the folder's
+        ``fingerprint_entries``, when the caller has just taken them."""
+        if entries is None:
+            entries = fingerprint_entries(self.root)
+        return hashlib.sha256(repr((*self._definitions(), entries)).encode()).hexdigest()
 
     def _definitions(self) -> tuple:
         """What every view depends on besides the data files: the catalog's format, the
@@ -828,6 +830,8 @@ class Warehouse:
     def _catalog_temp(self) -> Path:
         """A new temp file name for a catalog file or record being written (a dead writer's
         is removed by ``_remove_stale_catalog_temps``)."""
+        import uuid
+
         return self.root / (f"{CATALOG_TEMP_PREFIX}{os.getpid()}.{host_tag()}."
                             f"{uuid.uuid4().hex}{TEMP_SUFFIX}")
 
@@ -961,6 +965,8 @@ class Warehouse:
 
     def _set_aside(self, why: str) -> None:
         """Move a damaged catalog file (and its WAL) out of the way, kept for inspection."""
+        import datetime as dt
+
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
         aside = self.catalog_path.with_name(f"{self.catalog_path.name}.corrupt-{stamp}")
         try:
@@ -1021,6 +1027,7 @@ class Warehouse:
 
         Unlike ``sql`` it does not check statements (a COPY into the warehouse folder would
         run): use it for fixed queries in code, and pass SQL text from users to ``sql``."""
+        with_relations()  # the caller may build relations on it
         con, quarantined = self._open(self.query_limits(limits))
         _warn_quarantined(quarantined)
         try:
@@ -1059,18 +1066,21 @@ class Warehouse:
 
     @contextmanager
     def _query_connection(self, limits: QueryLimits, query: str, strict: bool | None, *,
-                          reuse: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+                          reuse: bool = False, entries: list[tuple] | None = None
+                          ) -> Iterator[duckdb.DuckDBPyConnection]:
         """``connect``'s connection for ``query``: the quarantined partitions of the tables it
         reads raise ``UnreadablePartitionError`` when ``strict`` (None: ``strict_sql``), else
         are logged. With ``reuse``, the connection this thread's last query left (when the
         folder, the catalog file and the limits' settings are unchanged) and, when the block
         ends without an error, kept for the next one; otherwise a new one, closed at the
-        end."""
+        end. ``entries``: the folder's ``fingerprint_entries``, when the caller has just taken
+        them."""
         strict = self.strict_sql if strict is None else strict
         key = (os.getpid(), threading.get_ident())
         # the folder as it is and the catalog file as attached (rebuilt or damaged since: open
         # anew, as a fresh query would)
-        fingerprint = (self._fingerprint(), self._catalog_version()) if reuse else ""
+        folder = self._fingerprint(entries)
+        fingerprint = (folder, self._catalog_version()) if reuse else ""
         settings = limits.instance_settings()
         with self._idle_lock:
             idle = self._idle.pop(key, None) if reuse else None
@@ -1080,7 +1090,7 @@ class Warehouse:
         if idle is not None:
             con, quarantined = idle.con, idle.quarantined
         else:
-            con, quarantined = self._open(limits, fingerprint[0] if reuse else None)
+            con, quarantined = self._open(limits, folder)
             # only a connection to a current catalog file is kept (views built in memory are
             # not: the next query retries the rebuild), with the file's version as attached
             # (_open may have rebuilt it)
@@ -1160,8 +1170,11 @@ class Warehouse:
 
         import pyarrow as pa
 
-        def run() -> pa.Table:
-            with self._query_connection(limits, query, strict, reuse=True) as con:
+        with_relations()
+
+        def run(entries: list[tuple]) -> pa.Table:
+            with self._query_connection(limits, query, strict, reuse=True,
+                                        entries=entries) as con:
                 check_read_only(con, query)
                 try:
                     with enforce(con, limits, started):
@@ -1196,9 +1209,11 @@ class Warehouse:
             raise ValueError(f"batch_rows must be a whole number of at least 1, got {batch_rows!r}")
         limits = self.query_limits(limits)
         started = time.monotonic()
+        if not rows:
+            with_relations()
         for attempt in range(RETRY_ATTEMPTS):
             before = _file_versions(self.root)
-            with self._query_connection(limits, query, strict) as con:
+            with self._query_connection(limits, query, strict, entries=before) as con:
                 check_read_only(con, query)
                 with enforce(con, limits, started) as deadline:
                     rel = reader = None
@@ -1285,11 +1300,12 @@ def _retry_replaced_files(fn, root: Path, attempts: int = RETRY_ATTEMPTS):
     """DuckDB opens a Parquet file more than once per query (schema, then data). If a writer
     replaced the file in between, the two opens see different versions and the query fails.
     Each file is always whole, so when a data file under ``root`` changed during a failed
-    query, the query runs again and sees one consistent version; other errors propagate."""
+    query, the query runs again and sees one consistent version; other errors propagate.
+    ``fn`` gets the versions taken before its attempt (``_file_versions``)."""
     for attempt in range(attempts):
         before = _file_versions(root)
         try:
-            return fn()
+            return fn(before)
         except duckdb.Error:
             if attempt == attempts - 1 or _file_versions(root) == before:
                 raise

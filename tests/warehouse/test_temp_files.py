@@ -135,3 +135,15 @@ def test_only_the_written_table_is_cleaned(tmp_path):
     assert other.exists()
     Warehouse(tmp_path).write("traces", [{"trace_id": "t"}], lineage=Lineage(partition="q"))
     assert not other.exists()
+
+
+def test_host_tag_names_the_host_and_pid_namespace():
+    """The tag is the one earlier writers put in their temp names (host name as
+    ``socket.gethostname`` gives it, and this PID namespace), so their files stay judged by
+    PID on this host."""
+    import hashlib
+    import socket
+
+    namespace = os.readlink("/proc/self/ns/pid")
+    want = hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
+    assert host_tag() == want
