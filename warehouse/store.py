@@ -198,6 +198,7 @@ from warehouse.results import STREAM_BATCH_ROWS, ResultStream, RowStream, next_b
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from duckdb import DuckDBPyRelation  # the package's (the engine module has no relations)
 
 # pyarrow and the declared schemas (warehouse.schema, which builds them with pyarrow) are
 # imported where they are used: a query on a current catalog (``python -m warehouse sql``)
@@ -1319,7 +1320,7 @@ def _file_versions(root: Path) -> list[tuple]:
     return fingerprint_entries(root)
 
 
-def _arrow_reader(rel: duckdb.DuckDBPyRelation | None, batch_rows: int
+def _arrow_reader(rel: DuckDBPyRelation | None, batch_rows: int
                   ) -> pa.RecordBatchReader:
     """``rel``'s Arrow batches (none for a statement without a result)."""
     import pyarrow as pa
