@@ -13,6 +13,11 @@
   and pid namespace and a fresh /tmp per candidate). CPU seconds per
   program (the host process and the pool's jails, from /proc) are reported next to the wall
   figures, which a loaded machine distorts (each wake-up waits for a core).
+- the fixed cost of a candidate, interleaved in the same rounds: the grader on candidates that
+  do no work (each task's entry point returns None at once, so every item fails) and plain
+  ``pass`` programs on the same pool; no solution can be graded faster than the first, and
+  ``humaneval_goal_over_noop`` is the 600 programs/s goal over it. Page faults per program
+  (the whole machine's, from /proc/vmstat) are printed for the grader and both of these.
 - host memory while grading a candidate that prints 64 MiB (tracemalloc peak, peak-RSS growth).
 
 Run: ``python bench/sandbox.py [--runs 50] [--workers 2]``. Figures depend on machine load:
@@ -121,6 +126,19 @@ def _tree_cpu_s() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _page_faults() -> int:
+    """Page faults taken on the whole machine so far (``pgfault`` in /proc/vmstat); 0 where
+    it cannot be read."""
+    try:
+        with open("/proc/vmstat") as fh:
+            for line in fh:
+                if line.startswith("pgfault "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _timed_cpu(fn) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process and its descendants) of one call."""
     wall, cpu, tree = time.perf_counter(), time.process_time(), _tree_cpu_s()
@@ -136,8 +154,12 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
     candidates = [p["canonical_solution"] for p in problems]
     limits = Limits(timeout_s=10)
     jobs = [RunJob(_in_process_program(p), limits=limits) for p in problems]
+    # what a candidate costs when it does no work: every task's recorded calls answered by a
+    # function that returns None at once (all fail), and a plain program of `pass` per task
+    noop = [_noop_candidate(p) for p in problems]
+    empty = [RunJob("pass", limits=limits)] * len(problems)
     runs: dict[str, list[tuple[float, float]]] = {
-        "graded": [], "old": [], "same_pool": [], "shared_ns": []}
+        "graded": [], "old": [], "same_pool": [], "shared_ns": [], "noop": [], "empty": []}
     shared_box = LocalSandbox(isolation="bwrap", candidate_namespaces=False)
     with SandboxPool(LocalSandbox(isolation="bwrap"), workers=workers) as pool, \
             SandboxPool(LocalSandbox(isolation="bwrap"), workers=workers,
@@ -147,6 +169,7 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
             warm.warm_up()
         results = grade_code_many(candidates, problems, pool=pool)  # records every task once
         shared = grade_code_many(candidates, problems, pool=shared_pool)
+        noop_results = grade_code_many(noop, problems, pool=pool)
         pool.run_many(jobs[:8])
         old_pool.run_many(jobs[:8])
         steps = {"graded": lambda: results.__setitem__(
@@ -154,11 +177,17 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
                  "old": lambda: old_pool.run_many(jobs),
                  "same_pool": lambda: pool.run_many(jobs),
                  "shared_ns": lambda: shared.__setitem__(
-                     slice(None), grade_code_many(candidates, problems, pool=shared_pool))}
+                     slice(None), grade_code_many(candidates, problems, pool=shared_pool)),
+                 "noop": lambda: noop_results.__setitem__(
+                     slice(None), grade_code_many(noop, problems, pool=pool)),
+                 "empty": lambda: pool.run_many(empty)}
         order = list(steps)
+        faults: dict[str, list[int]] = {name: [] for name in steps}
         for r in range(rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
+                before = _page_faults()
                 runs[name].append(_timed_cpu(steps[name]))
+                faults[name].append(_page_faults() - before)
         old = old_pool.run_many(jobs)
     best = {name: min(w for w, _ in done) for name, done in runs.items()}
     cpu_ms = {name: round(1000 * min(c for _, c in done) / len(jobs), 2)
@@ -183,7 +212,34 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
             "humaneval_shared_ns_passed": sum(r.passed for r in shared),
             "humaneval_ratio_vs_shared_ns": round(best["graded"] / best["shared_ns"], 2),
             "humaneval_shared_ns_cpu_ms_per_program": cpu_ms["shared_ns"],
+            # the fixed cost of a candidate, which no program's speed can go above: the same
+            # grading path with a candidate that does no work (its items all fail), and a
+            # plain program of `pass` per task on the same pool
+            "humaneval_noop_programs_per_s": round(len(noop) / best["noop"], 1),
+            "humaneval_noop_failed": sum(not r.passed for r in noop_results),
+            "humaneval_noop_cpu_ms_per_program": cpu_ms["noop"],
+            "empty_programs_per_s": round(len(empty) / best["empty"], 1),
+            "empty_cpu_ms_per_program": cpu_ms["empty"],
+            # page faults per program on the whole machine (host, drivers, templates,
+            # candidates; median of the rounds): what a fork per candidate costs
+            **{f"{key}_page_faults_per_program":
+               round(statistics.median(faults[name]) / len(problems), 1)
+               for key, name in (("humaneval", "graded"), ("humaneval_noop", "noop"),
+                                 ("empty", "empty"))},
+            # at or above 1, the goal is above what a candidate doing nothing reaches
+            "humaneval_goal_over_noop": round(HUMANEVAL_GOAL / (len(noop) / best["noop"]), 3),
             "humaneval_workers": workers, "humaneval_rounds": rounds}
+
+
+# The issue's target for canonical HumanEval programs on two idle cores (programs/s).
+HUMANEVAL_GOAL = 600.0
+
+
+def _noop_candidate(problem: dict) -> str:
+    """A candidate for ``problem`` that defines its entry point and does nothing else: each
+    recorded call returns None (a wrong answer), so grading it costs everything a candidate
+    costs but the work of a solution."""
+    return f"def {problem['entry_point']}(*args, **kwargs):\n    return None\n"
 
 
 # One grading measurement, run by the interpreter of the checkout given as argv[1] (this one or
