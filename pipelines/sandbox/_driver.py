@@ -659,6 +659,7 @@ _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 # fds a candidate is handed, in this order (the template passes them on, then closes its own)
 _GIVEN = ("job_r", "rep_w", "res_w", "out_w", "in_fd", "st_w")
 _LIBC = []
+_CLONE_CALL = []  # what ``_clone`` calls, looked up once
 _CAP_STRUCTS = []
 
 
@@ -780,6 +781,9 @@ def _template(ctl, isolated, mounts):
     # the interpreter builds its AST types at the first compile() (about 1 ms): here, once,
     # instead of in every candidate that compiles its program
     compile("pass", "<template>", "exec")
+    # the atexit module, which every candidate's end uses (``_finish_child``): made in each
+    # candidate, it cost about 70 copied pages of the template's memory
+    import atexit  # noqa: F401
     if isolated:  # what every candidate's set-up calls, loaded here once instead of per fork
         libc = _libc()
         for name in ("mount", "prctl", "capset", "capget"):  # ctypes looks a function up and
@@ -924,15 +928,15 @@ def _driver_pid(pid):
     try:
         info = os.open(b"/proc/self/fdinfo/%d" % fd, os.O_RDONLY)
         try:
-            text = os.read(info, 4096)
+            text = os.read(info, 1024)  # (about 100 bytes: pos, flags, mnt_id, ino, Pid, NSpid)
         finally:
             os.close(info)
     finally:
         os.close(fd)
-    for line in text.split(b"\n"):
-        if line.startswith(b"Pid:"):
-            return int(line.split()[1])
-    raise OSError("no Pid line in a pidfd's fdinfo")
+    at = text.find(b"\nPid:")
+    if at < 0:
+        raise OSError("no Pid line in a pidfd's fdinfo")
+    return int(text[at + 5:text.index(b"\n", at + 5)])
 
 
 def _start_holder(ctypes, signal, libc):
@@ -942,22 +946,23 @@ def _start_holder(ctypes, signal, libc):
     single-threaded process (the template is one): it touches no thread state the template
     owns. Returns the holder's pid or minus errno (EAGAIN is retried for a moment, as in
     ``_fork``)."""
-    import time
-
     if not _HOLDER["single"]():
         return -_EINVAL
     full, old = _HOLDER["masks"]  # (libc's own calls: ``signal``'s wrap every signal in enums)
+    block, setmask = int(signal.SIG_BLOCK), int(signal.SIG_SETMASK)
     for attempt in range(10):
-        if libc.pthread_sigmask(signal.SIG_BLOCK, full, old) != 0:
+        if libc.pthread_sigmask(block, full, old) != 0:
             return -_EINVAL
         try:
             holder = libc.clone(_HOLDER["pause"], _HOLDER["top"],
                                 _CLONE_VM | _CLONE_FILES | _CLONE_PARENT | _SIGCHLD, None)
             errno = ctypes.get_errno()
         finally:
-            libc.pthread_sigmask(signal.SIG_SETMASK, old, None)
+            libc.pthread_sigmask(setmask, old, None)
         if holder > 0 or errno != _EAGAIN or attempt == 9:
             return holder if holder > 0 else -errno
+        import time
+
         time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -1070,23 +1075,29 @@ def _clone(flags):
     CLONE_PARENT), so it is waited for like any forked child. Returns 0 in the child, the
     child's pid in the caller, or minus errno when the kernel refused (EAGAIN is retried for a
     moment, as in ``_fork``)."""
-    import ctypes
-    import time
+    if not _CLONE_CALL:  # made once (a template clones per candidate)
+        import ctypes
 
-    api = ctypes.pythonapi
-    number = ctypes.c_long(_CLONE_NUMBER[os.uname().machine])
+        api = ctypes.pythonapi
+        _CLONE_CALL.extend((api.PyOS_BeforeFork, api.PyOS_AfterFork_Child,
+                            api.PyOS_AfterFork_Parent, _libc().syscall,
+                            ctypes.c_long(_CLONE_NUMBER[os.uname().machine]), ctypes.c_ulong,
+                            ctypes.get_errno))
+    before, child, parent, syscall, number, c_ulong, get_errno = _CLONE_CALL
     for attempt in range(10):
-        api.PyOS_BeforeFork()
-        pid = _libc().syscall(number, ctypes.c_ulong(flags | _SIGCHLD), None, None, None, None)
+        before()
+        pid = syscall(number, c_ulong(flags | _SIGCHLD), None, None, None, None)
         if pid == 0:
-            api.PyOS_AfterFork_Child()
+            child()
             return 0
-        errno = ctypes.get_errno()
-        api.PyOS_AfterFork_Parent()
+        errno = get_errno()
+        parent()
         if pid > 0:
             return pid
         if errno != 11 or attempt == 9:  # EAGAIN: the process limit, for a moment
             return -errno
+        import time
+
         time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
 
@@ -1143,9 +1154,9 @@ def _program(fds):
         os.close(fds["job_r"])
         if not data:  # the runner is shutting down
             os._exit(0)
-        import json
+        import marshal
 
-        job = json.loads(data.decode("utf-8", "surrogatepass"))
+        job = marshal.loads(data)
         relay = job.get("relay")
         if relay is None:
             os.close(fds["res_w"])
@@ -1214,15 +1225,18 @@ def _relay_child(relay, rep_w, res_w, out_w):
     """The forked child of a relay request: the preloaded relay module's child part (fds 0, 1
     and 2 replaced, every other fd but the results pipe closed, the candidate's code run and
     its function called on each call; it ends the process)."""
-    import json
-
     os.close(rep_w)
     module = sys.modules.get(relay["module"])
     if module is None:  # the host sends relay requests only to runners it preloaded
         os._exit(70)
+    calls = relay["calls"]
+    if type(calls) is not list:  # (the driver could not decode them: neither can this)
+        import json
+
+        calls = json.loads(calls)
     _cap_recursion()
-    module.__weft_child(relay["source"], relay["target"], json.loads(relay["calls"]),
-                        relay["digest_above"], relay["digest_count"], res_w, out_w)
+    module.__weft_child(relay["source"], relay["target"], calls, relay["digest_above"],
+                        relay["digest_count"], res_w, out_w)
     os._exit(70)
 
 
@@ -1322,12 +1336,30 @@ def _end_holder(zygote):
         os.waitpid(holder, 0)
 
 
+def _child_relay(relay):
+    """What a relay's child needs of its request, its calls decoded here (the driver decodes
+    JSON at no cost to the candidates; a candidate that decodes it writes the decoder's pages,
+    each a copy of the template's). Calls that are not a JSON list are passed on as they
+    came, and the child fails on them."""
+    import json
+
+    child = {key: relay.get(key) for key in ("module", "source", "target", "calls",
+                                              "digest_above", "digest_count")}
+    try:
+        decoded = json.loads(child["calls"]) if isinstance(child["calls"], str) else None
+    except (ValueError, RecursionError):
+        decoded = None
+    if type(decoded) is list:
+        child["calls"] = decoded
+    return child
+
+
 def _spawn(req, zygote, mode, keep):
     """Run one request in the pre-forked candidate ``zygote`` and clean up after it. ``mode``:
     ``isolated`` (the candidate has its own namespaces: its init's end ends it all), ``jailed``
     (a shared pid namespace: every process but this driver and ``keep`` is killed, the work
     dirs wiped) or ``plain`` (the fallback: the candidate's process group is killed)."""
-    import json
+    import marshal
     import select
     import signal
 
@@ -1341,9 +1373,9 @@ def _spawn(req, zygote, mode, keep):
         while at < len(view):
             at += os.pwrite(zygote["in_fd"], view[at:], at)
     os.close(zygote["in_fd"])
-    job = json.dumps({"code": req["code"], "limits": req["limits"], "relay": relay,
-                      "stdin": stdin is not None and relay is None}
-                     ).encode("utf-8", "surrogatepass")
+    job = marshal.dumps({"code": req["code"], "limits": req["limits"],
+                         "relay": None if relay is None else _child_relay(relay),
+                         "stdin": stdin is not None and relay is None})
     del req
     try:
         _write_all(zygote["job_w"], job)

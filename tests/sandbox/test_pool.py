@@ -212,3 +212,39 @@ def test_run_relay_caps_results_and_time_and_refuses_other_limits(jail):
         with pytest.raises(ValueError, match="relay_preloaded"):
             pool.run_relay("def f():\n    return 1\n", ("function", "f"), [encode_call(())],
                            nonce="ab", results_cap=1000, limits=Limits(memory_mb=1024))
+
+
+def test_a_relay_whose_calls_are_not_a_json_list_fails_that_candidate_only(jail):
+    """The driver decodes a relay's calls for its child; calls it cannot decode are passed on
+    as they came, the child fails on them, and the runner goes on."""
+    from pipelines.sandbox.harness import (
+        encode_call,
+        marker_nonce,
+        new_marker,
+        read_relay,
+        relay_request,
+    )
+
+    source = "def f(x):\n    return x + 1\n"
+    with SandboxPool(jail, workers=1) as pool:
+        pool.warm_up()
+        runner = pool._take_runner()
+        try:
+            for calls in ("[not json", '{"a": 1}'):
+                marker = new_marker()
+                relay = dict(relay_request(source, ("function", "f"), [encode_call((1,))],
+                                           results_cap=1000), calls=calls)
+                result = runner.run("", stdin=marker_nonce(marker), limits=pool.limits,
+                                    relay=relay)
+                assert not result.restarted, result  # the driver itself went on
+                outcome = read_relay(result.stdout, marker, 1)
+                # no payload at all, or calls that each failed: never an answer
+                assert outcome.problem or not any(r.ok for r in outcome.results), (calls, result)
+            marker = new_marker()
+            relay = relay_request(source, ("function", "f"), [encode_call((1,))],
+                                  results_cap=1000)
+            result = runner.run("", stdin=marker_nonce(marker), limits=pool.limits, relay=relay)
+            assert not result.restarted, result
+            assert read_relay(result.stdout, marker, 1).results[0].value == 2
+        finally:
+            pool._idle.put(runner)

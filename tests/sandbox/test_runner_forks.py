@@ -247,3 +247,23 @@ def test_where_the_clone_is_refused_a_middle_process_gives_the_same_isolation(ja
     _assert_isolated(seen, parent=1)
     assert reaped > 0  # the middle processes were forked and reaped by the template
     assert left == []
+
+
+# what a candidate finds loaded before it imports anything, and whether its exit functions run
+AT_EXIT = r'''
+import sys
+print("atexit" in sys.modules)
+import atexit
+atexit.register(print, "exit functions ran")
+'''
+
+
+def test_candidates_find_atexit_loaded_and_their_exit_functions_run(jail):
+    """The template imports ``atexit`` once (made in a candidate, the module cost it about 70
+    copied pages): a candidate finds it loaded, and the functions it registers still run when
+    its program ends."""
+    with jail.runner(BASE) as worker:
+        for _ in range(2):
+            result = worker.run(AT_EXIT)
+            assert result.ok, result
+            assert result.stdout.split("\n")[:2] == ["True", "exit functions ran"], result
