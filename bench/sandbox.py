@@ -231,7 +231,7 @@ def humaneval_throughput(workers: int, rounds: int = 3) -> dict:
             "humaneval_workers": workers, "humaneval_rounds": rounds}
 
 
-# The target for canonical HumanEval programs on two idle cores (programs/s).
+# The throughput goal for canonical HumanEval programs on two idle cores (programs/s).
 HUMANEVAL_GOAL = 600.0
 
 
