@@ -7,8 +7,10 @@ raises ``UnsafeQueryError`` saying why otherwise. ``confine`` locks a connection
 threads and spill from ``warehouse.limits``, external access only to the warehouse folder
 (``allowed_directories``) and the views' relative globs (``allowed_paths``, resolved against the
 folder alone through ``file_search_path``), no extension install or autoload, configuration
-locked so the query cannot undo any of it. Each connection confined here is a database of its
-own (in memory, with the catalog file attached read-only), so the settings bind only it.
+locked so the query cannot undo any of it. Parquet footers are cached for the connection's
+life (``parquet_metadata_cache``), which saves a repeated query the reading of every footer.
+Each connection confined here is a database of its own (in memory, with the catalog file
+attached read-only), so the settings bind only it.
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ def confine(con: duckdb.DuckDBPyConnection, root: Path, limits: QueryLimits,
         # DuckDB draws a progress bar on stdout during queries over 2 s, into the rows that
         # python -m warehouse prints
         "SET enable_progress_bar = false",
+        # keep each Parquet file's footer between queries: a kept connection serves only a
+        # folder whose file versions (inode, size, mtime, ctime) are as they were when it
+        # opened, and DuckDB checks each entry against the file's mtime on top of that
+        "SET parquet_metadata_cache = true",
         f"SET allowed_directories = [{', '.join(sql_string(d) for d in dirs)}]",
         f"SET allowed_paths = [{allowed}]",
         "SET enable_external_access = false",

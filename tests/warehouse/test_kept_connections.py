@@ -4,7 +4,9 @@ fresh connection would have it. Real DuckDB, real files."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
 import threading
 
 import duckdb
@@ -138,3 +140,28 @@ def test_a_pickled_warehouse_queries_without_its_kept_connections(wh):
     copy = pickle.loads(pickle.dumps(wh))
     assert _kept(copy) == [] and copy.root == wh.root
     assert _count(copy) == 3
+
+
+def test_a_kept_connection_caches_footers_yet_sees_a_file_replaced_under_its_old_mtime(wh, tmp_path):
+    """Kept connections cache Parquet footers, which DuckDB reuses while a file looks
+    unchanged to it. A writer that replaces a partition file and sets the old mtime back is
+    still seen: the folder's file versions (inode, ctime) changed, so the next query gets a
+    connection of its own, and DuckDB checks a cached footer against the file besides."""
+    [path] = wh.files("problems")
+    old = path.stat().st_mtime_ns - 3600 * 10**9  # an hour old: DuckDB trusts its footer cache
+    os.utime(path, ns=(old, old))
+    setting = "SELECT current_setting('parquet_metadata_cache') AS c"
+    assert wh.sql(setting).to_pylist()[0]["c"] is True
+    assert _count(wh) == 3
+    assert _count(wh) == 3  # this one read the footer from the cache
+    with Warehouse(tmp_path / "other") as other:
+        other.write("problems", _rows(5, "b"), lineage=Lineage(partition="gsm8k"))
+        [new] = other.files("problems")
+        staged = path.with_name(".replacement.parquet")
+        shutil.copyfile(new, staged)
+    os.utime(staged, ns=(old, old))
+    os.replace(staged, path)
+    assert path.stat().st_mtime_ns == old
+    assert _count(wh) == 5
+    assert sorted(r["problem_id"] for r in wh.sql("SELECT problem_id FROM problems").to_pylist()) \
+        == [f"b{i}" for i in range(5)]
