@@ -15,7 +15,8 @@ logged steps (reward, share of dropped groups), and materializes `learning_claim
 SFT and trained models, each served, evaluated like any benchmark (``eval.recorded``: rows in
 `eval_samples` under `arith1_heldout`, `runs`, `llm_calls`) on held-out one-digit problems no
 checkpoint of the lineage trained on (avg@k at the GRPO temperature), compared with paired
-bootstraps over problems and written as `claims` rows of that run.
+bootstraps over problems and written as `claims` rows of that run. The three models are served
+once (one vLLM server each) for that comparison and the checkpoints' GSM8K evaluation after it.
 Training uses every core when they are idle at the start, else one torch thread
 (:func:`training_threads`); ``--train-only`` runs just this part.
 The last lines say whether the trained model is measurably better than the base model, and
@@ -41,6 +42,7 @@ import os
 import re
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -400,13 +402,42 @@ def checkpoint_of(instance: dg.DagsterInstance, asset: str) -> tuple[str, str]:
     return str(meta["checkpoint_path"].value), str(meta["checkpoint_id"].value)
 
 
+def serve_measured_models(instance: dg.DagsterInstance, servers: ExitStack) -> None:
+    """Start one vLLM server each for the base model and the latest SFT and GRPO checkpoints
+    (unless one already serves it), stopped when ``servers`` closes. The held-out comparison
+    and the checkpoints' benchmark evaluation find them through their records
+    (``eval.models.ModelSpec.running_server``) instead of each starting the models again: a
+    start costs 25-45 s on 2 CPU cores, and the checkpoints were started twice."""
+    from eval.models import embedded_spec
+    from pipelines.serving import LocalModelServer, free_port
+    from training.model_path import serving_spec
+
+    specs = [embedded_spec(), *(serving_spec(*checkpoint_of(instance, asset))
+                                for asset in ("sft_checkpoint", "grpo_checkpoint"))]
+    stage("[demo] serving the base, SFT and trained models (one vLLM server each, kept until "
+          "the checkpoints' evaluation ends) ...")
+    for spec in specs:
+        if spec.running_server() is not None:
+            continue
+        server = LocalModelServer(model_path=spec.path, served_name=spec.served_model or
+                                  spec.model_id, port=free_port())
+        servers.callback(server.stop)
+        server.start()
+
+
 def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PROBLEMS,
                       k: int = HELDOUT_K, stages: dict[str, float] | None = None,
-                      threads: int | None = None, launcher: Any = None) -> bool:
+                      threads: int | None = None, launcher: Any = None,
+                      servers: ExitStack | None = None) -> bool:
     """SFT on two-digit, GRPO on one-digit arithmetic through Dagster Pipes (``demo_sft``,
     ``demo_grpo``, as the recipes stand, with ``torch_threads`` from
     :func:`training_threads`), then the base, SFT and trained models on held-out one-digit
-    problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports."""
+    problems with paired comparisons; prints the verdict and writes it to WEFT_HOME/reports.
+    ``servers``: where the measured models' servers are kept (:func:`serve_measured_models`)
+    for the caller's next evaluations; without it they stop at the end."""
+    if servers is None:
+        with ExitStack() as own:
+            return train_and_measure(instance, n_heldout, k, stages, threads, launcher, own)
     from cli.launcher import Launcher
 
     stages = stages if stages is not None else {}
@@ -428,6 +459,7 @@ def train_and_measure(instance: dg.DagsterInstance, n_heldout: int = HELDOUT_PRO
     _, sft_id = checkpoint_of(instance, "sft_checkpoint")
     _, trained_id = checkpoint_of(instance, "grpo_checkpoint")
     say("\n".join(training_story(sft_id, trained_id)))
+    serve_measured_models(instance, servers)
     stage(f"[demo] measuring the base, SFT and trained models on {n_heldout} held-out "
           f"arithmetic problems x {k} samples (learning_claim) ...")
     if not demo_stage_run(launcher, "heldout", selection=[LEARNING_EXPERIMENT],
@@ -467,6 +499,28 @@ def run_training_only(heldout: int = HELDOUT_PROBLEMS, heldout_k: int = HELDOUT_
     say("[demo] seconds per stage: " + ", ".join(f"{name} {s:.0f}" for name, s in stages.items())
         + f"; total {time.perf_counter() - started:.0f}")
     return 0
+
+
+def evaluate_checkpoints(instance: dg.DagsterInstance, launcher: Any, limit: int, k: int,
+                         max_tokens: int, stages: dict[str, float]) -> bool:
+    """The trained models join the leaderboard: the base model's benchmark evaluation for the
+    latest SFT and GRPO checkpoints, then the reports. False when a run failed."""
+    mark = time.perf_counter()
+    for asset in ("sft_checkpoint", "grpo_checkpoint"):
+        _, checkpoint_id = checkpoint_of(instance, asset)
+        stage(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
+              f"{limit} problems x k={k} ...")
+        run_config = demo_run_config({"eval_samples": {"config": {
+            "limit": limit, "sampling": {"k": k, "max_tokens": max_tokens, "seed": 0}}}})
+        if not demo_stage_run(launcher, "eval", "eval_job", run_config=run_config,
+                              partition=dg.MultiPartitionKey({
+                                  "benchmark": CHECKPOINT_BENCHMARK, "model": checkpoint_id})):
+            return False
+    if not demo_stage_run(launcher, "report", selection=["eval_reports"],
+                          run_config=demo_run_config()):
+        return False
+    stages["checkpoint_eval"] = time.perf_counter() - mark
+    return True
 
 
 def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = True,
@@ -537,26 +591,15 @@ def run(limit: int, k: int, max_tokens: int, port: int | None, train: bool = Tru
         server.stop()  # free the CPU for training
         console.include(server.log_path, server_log, "vLLM server output")
     stages["ingest_and_eval"] = time.perf_counter() - started
-    if train and not train_and_measure(instance, heldout, heldout_k, stages=stages,
-                                       threads=threads, launcher=launcher):
-        return 1
-    if train and CHECKPOINT_BENCHMARK in sources:
-        # the trained models join the leaderboard: the same evaluation as the base model's
-        mark = time.perf_counter()
-        for asset in ("sft_checkpoint", "grpo_checkpoint"):
-            _, checkpoint_id = checkpoint_of(instance, asset)
-            stage(f"[demo] evaluating {asset} ({checkpoint_id}) on {CHECKPOINT_BENCHMARK}: "
-                  f"{limit} problems x k={k} ...")
-            run_config = demo_run_config({"eval_samples": {"config": {
-                "limit": limit, "sampling": {"k": k, "max_tokens": max_tokens, "seed": 0}}}})
-            if not demo_stage_run(launcher, "eval", "eval_job", run_config=run_config,
-                                  partition=dg.MultiPartitionKey({
-                                      "benchmark": CHECKPOINT_BENCHMARK, "model": checkpoint_id})):
-                return 1
-        if not demo_stage_run(launcher, "report", selection=["eval_reports"],
-                              run_config=demo_run_config()):
+    with ExitStack() as servers:  # the measured models' servers, up until the leaderboard
+        if train and not train_and_measure(instance, heldout, heldout_k, stages=stages,
+                                           threads=threads, launcher=launcher,
+                                           servers=servers):
             return 1
-        stages["checkpoint_eval"] = time.perf_counter() - mark
+        if train and CHECKPOINT_BENCHMARK in sources and not evaluate_checkpoints(
+                instance, launcher, limit, k, max_tokens, stages):
+            return 1
+    if train and CHECKPOINT_BENCHMARK in sources:
         for asset in ("sft_checkpoint", "grpo_checkpoint"):
             say(score_line(CHECKPOINT_BENCHMARK, checkpoint_of(instance, asset)[1], asset))
         print("\n[demo] leaderboard (python -m warehouse sql \"" + LEADERBOARD_SQL + "\"):\n")

@@ -66,12 +66,24 @@ class ModelSpec:
     def to_row(self) -> dict[str, Any]:
         return dict(asdict(self), added_at=dt.datetime.now(dt.UTC))
 
+    def running_server(self) -> str | None:
+        """The base URL of a local server that already serves this local folder under its
+        served name: on the default port, or one a weft process started for the folder on any
+        port and left running (``pipelines.serving.recorded_server``); None otherwise."""
+        from pipelines.serving import DEFAULT_PORT, LocalModelServer, recorded_server
+
+        served = self.served_model or self.model_id
+        default = LocalModelServer(model_path=self.path, served_name=served, port=DEFAULT_PORT)
+        if default.is_ready():
+            return default.base_url
+        return recorded_server(self.path, served)
+
     @contextmanager
     def serve(self) -> Iterator[tuple[str, str, str | None]]:
         """(base_url, served model id, api key) while the model is reachable.
 
-        Local folders reuse a weft server already serving them on the default port, or start
-        one on a free port for the duration of the block and stop it afterwards. With
+        Local folders reuse a server already serving them (``running_server``), or start one
+        on a free port for the duration of the block and stop it afterwards. With
         ``WEFT_SERVE_MODE=slurm`` they are served by a Slurm job instead
         (``pipelines.slurm.serve``), cancelled after the block unless it is kept."""
         import os
@@ -80,7 +92,7 @@ class ModelSpec:
             key = os.environ.get(self.api_key_env) if self.api_key_env else None
             yield self.base_url.rstrip("/"), self.served_model, key
             return
-        from pipelines.serving import DEFAULT_PORT, LocalModelServer, free_port, serve_mode
+        from pipelines.serving import LocalModelServer, free_port, serve_mode
 
         served = self.served_model or self.model_id
         if serve_mode() == "slurm":  # a vLLM Slurm job (reused when one is kept for it)
@@ -89,9 +101,9 @@ class ModelSpec:
             with server_from_env(self.path, served) as job:
                 yield job.base_url, served, None
             return
-        default = LocalModelServer(model_path=self.path, served_name=served, port=DEFAULT_PORT)
-        if default.is_ready():
-            yield default.base_url, served, None
+        running = self.running_server()
+        if running is not None:
+            yield running, served, None
             return
         server = LocalModelServer(model_path=self.path, served_name=served, port=free_port())
         try:

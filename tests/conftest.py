@@ -84,6 +84,7 @@ def local_server(embedded_model_dir, tmp_path_factory):
         server = LocalModelServer(model_path=embedded_model_dir, served_name=EMBEDDED_SERVED_NAME,
                                   port=_free_port())
         server.start()
+        server.weft_home = Path(os.environ["WEFT_HOME"])  # where its record lies
     finally:
         if old is None:
             os.environ.pop("WEFT_HOME", None)

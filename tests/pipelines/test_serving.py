@@ -337,3 +337,58 @@ def test_an_llm_resource_client_revives_the_local_server_it_started(tmp_path, we
         assert llm._server.restarts == 1 and time.monotonic() - started < 30
     finally:
         llm._server.stop()
+
+
+def test_an_evaluation_reuses_a_server_weft_started_for_its_folder_on_any_port(tmp_path, weft_home):
+    import json
+
+    from eval.models import ModelSpec
+    from pipelines.serving import _state_path, recorded_server
+
+    (tmp_path / "ck-1").mkdir()
+    (tmp_path / "other" / "ck-1").mkdir(parents=True)
+    folder = _model_folder(tmp_path / "ck-1")
+    server = StandInServer(model_path=folder, served_name="ck-1", port=free_port(),
+                           startup_timeout_s=60).start()
+    try:
+        spec = ModelSpec(model_id="ck-1", kind="local", path=str(folder), served_model="ck-1")
+        with spec.serve() as (base_url, served, _):
+            assert (base_url, served) == (server.base_url, "ck-1")
+            assert list((weft_home / "run").glob("server-*.json")) == [_state_path(server.port)]
+        assert server.is_ready()  # the block did not stop a server it did not start
+        # the same name from another folder, or this folder under another name, is not it
+        other = _model_folder(tmp_path / "other" / "ck-1")
+        assert recorded_server(other, "ck-1") is None
+        assert recorded_server(folder, "ck-2") is None
+        # a record that names the folder and a live process but a port that lists other models
+        lie = _state_path(server.port + 1 if server.port < 65535 else 1024)
+        lie.write_text(json.dumps({"pid": os.getpid(), "model_path": str(folder),
+                                   "served_name": "ck-3", "base_url": server.base_url}))
+        assert recorded_server(folder, "ck-3") is None
+        lie.unlink()
+    finally:
+        server.stop()
+    assert recorded_server(folder, "ck-1") is None  # stopped: its record went with it
+    # a record left by a process that is gone (killed before it could remove it)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _state_path(server.port).write_text(json.dumps({
+        "pid": dead.pid, "model_path": str(folder), "served_name": "ck-1",
+        "base_url": server.base_url}))
+    assert recorded_server(folder, "ck-1") is None
+
+
+@pytest.mark.server
+def test_an_evaluation_finds_the_real_server_that_serves_its_model(local_server,
+                                                                    embedded_model_dir,
+                                                                    monkeypatch):
+    """The session's vLLM server runs on a free port, not the default one: the spec of the
+    model it serves finds it through its record instead of starting a second server."""
+    from eval.models import ModelSpec
+
+    monkeypatch.setenv("WEFT_HOME", str(local_server.weft_home))
+    spec = ModelSpec(model_id=local_server.served_name, kind="local",
+                     path=str(embedded_model_dir), served_model=local_server.served_name)
+    with spec.serve() as (base_url, served, _):
+        assert base_url == local_server.base_url and served == local_server.served_name
+    assert local_server.is_ready()
