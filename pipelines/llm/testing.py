@@ -18,6 +18,10 @@ get a 500. ``GET /v1/models`` lists ``models``, each with ``root`` = ``model_roo
 is set (vLLM reports there the weights it loaded). ``refuse_for(seconds)`` closes the listening socket and reopens it on the same
 port after that long, like a server restart: connections in between are refused.
 
+``StandInServer`` is a ``pipelines.serving.LocalModelServer`` whose process is a
+``FakeLLMServer`` listing the served name (no vLLM), so that starting, killing and restarting a
+"server" take a second.
+
 What this does not guarantee: it is not a model and not a faithful OpenAI server; it only
 implements the fields weft's client reads. Token counts are whitespace word counts. Never
 expose it beyond localhost.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -36,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+
+from pipelines.serving import LocalModelServer
 
 Responder = Callable[[dict, int], str]
 
@@ -292,3 +299,18 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             self._send(200, server._completion(body, None))
 
     return Handler
+
+
+_STAND_IN = ("import sys, time\n"
+             "from pipelines.llm.testing import FakeLLMServer\n"
+             "server = FakeLLMServer(models=(sys.argv[2],))\n"
+             "server._port = int(sys.argv[1])\n"
+             "server.start()\n"
+             "time.sleep(3600)\n")
+
+
+class StandInServer(LocalModelServer):
+    """A ``LocalModelServer`` whose process is a ``FakeLLMServer`` (no vLLM)."""
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _STAND_IN, str(self.port), str(self.served_name)]

@@ -150,3 +150,40 @@ def test_demo_recipes_give_grpo_groups_with_mixed_outcomes(weft_home, embedded_m
     assert any(0.0 < r["reward_mean"] < 1.0 for r in rows)  # right and wrong answers in a step
     meta = json.loads((Path(grpo.path) / "weft-checkpoint.json").read_text())
     assert meta["recipe"] == DEMO_GRPO_RECIPE
+
+
+def test_the_demo_serves_each_measured_model_once_for_the_evaluations_after_it(
+        tmp_path, weft_home, monkeypatch):
+    """After training the demo starts one server per measured model (the base model and both
+    checkpoints); the evaluations that follow find each through its record instead of
+    starting it again, and the servers stop when the demo's stack closes."""
+    from contextlib import ExitStack
+
+    from cli import demo
+    from eval.models import embedded_spec
+    from pipelines import serving
+    from pipelines.llm.testing import StandInServer
+    from pipelines.models import embedded_model_dir
+    from training.model_path import serving_spec
+
+    folders = {"sft_checkpoint": tmp_path / "demo_sft-1", "grpo_checkpoint": tmp_path / "demo_grpo-2"}
+    for folder in [*folders.values(), embedded_model_dir()]:
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    monkeypatch.setattr(demo, "checkpoint_of",
+                        lambda instance, asset: (str(folders[asset]), folders[asset].name))
+    monkeypatch.setattr(serving, "LocalModelServer", StandInServer)
+    specs = [embedded_spec(), *(serving_spec(str(f), f.name) for f in folders.values())]
+    records = weft_home / "run"
+    with ExitStack() as servers:
+        demo.serve_measured_models(None, servers)
+        urls = [spec.running_server() for spec in specs]
+        assert None not in urls and len(set(urls)) == 3
+        assert len(list(records.glob("server-*.json"))) == 3
+        demo.serve_measured_models(None, servers)  # all three up: nothing more is started
+        assert len(list(records.glob("server-*.json"))) == 3
+        with specs[2].serve() as (base_url, served, _):
+            assert (base_url, served) == (urls[2], "demo_grpo-2")
+        assert specs[2].running_server() == urls[2]
+    assert [spec.running_server() for spec in specs] == [None, None, None]
+    assert list(records.glob("server-*.json")) == []

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.llm.testing import StandInServer
 from pipelines.serving import (
     BIND_ENV,
     SERVER_MARKER,
@@ -219,22 +220,6 @@ def test_a_second_cpu_server_gets_its_own_cores(embedded_model_dir, local_server
     finally:
         for server in servers:
             server.stop()
-
-
-STAND_IN = ("import sys, time\n"
-            "from pipelines.llm.testing import FakeLLMServer\n"
-            "server = FakeLLMServer(models=(sys.argv[2],))\n"
-            "server._port = int(sys.argv[1])\n"
-            "server.start()\n"
-            "time.sleep(3600)\n")
-
-
-class StandInServer(LocalModelServer):
-    """LocalModelServer whose process is a fake OpenAI-compatible server (no vLLM), so that
-    start, death and restart take a second."""
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-c", STAND_IN, str(self.port), str(self.served_name)]
 
 
 def _model_folder(tmp_path):
