@@ -1,7 +1,9 @@
 """Tests that start a real model server are marked, so ``-m`` selections and the suite's time
 budget see them: a test that requests the session server gets ``server`` from the conftest hook;
 a test that starts a server of its own (``LocalModelServer(...).start()``, ``with
-LocalModelServer(...)``, ``spec.serve()``) must say ``server`` or ``slow`` itself."""
+LocalModelServer(...)``, ``spec.serve()``) must say ``server`` or ``slow`` itself, unless it
+replaces ``pipelines.serving.LocalModelServer`` (``monkeypatch.setattr(serving,
+"LocalModelServer", ...)``: every server it starts is then that stand-in)."""
 
 import ast
 from pathlib import Path
@@ -54,6 +56,21 @@ def _starts_server(node: ast.AST, helpers: set[str]) -> bool:
     return False
 
 
+def _replaces_the_server(node: ast.AST) -> bool:
+    """Whether the body swaps ``pipelines.serving``'s ``LocalModelServer`` for a stand-in."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and getattr(sub.func, "attr", None) == "setattr" \
+                and getattr(sub.func.value, "id", None) == "monkeypatch" and sub.args:
+            target = sub.args[0]
+            if isinstance(target, ast.Constant) and target.value == \
+                    "pipelines.serving.LocalModelServer":
+                return True
+            if getattr(target, "id", None) == "serving" and len(sub.args) > 1 and \
+                    isinstance(sub.args[1], ast.Constant) and sub.args[1].value == "LocalModelServer":
+                return True
+    return False
+
+
 def unmarked_server_tests(source: str) -> list[str]:
     tree = ast.parse(source)
     if _module_marks(tree) & MARKS:
@@ -64,7 +81,8 @@ def unmarked_server_tests(source: str) -> list[str]:
         if not fn.name.startswith("test") and _starts_server(fn, set()):
             helpers.add(fn.name)
     return [fn.name for fn in functions if fn.name.startswith("test")
-            and _starts_server(fn, helpers) and not _marks(fn) & MARKS]
+            and _starts_server(fn, helpers) and not _marks(fn) & MARKS
+            and not _replaces_the_server(fn)]
 
 
 def test_the_scan_sees_each_way_of_starting_a_server():
@@ -90,8 +108,18 @@ def test_d(p):
 
 def test_e(tmp_path):
     LocalModelServer(model_path=tmp_path).command()
+
+def test_f(spec, monkeypatch):
+    monkeypatch.setattr(serving, "LocalModelServer", StandInServer)
+    with spec.serve() as (url, name, key):
+        pass
+
+def test_g(spec, monkeypatch):
+    monkeypatch.setattr(resources, "LocalModelServer", StandInServer)
+    with spec.serve() as (url, name, key):
+        pass
 '''
-    assert unmarked_server_tests(unmarked) == ["test_a", "test_b", "test_c", "test_d"]
+    assert unmarked_server_tests(unmarked) == ["test_a", "test_b", "test_c", "test_d", "test_g"]
     marked = unmarked.replace("def test_", "@pytest.mark.server\ndef test_")
     assert unmarked_server_tests(marked) == []
     assert unmarked_server_tests("import pytest\npytestmark = pytest.mark.slow\n" + unmarked) == []

@@ -324,11 +324,16 @@ def test_an_llm_resource_client_revives_the_local_server_it_started(tmp_path, we
         llm._server.stop()
 
 
-def test_an_evaluation_reuses_a_server_weft_started_for_its_folder_on_any_port(tmp_path, weft_home):
+def test_an_evaluation_reuses_a_server_weft_started_for_its_folder_on_any_port(tmp_path, weft_home,
+                                                                               monkeypatch):
     import json
 
     from eval.models import ModelSpec
+    from pipelines import serving
     from pipelines.serving import _state_path, recorded_server
+
+    # a server the evaluation started itself would be a stand-in too, and show as a 2nd record
+    monkeypatch.setattr(serving, "LocalModelServer", StandInServer)
 
     (tmp_path / "ck-1").mkdir()
     (tmp_path / "other" / "ck-1").mkdir(parents=True)
